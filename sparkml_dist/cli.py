@@ -1,0 +1,90 @@
+"""Command line: `sparkml-dist <stage> --config conf/adult.yaml [--set key=value ...]`.
+The jobs/ scripts call this same entry, so spark-submit and the console script agree."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from sparkml_dist.config.loader import load_config
+from sparkml_dist.errors import SparkMLDistError
+
+STAGES = ("preprocess", "train", "evaluate", "score", "pipeline")
+log = logging.getLogger("sparkml_dist.cli")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="sparkml-dist", description=__doc__)
+    parser.add_argument("stage", choices=STAGES)
+    parser.add_argument("--config", required=True, help="YAML job config, e.g. conf/adult.yaml")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one config key, e.g. --set train.epochs=3 (repeatable)")
+    parser.add_argument("--model-uri", help="evaluate/score: model to use (default: last trained / @champion)")
+    parser.add_argument("--input", help="score: raw rows to score (default: data.score_path or data.test_path)")
+    parser.add_argument("--output", help="score: where predictions go (default: <output.root>/predictions)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    _configure_logging()
+    try:
+        cfg = load_config(args.config, args.overrides)
+        from sparkml_dist.spark.session import build_session
+
+        spark = build_session(cfg.spark)
+        spark.sparkContext.setLogLevel("ERROR")
+        print(_run_stage(args, cfg, spark))
+        return 0
+    except SparkMLDistError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run_stage(args: argparse.Namespace, cfg, spark) -> str:
+    from sparkml_dist import stages
+    from sparkml_dist.pipeline import format_summary, log_report, run_pipeline
+    from sparkml_dist.stages.paths import OutputPaths
+    from sparkml_dist.tracking.client import RunHandle, end_run, resolve_tracking_uri, start_run
+
+    paths = OutputPaths.of(cfg)
+    if args.stage == "pipeline":
+        return format_summary(run_pipeline(spark, cfg))
+    if args.stage == "preprocess":
+        prep = stages.preprocess(spark, cfg)
+        return f"preprocess: {json.dumps(prep.manifest.inputs)} -> {prep.path} (manifest {prep.path}/manifest.json)"
+    if args.stage == "train":
+        from sparkml_dist.data.dataset import Manifest
+
+        prep = stages.PreprocessResult(str(paths.preprocess), Manifest.load(paths.preprocess))
+        run = start_run(cfg.tracking, "train", cfg.flat_params(), tags={"sparkml_dist.stage": "train"})
+        result = stages.train(spark, cfg, prep, run)
+        end_run(run, ok=True)
+        last = result.history[-1]
+        return (f"train: run {result.run_id}, model {result.model_uri}, rows per rank {result.rank_samples}, "
+                f"val_accuracy {last['val_accuracy']:.4f}, ranks in step: {result.ranks_in_step}")
+    if args.stage == "evaluate":
+        last = json.loads(paths.last_train.read_text()) if paths.last_train.exists() else {}
+        uri = args.model_uri or last.get("model_uri")
+        if not uri:
+            raise SparkMLDistError("evaluate: no --model-uri given and no train stage output found; run train first")
+        report = stages.evaluate(spark, cfg, uri, resolve_tracking_uri(cfg.tracking))
+        if last.get("run_id") and not args.model_uri:
+            log_report(RunHandle(resolve_tracking_uri(cfg.tracking), last["run_id"], ""), report, cfg)
+        return "evaluate: " + json.dumps(report.metrics, indent=1)
+    result = stages.score(spark, cfg, args.model_uri, args.input, args.output)
+    return (f"score: {result.input_rows:,} rows in, {result.scored_rows:,} scored, {result.rejected_rows:,} rejected "
+            f"-> {result.path} (model {result.model_uri})")
+
+
+def _configure_logging() -> None:
+    """The CLI owns the process, so it may configure logging (library code never does)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("py4j", "mlflow", "alembic", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""The job config schema. Validated once, at the edge; unknown keys are errors."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+ColumnType = Literal["int", "double", "string"]
+ColumnRole = Literal["numeric", "categorical", "label", "id", "ignore"]
+
+
+class ColumnSpec(_Strict):
+    name: str = Field(min_length=1)
+    type: ColumnType
+    role: ColumnRole
+
+
+class LabelSpec(_Strict):
+    column: str
+    positive: str = Field(description="raw value of the positive class")
+    negative: str = Field(description="raw value of the negative class")
+    strip_suffix: str = Field("", description="suffix removed before matching, e.g. '.'")
+
+
+class DataConfig(_Strict):
+    train_path: str = Field(description="CSV file(s) for training; pkg://<package>/<file> reads a file shipped in an installed package")
+    test_path: str
+    score_path: str | None = Field(None, description="raw rows to score; defaults to test_path")
+    header: bool = False
+    delimiter: str = Field(",", min_length=1, max_length=1)
+    null_values: list[str] = ["?"]
+    columns: list[ColumnSpec] = Field(min_length=2)
+    label: LabelSpec
+    validation_fraction: float = Field(0.1, gt=0.0, lt=0.5)
+    split_seed: int = 7
+    files_per_rank: int = Field(2, ge=1, le=64)
+    row_group_rows: int = Field(2048, ge=64)
+
+    @model_validator(mode="after")
+    def _roles_are_consistent(self) -> DataConfig:
+        names = [c.name for c in self.columns]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"column names must be unique; repeated: {dupes}")
+        labels = [c.name for c in self.columns if c.role == "label"]
+        if labels != [self.label.column]:
+            raise ValueError(
+                f"exactly one column must have role 'label' and be label.column "
+                f"('{self.label.column}'); found role 'label' on {labels}"
+            )
+        for c in self.columns:
+            if c.role == "numeric" and c.type == "string":
+                raise ValueError(f"column '{c.name}' has role 'numeric' but type 'string'; use int or double")
+        if not any(c.role in ("numeric", "categorical") for c in self.columns):
+            raise ValueError("no feature columns: give at least one column role 'numeric' or 'categorical'")
+        return self
+
+    def names_with_role(self, role: ColumnRole) -> list[str]:
+        return [c.name for c in self.columns if c.role == role]
+
+
+class FeatureConfig(_Strict):
+    impute_strategy: Literal["median", "mean"] = "median"
+    scale_numeric: bool = True
+    one_hot: bool = True
+
+
+class ModelConfig(_Strict):
+    kind: Literal["mlp"] = "mlp"
+    hidden: list[int] = Field(default_factory=lambda: [128, 64], min_length=1)
+    dropout: float = Field(0.1, ge=0.0, lt=1.0)
+
+
+class TrainConfig(_Strict):
+    backend: Literal["torch", "horovod"] = "torch"
+    strategy: Literal["ddp"] = "ddp"
+    num_ranks: int = Field(2, ge=1, le=1024)
+    epochs: int = Field(8, ge=1)
+    batch_size: int = Field(256, ge=1, description="per rank")
+    learning_rate: float = Field(1e-3, gt=0.0, le=10.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    seed: int = 42
+    shuffle_buffer_row_groups: int = Field(4, ge=1)
+    timeout_s: int = Field(300, ge=5, description="collective / rendezvous timeout")
+    checkpoint_keep: int = Field(2, ge=1)
+    device: Literal["cpu", "cuda", "auto"] = "auto"
+    threads_per_rank: int = Field(0, ge=0, description="torch intra-op threads; 0 = cores / ranks")
+    log_every_steps: int = Field(50, ge=1)
+
+
+class GateConfig(_Strict):
+    metric: Literal["accuracy", "roc_auc", "f1"] = "accuracy"
+    min_value: float = Field(0.84, ge=0.0, le=1.0)
+    must_beat_champion: bool = True
+
+
+class TrackingConfig(_Strict):
+    tracking_uri: str | None = Field(None, description="default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db")
+    experiment: str = "sparkml_dist"
+    registered_model: str = "sparkml_dist_model"
+    gate: GateConfig = GateConfig()
+
+
+class SparkConfig(_Strict):
+    master: str = Field("local[*]", description="ignored when spark-submit sets --master")
+    app_name: str = "sparkml_dist"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class OutputConfig(_Strict):
+    root: str = "output"
+
+
+class JobConfig(_Strict):
+    data: DataConfig
+    features: FeatureConfig = FeatureConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+    tracking: TrackingConfig = TrackingConfig()
+    spark: SparkConfig = SparkConfig()
+    output: OutputConfig = OutputConfig()
+
+    def flat_params(self) -> dict[str, str]:
+        """The resolved config as flat `a.b.c -> value` pairs, for MLflow params."""
+        flat: dict[str, str] = {}
+
+        def walk(prefix: str, value) -> None:
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    walk(f"{prefix}.{k}" if prefix else k, v)
+            elif isinstance(value, list) and value and isinstance(value[0], dict):
+                flat[prefix] = ",".join(str(v.get("name", v)) for v in value)
+            else:
+                flat[prefix] = str(value)
+
+        walk("", self.model_dump(mode="json"))
+        return flat

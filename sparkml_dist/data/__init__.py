@@ -1,0 +1,1 @@
+"""Ingest, features, the Parquet dataset writer and the rank-side streaming loader."""

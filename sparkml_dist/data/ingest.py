@@ -1,0 +1,153 @@
+"""Raw delimited text -> typed rows + quarantined rejects, with a reason per reject.
+
+Every non-blank input line ends up in exactly one of the two outputs, so
+input = accepted + rejected always holds (checked by `IngestResult.reconcile`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sparkml_dist.config.schema import ColumnSpec, DataConfig
+from sparkml_dist.data.sources import resolve_path
+from sparkml_dist.errors import DataError
+
+ROW_ID = "row_id"
+LABEL = "label"
+SOURCE_FILE = "source_file"
+RAW_LINE = "raw_line"
+REASON = "reason"
+_CORRUPT = "_corrupt"
+_SPARK_TYPES = {"int": "int", "double": "double", "string": "string"}
+
+
+@dataclass
+class IngestResult:
+    accepted: DataFrame
+    rejects: DataFrame  # source_file, row_id, raw_line, reason
+    input_rows: int
+    accepted_rows: int
+    rejected_rows: int
+
+    def reconcile(self) -> None:
+        if self.input_rows != self.accepted_rows + self.rejected_rows:
+            raise DataError(
+                f"row counts do not reconcile: input {self.input_rows} != "
+                f"accepted {self.accepted_rows} + rejected {self.rejected_rows}"
+            )
+
+    def counts(self) -> dict[str, int]:
+        return {"input": self.input_rows, "accepted": self.accepted_rows, "rejected": self.rejected_rows}
+
+
+def ingest(spark: SparkSession, location: str, cfg: DataConfig, require_label: bool = True) -> IngestResult:
+    """Read `location`, parse with the config's schema, split into accepted and rejects (cached)."""
+    path = resolve_path(location)
+    lines = _read_lines(spark, path, cfg)
+    parsed = _parse(lines, cfg)
+    reason = _reject_reason(parsed, cfg, require_label)
+    checked = parsed.withColumn(REASON, reason).cache()
+    rejects = checked.where(F.col(REASON).isNotNull()).select(SOURCE_FILE, ROW_ID, RAW_LINE, REASON)
+    accepted = checked.where(F.col(REASON).isNull()).select(*_typed_columns(cfg, require_label))
+    counts = checked.agg(
+        F.count(F.lit(1)).alias("n"), F.count(F.col(REASON)).alias("bad")
+    ).first()
+    if counts["n"] == 0:
+        raise DataError(f"{location}: no input rows (the file is empty or holds only blank lines)")
+    result = IngestResult(accepted, rejects, counts["n"], counts["n"] - counts["bad"], counts["bad"])
+    result.reconcile()
+    return result
+
+
+def _read_lines(spark: SparkSession, path: str, cfg: DataConfig) -> DataFrame:
+    try:
+        text = spark.read.text(path)
+    except Exception as exc:  # AnalysisException: path does not exist
+        raise DataError(f"cannot read input '{path}': {str(exc).splitlines()[0]}") from None
+    lines = (
+        text.where(F.trim("value") != "")
+        .withColumn(SOURCE_FILE, F.input_file_name())
+        .withColumn(ROW_ID, F.monotonically_increasing_id())
+    )
+    if cfg.header:
+        header = cfg.delimiter.join(c.name for c in cfg.columns)
+        lines = lines.where(F.regexp_replace("value", r"\s", "") != header.replace(" ", ""))
+    return lines
+
+
+def _parse(lines: DataFrame, cfg: DataConfig) -> DataFrame:
+    schema = ", ".join(f"`{c.name}` STRING" for c in cfg.columns) + f", {_CORRUPT} STRING"
+    options = {
+        "sep": cfg.delimiter,
+        "ignoreLeadingWhiteSpace": "true",
+        "ignoreTrailingWhiteSpace": "true",
+        "mode": "PERMISSIVE",
+        "columnNameOfCorruptRecord": _CORRUPT,
+    }
+    parsed = lines.withColumn("_parsed", F.from_csv(F.col("value"), schema, options))
+    cols = [F.col(f"_parsed.`{c.name}`").alias(c.name) for c in cfg.columns]
+    out = parsed.select(SOURCE_FILE, ROW_ID, F.col("value").alias(RAW_LINE), *cols,
+                        F.col(f"_parsed.{_CORRUPT}").alias(_CORRUPT))
+    for c in cfg.columns:  # the config's null markers (Adult's '?') become real nulls
+        out = out.withColumn(c.name, F.when(F.col(c.name).isin(cfg.null_values), None).otherwise(F.col(c.name)))
+    return out
+
+
+def _reject_reason(df: DataFrame, cfg: DataConfig, require_label: bool) -> Column:
+    n = len(cfg.columns)
+    problems: list[Column] = [
+        F.when(F.col(_CORRUPT).isNotNull(), F.lit(f"malformed line: expected {n} fields separated by '{cfg.delimiter}'"))
+    ]
+    for c in cfg.columns:
+        if c.role == "label":
+            if require_label:
+                problems.append(_label_problem(cfg))
+        elif c.type in ("int", "double"):
+            problems.append(_numeric_problem(c))
+    joined = F.concat_ws("; ", *problems)  # concat_ws skips nulls: "" means no problem
+    return F.when(joined == "", F.lit(None).cast("string")).otherwise(joined)
+
+
+def _numeric_problem(c: ColumnSpec) -> Column:
+    raw = F.col(c.name)
+    cast = raw.try_cast(_SPARK_TYPES[c.type])
+    bad_type = raw.isNotNull() & cast.isNull()
+    msg_type = F.concat(F.lit(f"column '{c.name}': '"), raw, F.lit(f"' is not {'an int' if c.type == 'int' else 'a number'}"))
+    if c.type == "double":
+        not_finite = cast.isNotNull() & (F.isnan(cast) | (F.abs(cast) == float("inf")))
+        return F.when(bad_type, msg_type).when(
+            not_finite, F.concat(F.lit(f"column '{c.name}': '"), raw, F.lit("' is not finite (NaN/inf)"))
+        )
+    return F.when(bad_type, msg_type)
+
+
+def normalized_label(cfg: DataConfig) -> Column:
+    raw = F.col(cfg.label.column)
+    suffix = cfg.label.strip_suffix
+    if suffix:
+        raw = F.when(raw.endswith(suffix), raw.substr(F.lit(1), F.length(raw) - len(suffix))).otherwise(raw)
+    return raw
+
+
+def _label_problem(cfg: DataConfig) -> Column:
+    lab = normalized_label(cfg)
+    allowed = [cfg.label.positive, cfg.label.negative]
+    return F.when(F.col(cfg.label.column).isNull(), F.lit(f"label '{cfg.label.column}' is missing")).when(
+        ~lab.isin(allowed),
+        F.concat(F.lit(f"label '{cfg.label.column}': unknown value '"), F.col(cfg.label.column),
+                 F.lit(f"' (expected '{allowed[0]}' or '{allowed[1]}')")),
+    )
+
+
+def _typed_columns(cfg: DataConfig, with_label: bool) -> list[Column]:
+    cols = [F.col(ROW_ID)]
+    for c in cfg.columns:
+        if c.role in ("numeric", "categorical", "id"):
+            target = "double" if c.role == "numeric" else _SPARK_TYPES[c.type]
+            cols.append(F.col(c.name).try_cast(target).alias(c.name))
+    if with_label:
+        cols.append((normalized_label(cfg) == cfg.label.positive).cast("double").alias(LABEL))
+    return cols

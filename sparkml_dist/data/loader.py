@@ -1,0 +1,111 @@
+"""Rank-side streaming loader: each rank reads only its own contiguous slice of the rows,
+row group by row group, with a deterministic per-epoch shuffle. Memory is bounded by the
+shuffle buffer (a few row groups), never by the dataset."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sparkml_dist.data.dataset import RowGroup
+
+
+@dataclass(frozen=True)
+class Piece:
+    file: str
+    row_group: int
+    offset: int  # first row inside the row group
+    length: int
+
+
+def shard_pieces(groups: list[RowGroup], rank: int, world: int) -> list[Piece]:
+    """Rows [total*rank/world, total*(rank+1)/world) as pieces of row groups: disjoint, covering,
+    and balanced to within one row."""
+    total = sum(g.rows for g in groups)
+    lo, hi = total * rank // world, total * (rank + 1) // world
+    pieces, start = [], 0
+    for g in groups:
+        end = start + g.rows
+        a, b = max(lo, start), min(hi, end)
+        if a < b:
+            pieces.append(Piece(g.file, g.index, a - start, b - a))
+        start = end
+    return pieces
+
+
+class ShardLoader:
+    """Yields (features float32 [B, D], labels float32 [B]) numpy batches for one rank."""
+
+    def __init__(self, root: str | Path, groups: list[RowGroup], rank: int, world: int,
+                 batch_size: int, seed: int, shuffle: bool = True, buffer_row_groups: int = 4,
+                 with_label: bool = True):
+        self.root = Path(root)
+        self.pieces = shard_pieces(groups, rank, world)
+        self.rank = rank
+        self.batch_size = batch_size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.buffer_row_groups = buffer_row_groups
+        self.columns = ["features", "label"] if with_label else ["features"]
+        self._files: dict[str, pq.ParquetFile] = {}
+
+    @property
+    def num_rows(self) -> int:
+        return sum(p.length for p in self.pieces)
+
+    @property
+    def num_batches(self) -> int:
+        return -(-self.num_rows // self.batch_size)
+
+    def epoch(self, epoch: int, skip_batches: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        """All of this rank's rows once, in batches; `skip_batches` resumes mid-epoch exactly."""
+        rng = np.random.default_rng([self.seed, epoch, self.rank])
+        order = rng.permutation(len(self.pieces)) if self.shuffle else np.arange(len(self.pieces))
+        carry_x, carry_y = None, None
+        emitted = 0
+        for start in range(0, len(order), self.buffer_row_groups):
+            x, y = self._read([self.pieces[i] for i in order[start:start + self.buffer_row_groups]])
+            if self.shuffle:
+                perm = rng.permutation(len(x))
+                x, y = x[perm], (y[perm] if y is not None else None)
+            if carry_x is not None:
+                x = np.concatenate([carry_x, x])
+                y = np.concatenate([carry_y, y]) if y is not None else None
+            full = len(x) // self.batch_size * self.batch_size
+            for b in range(0, full, self.batch_size):
+                if emitted >= skip_batches:
+                    yield x[b:b + self.batch_size], (y[b:b + self.batch_size] if y is not None else None)
+                emitted += 1
+            carry_x, carry_y = x[full:], (y[full:] if y is not None else None)
+        if carry_x is not None and len(carry_x) and emitted >= skip_batches:
+            yield carry_x, carry_y
+
+    def _read(self, pieces: list[Piece]) -> tuple[np.ndarray, np.ndarray | None]:
+        xs, ys = [], []
+        for p in pieces:
+            table = self._file(p.file).read_row_group(p.row_group, columns=self.columns).slice(p.offset, p.length)
+            xs.append(features_to_numpy(table.column("features")))
+            if "label" in self.columns:
+                ys.append(table.column("label").to_numpy().astype(np.float32, copy=False))
+        x = np.concatenate(xs) if xs else np.empty((0, 0), np.float32)
+        return x, (np.concatenate(ys) if ys else None)
+
+    def _file(self, rel: str) -> pq.ParquetFile:
+        if rel not in self._files:
+            self._files[rel] = pq.ParquetFile(self.root / rel)
+        return self._files[rel]
+
+
+def features_to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A list<float> Arrow column -> a [rows, dim] float32 array without a Python loop."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    rows = len(arr)
+    if rows == 0:
+        return np.empty((0, 0), np.float32)
+    flat = arr.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    return flat.reshape(rows, -1)

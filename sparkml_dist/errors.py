@@ -1,0 +1,68 @@
+"""Typed, picklable errors. Each one says what is wrong and what to do about it."""
+
+from __future__ import annotations
+
+
+class SparkMLDistError(Exception):
+    """Base class for every error this library raises on purpose."""
+
+
+class ConfigError(SparkMLDistError, ValueError):
+    """A config value is missing, unknown or out of range. The message names the key path."""
+
+
+class PrerequisiteError(SparkMLDistError, RuntimeError):
+    """Something the machine must provide (Java 17, a package) is missing."""
+
+
+class DataError(SparkMLDistError, ValueError):
+    """Input data is structurally unusable (missing columns, empty input, schema drift)."""
+
+
+class SlotError(SparkMLDistError, RuntimeError):
+    """The cluster has fewer task slots than the barrier stage needs ranks."""
+
+    def __init__(self, available: int, requested: int):
+        self.available = available
+        self.requested = requested
+        super().__init__(
+            f"{available} task slots available, {requested} ranks requested: "
+            f"lower train.num_ranks to at most {available}, or give the cluster more cores "
+            f"(local[N] / more executors)."
+        )
+
+    def __reduce__(self):
+        return (SlotError, (self.available, self.requested))
+
+
+class RankFailure(SparkMLDistError, RuntimeError):
+    """One or more ranks of a barrier stage raised. Carries each rank's report."""
+
+    def __init__(self, reports: list[dict]):
+        self.reports = reports
+        super().__init__(self._describe(reports))
+
+    @staticmethod
+    def _describe(reports: list[dict]) -> str:
+        if not reports:
+            return "the barrier stage failed, and no rank sent a report (see the Spark log)"
+        lines = []
+        for r in reports:
+            lines.append(
+                f"rank {r['rank']} (host {r.get('host', '?')}) failed: "
+                f"{r['exc_type']}: {r['message']}"
+            )
+            tail = r.get("output_tail") or ""
+            if tail:
+                lines.append(f"--- last output of rank {r['rank']} ---\n{tail.rstrip()}")
+            tb = r.get("traceback") or ""
+            if tb:
+                lines.append(f"--- traceback of rank {r['rank']} ---\n{tb.rstrip()}")
+        return "\n".join(lines)
+
+    @property
+    def ranks(self) -> list[int]:
+        return [r["rank"] for r in self.reports]
+
+    def __reduce__(self):
+        return (RankFailure, (self.reports,))

@@ -1,0 +1,20 @@
+"""What scoring needs of a model: its spec, its weights and its feature pipeline."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ModelBundle:
+    spec: dict[str, Any]
+    weights: bytes  # torch.save(state_dict); loaded with weights_only=True
+    feature_pipeline_path: str | None = None
+    uri: str = ""
+
+    @property
+    def key(self) -> str:
+        """Identifies the weights, so executors can cache one model per process per key."""
+        return hashlib.sha256(self.weights).hexdigest()[:16]

@@ -1,0 +1,99 @@
+"""Communication backends. A backend object is small config that travels to the ranks; any
+driver-side service it needs (a rendezvous server) lives in the handle `driver_start` returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Protocol
+
+from sparkml_dist.launch.context import RankContext
+
+
+class DriverHandle:
+    """Driver-side state of a backend for one launch; `extra` is passed to every rank."""
+
+    extra: dict[str, str] = {}
+
+    def stop(self) -> None:
+        pass
+
+
+class Backend(Protocol):
+    name: str
+
+    def driver_start(self, num_ranks: int, driver_host: str) -> DriverHandle: ...
+
+    def rank_env(self, ctx: RankContext) -> dict[str, str]: ...
+
+    def rank_init(self, ctx: RankContext) -> None: ...
+
+    def rank_shutdown(self) -> None: ...
+
+
+def pick_device(ctx: RankContext, preference: str) -> str:
+    """'cuda:<i>' for the GPU Spark assigned this task (or its local rank), else 'cpu'."""
+    import torch
+
+    if preference == "cpu" or not torch.cuda.is_available():
+        if preference == "cuda":
+            raise RuntimeError(f"rank {ctx.rank}: train.device=cuda but torch sees no GPU on {ctx.host}")
+        return "cpu"
+    index = int(ctx.gpus[0]) if ctx.gpus else ctx.local_rank % torch.cuda.device_count()
+    return f"cuda:{index}"
+
+
+@dataclass(frozen=True)
+class TorchBackend:
+    """torch.distributed: gloo on CPU, nccl when the rank owns a GPU. Rendezvous over TCP at rank 0."""
+
+    device: str = "auto"
+    timeout_s: int = 300
+    name: str = "torch"
+
+    def driver_start(self, num_ranks: int, driver_host: str) -> DriverHandle:
+        return DriverHandle()
+
+    def rank_env(self, ctx: RankContext) -> dict[str, str]:
+        env = {
+            "MASTER_ADDR": ctx.master_addr,
+            "MASTER_PORT": str(ctx.master_port),
+            "RANK": str(ctx.rank),
+            "WORLD_SIZE": str(ctx.world_size),
+            "LOCAL_RANK": str(ctx.local_rank),
+            "LOCAL_WORLD_SIZE": str(ctx.local_size),
+        }
+        if ctx.master_addr in ("127.0.0.1", "localhost"):
+            env["GLOO_SOCKET_IFNAME"] = "lo"  # all ranks on loopback: keep gloo off other NICs
+        return env
+
+    def rank_init(self, ctx: RankContext) -> None:
+        import torch
+        import torch.distributed as dist
+
+        device = pick_device(ctx, self.device)
+        if device.startswith("cuda"):
+            torch.cuda.set_device(torch.device(device))
+        dist.init_process_group(
+            backend="nccl" if device.startswith("cuda") else "gloo",
+            init_method=f"tcp://{ctx.master_addr}:{ctx.master_port}",
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            timeout=timedelta(seconds=self.timeout_s),
+        )
+
+    def rank_shutdown(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def get_backend(name: str, device: str = "auto", timeout_s: int = 300) -> Backend:
+    if name == "torch":
+        return TorchBackend(device=device, timeout_s=timeout_s)
+    if name == "horovod":
+        from sparkml_dist.launch.horovod_backend import HorovodBackend
+
+        return HorovodBackend(device=device, timeout_s=timeout_s)
+    raise ValueError(f"unknown backend {name!r}; known: torch, horovod")

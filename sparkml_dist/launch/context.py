@@ -1,0 +1,109 @@
+"""What a rank knows about itself, and the scoped side effects a rank needs (env, output tail)."""
+
+from __future__ import annotations
+
+import collections
+import io
+import logging
+import os
+import socket
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping
+
+
+@dataclass(frozen=True)
+class RankContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_size: int
+    cross_rank: int  # index of this rank's host among the hosts
+    cross_size: int  # number of hosts
+    host: str
+    master_addr: str
+    master_port: int
+    gpus: tuple[str, ...] = ()
+    extra: Mapping[str, str] = field(default_factory=dict)  # backend-specific, from the driver
+
+    @property
+    def is_chief(self) -> bool:
+        return self.rank == 0
+
+
+def layout(addresses: list[str], rank: int, gpus: tuple[str, ...] = ()) -> dict:
+    """Rank layout from the barrier tasks' addresses (host:port per rank, in rank order)."""
+    hosts = [a.rsplit(":", 1)[0] for a in addresses]
+    unique_hosts = list(dict.fromkeys(hosts))
+    host = hosts[rank]
+    same_host = [r for r, h in enumerate(hosts) if h == host]
+    return {
+        "rank": rank,
+        "world_size": len(hosts),
+        "local_rank": same_host.index(rank),
+        "local_size": len(same_host),
+        "cross_rank": unique_hosts.index(host),
+        "cross_size": len(unique_hosts),
+        "host": host,
+        "master_addr": hosts[0],
+        "gpus": gpus,
+    }
+
+
+def free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def env_scope(values: Mapping[str, str]) -> Iterator[None]:
+    """Set environment variables for the block and restore the previous state afterwards."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update({k: str(v) for k, v in values.items()})
+    try:
+        yield
+    finally:
+        for k, old in saved.items():
+            if old is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = old
+
+
+class _Tee(io.TextIOBase):
+    def __init__(self, target, tail: collections.deque):
+        self._target = target
+        self._tail = tail
+        self._partial = ""
+
+    def write(self, s: str) -> int:
+        self._target.write(s)
+        lines = (self._partial + s).split("\n")
+        self._partial = lines.pop()
+        self._tail.extend(lines)
+        return len(s)
+
+    def flush(self) -> None:
+        self._target.flush()
+
+
+@contextmanager
+def captured_output(max_lines: int = 40) -> Iterator[collections.deque]:
+    """Tee stdout/stderr and the library's log records; yields the deque of the last lines."""
+    tail: collections.deque = collections.deque(maxlen=max_lines)
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Tee(out, tail), _Tee(err, tail)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    lib_logger = logging.getLogger("sparkml_dist")
+    old_level = lib_logger.level
+    lib_logger.addHandler(handler)
+    lib_logger.setLevel(logging.INFO)
+    try:
+        yield tail
+    finally:
+        lib_logger.removeHandler(handler)
+        lib_logger.setLevel(old_level)
+        sys.stdout, sys.stderr = out, err

@@ -1,0 +1,41 @@
+"""A failing rank's report travels to the driver inside the task's exception text (the only
+channel Spark guarantees across cluster managers), base64-encoded JSON between markers."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import traceback
+
+_START, _END = "SPARKML_DIST_RANK_REPORT[", "]END_REPORT"
+_PATTERN = re.compile(re.escape(_START) + r"([A-Za-z0-9+/=]+)" + re.escape(_END))
+
+
+class RankReportError(RuntimeError):
+    """Raised on a rank so that Spark fails the barrier stage and carries the report home."""
+
+
+def encode_failure(rank: int, host: str, exc: BaseException, tail_lines) -> RankReportError:
+    report = {
+        "rank": rank,
+        "host": host,
+        "exc_type": type(exc).__name__,
+        "message": str(exc)[:2000],
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:],
+        "output_tail": "\n".join(list(tail_lines)[-20:])[-4000:],
+    }
+    blob = base64.b64encode(json.dumps(report).encode()).decode()
+    return RankReportError(f"rank {rank} failed: {type(exc).__name__}: {str(exc)[:300]} {_START}{blob}{_END}")
+
+
+def decode_failures(text: str) -> list[dict]:
+    """Every distinct rank report found in a Spark error text, by rank."""
+    found: dict[int, dict] = {}
+    for blob in _PATTERN.findall(text):
+        try:
+            report = json.loads(base64.b64decode(blob))
+        except ValueError:
+            continue
+        found.setdefault(report["rank"], report)
+    return [found[r] for r in sorted(found)]

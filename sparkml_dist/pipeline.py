@@ -1,0 +1,148 @@
+"""The stages wired together: preprocess -> train -> evaluate -> register -> score.
+One MLflow run per pipeline run; a re-run replaces outputs instead of duplicating them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator
+
+from pyspark.sql import SparkSession
+
+from sparkml_dist.config.schema import JobConfig
+from sparkml_dist.data.ingest import ingest
+from sparkml_dist.stages import evaluate, preprocess, register, score, train
+from sparkml_dist.stages.paths import OutputPaths
+from sparkml_dist.tracking import plots
+from sparkml_dist.tracking.client import RunHandle, end_run, start_run
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Summary:
+    rows: dict[str, Any]
+    test_metrics: dict[str, float]
+    run_id: str
+    experiment_id: str
+    tracking_uri: str
+    registered_model: str
+    version: str
+    alias: str
+    gate_reason: str
+    outputs: dict[str, str]
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+
+def run_pipeline(spark: SparkSession, cfg: JobConfig, run_name: str = "pipeline") -> Summary:
+    run = start_run(cfg.tracking, run_name, cfg.flat_params(), tags={"sparkml_dist.stage": "pipeline"})
+    try:
+        summary = _run_stages(spark, cfg, run)
+    except BaseException:
+        end_run(run, ok=False)
+        raise
+    end_run(run, ok=True)
+    return summary
+
+
+def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:
+    paths = OutputPaths.of(cfg)
+    timer = _Timer()
+    with timer("preprocess"):
+        prep = preprocess(spark, cfg)
+    with timer("train"):
+        trained = train(spark, cfg, prep, run)
+    with timer("evaluate"):
+        test_rows = ingest(spark, cfg.data.test_path, cfg.data).accepted
+        report = evaluate(spark, cfg, trained.model_uri, run.tracking_uri, test_rows)
+        log_report(run, report, cfg)
+    with timer("register"):
+        decision = register(spark, cfg, run, trained.model_uri, report.metrics, test_rows)
+    with timer("score"):
+        scored = score(spark, cfg)
+    manifest = prep.manifest
+    summary = Summary(
+        rows={
+            "input": {k: v["input"] for k, v in manifest.inputs.items()},
+            "rejected": {k: v["rejected"] for k, v in manifest.inputs.items()},
+            "trained": manifest.splits["train"].rows,
+            "validation": manifest.splits["val"].rows,
+            "test": manifest.splits["test"].rows,
+            "scored": scored.scored_rows,
+            "score_rejected": scored.rejected_rows,
+        },
+        test_metrics=report.metrics,
+        run_id=run.run_id,
+        experiment_id=run.experiment_id,
+        tracking_uri=run.tracking_uri,
+        registered_model=decision.name,
+        version=decision.version,
+        alias=decision.alias,
+        gate_reason=decision.reason,
+        outputs={"preprocess": prep.path, "predictions": scored.path, "model_uri": trained.model_uri,
+                 "registered": f"models:/{decision.name}/{decision.version}", "plots": str(paths.plots),
+                 "summary": str(paths.summary)},
+        seconds=timer.seconds,
+    )
+    paths.summary.write_text(summary.to_json())
+    run.client().log_artifact(run.run_id, str(paths.summary))
+    return summary
+
+
+def log_report(run: RunHandle, report, cfg: JobConfig) -> None:
+    client = run.client()
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    client.log_batch(run.run_id, metrics=[Metric(f"test_{k}", float(v), now, 0) for k, v in report.metrics.items()])
+    label = cfg.data.label
+    for png in (plots.roc(*report.roc, report.metrics["roc_auc"], OutputPaths.of(cfg).plots / "roc.png"),
+                plots.confusion(report.confusion, (label.negative, label.positive),
+                                OutputPaths.of(cfg).plots / "confusion_matrix.png")):
+        client.log_artifact(run.run_id, str(png), "plots")
+
+
+class _Timer:
+    """Wall time per stage, with a log line at each start and end."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        log.info("stage %s: started", name)
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(time.perf_counter() - t0, 2)
+            log.info("stage %s: finished in %.1fs", name, self.seconds[name])
+
+
+def format_summary(s: Summary) -> str:
+    m = s.test_metrics
+    lines = [
+        "",
+        "=== sparkml_dist pipeline summary ===",
+        f"rows in        : train {s.rows['input']['train']:,}  test {s.rows['input']['test']:,}",
+        f"rows rejected  : train {s.rows['rejected']['train']:,}  test {s.rows['rejected']['test']:,}  (quarantined with reasons)",
+        f"rows trained   : {s.rows['trained']:,} (validation {s.rows['validation']:,}, test {s.rows['test']:,})",
+        f"rows scored    : {s.rows['scored']:,} (rejected at scoring {s.rows['score_rejected']:,})",
+        f"test metrics   : accuracy {m['accuracy']:.4f}  roc_auc {m['roc_auc']:.4f}  f1 {m['f1']:.4f}  "
+        f"log_loss {m['log_loss']:.4f}  precision {m['precision']:.4f}  recall {m['recall']:.4f}",
+        f"mlflow run     : {s.run_id} (experiment {s.experiment_id})",
+        f"registry       : {s.registered_model} version {s.version} -> alias '{s.alias}' ({s.gate_reason})",
+        f"predictions    : {s.outputs['predictions']}",
+        f"preprocessed   : {s.outputs['preprocess']}",
+        f"plots          : {s.outputs['plots']}",
+        f"stage seconds  : {s.seconds}",
+        f"summary JSON   : {s.outputs['summary']}",
+        f"MLflow UI      : mlflow ui --backend-store-uri {s.tracking_uri} --host 127.0.0.1 --port 5000",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,82 @@
+"""The one SparkSession builder. Loopback by default, fail-fast barrier checks, Java checked first."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+from sparkml_dist.config.schema import SparkConfig
+from sparkml_dist.errors import PrerequisiteError
+
+MIN_JAVA = 17
+
+# Barrier stages wait 10 min by default when slots are short; we check slots ourselves and
+# want Spark's own check to give up quickly too (SPARK-24819).
+_DEFAULT_CONF = {
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "3",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.python.worker.reuse": "true",
+}
+_LOOPBACK = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+
+
+def check_java(min_major: int = MIN_JAVA) -> int:
+    """Return Java's major version, or raise a PrerequisiteError that says how to install it."""
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
+    hint = f"install Java {min_major}+ (Debian: apt-get install openjdk-{min_major}-jre-headless) and/or set JAVA_HOME"
+    if not java or not os.path.exists(java):
+        raise PrerequisiteError(f"Java not found: pyspark 4 needs Java {min_major}+; {hint}")
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+    if not match:
+        raise PrerequisiteError(f"could not read the Java version from `{java} -version`: {out.strip()!r}; {hint}")
+    major = int(match.group(1))
+    if major == 1 and match.group(2):  # "1.8" style
+        major = int(match.group(2))
+    if major < min_major:
+        raise PrerequisiteError(f"Java {major} found at {java}, but pyspark 4 needs Java {min_major}+; {hint}")
+    return major
+
+
+def build_session(cfg: SparkConfig | None = None, extra_conf: dict[str, str] | None = None):
+    """Get or create the session. spark-submit's --master/--conf win over the config file."""
+    check_java()
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    cfg = cfg or SparkConfig()
+    submitted = SparkConf()  # holds what spark-submit passed as system properties
+    builder = SparkSession.builder.appName(cfg.app_name)
+    if not submitted.contains("spark.master"):
+        builder = builder.master(cfg.master)
+    master = submitted.get("spark.master", cfg.master)
+    conf = dict(_DEFAULT_CONF)
+    if _is_local_master(master):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # Python workers on this host use this interpreter (the project's venv), not `python3`.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        conf.update(_LOOPBACK)
+    conf.update(cfg.conf)
+    conf.update(extra_conf or {})
+    for key, value in conf.items():
+        if not submitted.contains(key):
+            builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _is_local_master(master: str) -> bool:
+    return master.startswith("local") or "127.0.0.1" in master or "localhost" in master
+
+
+def task_slots(spark) -> int:
+    """How many tasks can run at once: the number a barrier stage can get."""
+    sc = spark.sparkContext
+    cpus_per_task = int(sc.getConf().get("spark.task.cpus", "1"))
+    return max(sc.defaultParallelism // cpus_per_task, 0)

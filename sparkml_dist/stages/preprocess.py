@@ -1,0 +1,78 @@
+"""Stage 1: raw CSV -> quarantined rejects + fitted features -> Parquet splits + manifest."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sparkml_dist.config.schema import JobConfig
+from sparkml_dist.data.atomic import atomic_dir
+from sparkml_dist.data.dataset import MANIFEST, Manifest, describe_split, split_frame, write_split
+from sparkml_dist.data.features import FEATURES, build_feature_pipeline, feature_names, to_feature_frame
+from sparkml_dist.data.ingest import IngestResult, ingest
+from sparkml_dist.data.sources import fingerprint, resolve_path
+from sparkml_dist.stages.paths import OutputPaths
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PreprocessResult:
+    path: str
+    manifest: Manifest
+
+    @property
+    def feature_pipeline(self) -> str:
+        return str(Path(self.path) / "feature_pipeline")
+
+
+def preprocess(spark: SparkSession, cfg: JobConfig) -> PreprocessResult:
+    data = cfg.data
+    out = OutputPaths.of(cfg).preprocess
+    inputs = {"train": ingest(spark, data.train_path, data), "test": ingest(spark, data.test_path, data)}
+    for name, result in inputs.items():
+        log.info("ingest %s: %s", name, result.counts())
+    train_rows, val_rows = split_frame(inputs["train"].accepted, data.validation_fraction, data.split_seed)
+    pipeline = build_feature_pipeline(data, cfg.features).fit(train_rows)
+    frames = {name: to_feature_frame(pipeline, df) for name, df in
+              (("train", train_rows), ("val", val_rows), ("test", inputs["test"].accepted))}
+    dim = frames["train"].select(F.size(FEATURES)).first()[0]
+    ranks = cfg.train.num_ranks
+    with atomic_dir(spark, str(out)) as staging:
+        pipeline.save(f"{staging}/feature_pipeline")
+        for name, frame in frames.items():
+            files = ranks * data.files_per_rank if name == "train" else ranks
+            write_split(frame, f"{staging}/{name}", files, data.row_group_rows, dim)
+        _write_rejects(inputs, f"{staging}/rejects")
+        manifest = _manifest(spark, cfg, Path(staging), pipeline, train_rows, dim, inputs)
+        (Path(staging) / MANIFEST).write_text(manifest.to_json())
+    return PreprocessResult(str(out), manifest)
+
+
+def _write_rejects(inputs: dict[str, IngestResult], path: str) -> None:
+    frames = [r.rejects.withColumn("input", F.lit(name)) for name, r in inputs.items()]
+    union: DataFrame = frames[0]
+    for f in frames[1:]:
+        union = union.unionByName(f)
+    union.coalesce(1).write.mode("overwrite").parquet(path)
+
+
+def _manifest(spark, cfg: JobConfig, staging: Path, pipeline, train_rows, dim: int,
+              inputs: dict[str, IngestResult]) -> Manifest:
+    splits = {name: describe_split(spark.read.parquet(str(staging / name)), staging / name)
+              for name in ("train", "val", "test")}
+    schema = {c.name: f"{c.type}/{c.role}" for c in cfg.data.columns}
+    return Manifest(
+        feature_dim=dim,
+        feature_names=feature_names(pipeline, train_rows),
+        splits=splits,
+        input_fingerprint=fingerprint([resolve_path(cfg.data.train_path), resolve_path(cfg.data.test_path)]),
+        inputs={name: r.counts() for name, r in inputs.items()},
+        schema=schema,
+        layout={"num_ranks": cfg.train.num_ranks, "files_per_rank": cfg.data.files_per_rank,
+                "row_group_rows": cfg.data.row_group_rows},
+    )

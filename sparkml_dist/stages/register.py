@@ -1,0 +1,43 @@
+"""Stage 4: a new registry version each run; `champion` moves only through the gate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+
+from sparkml_dist.config.schema import JobConfig
+from sparkml_dist.stages.evaluate import evaluate
+from sparkml_dist.tracking.client import RunHandle
+from sparkml_dist.tracking.models import champion_version
+from sparkml_dist.tracking.models import register as create_version
+from sparkml_dist.validation.gate import decide
+
+CHAMPION, CHALLENGER = "champion", "challenger"
+
+
+@dataclass
+class RegistryDecision:
+    name: str
+    version: str
+    alias: str
+    reason: str
+    champion_metrics: dict[str, float] | None
+
+
+def register(spark: SparkSession, cfg: JobConfig, run: RunHandle, model_uri: str,
+             metrics: dict[str, float], test_rows: DataFrame | None = None) -> RegistryDecision:
+    name = cfg.tracking.registered_model
+    current = champion_version(run.tracking_uri, name)
+    champion_metrics = None
+    if current is not None:  # re-score the champion on the same test rows
+        champion_metrics = evaluate(spark, cfg, f"models:/{name}@{CHAMPION}", run.tracking_uri, test_rows).metrics
+    decision = decide(cfg.tracking.gate, metrics, champion_metrics)
+    alias = CHAMPION if decision.promote else CHALLENGER
+    version = create_version(run, model_uri, name, {"gate_reason": decision.reason, "gate_metric": cfg.tracking.gate.metric})
+    client = run.client()
+    client.set_registered_model_alias(name, alias, version)
+    client.set_tag(run.run_id, "registry.version", version)
+    client.set_tag(run.run_id, "registry.alias", alias)
+    client.set_tag(run.run_id, "registry.reason", decision.reason)
+    return RegistryDecision(name, version, alias, decision.reason, champion_metrics)

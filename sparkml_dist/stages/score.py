@@ -1,0 +1,50 @@
+"""Stage 5: batch scoring of raw rows with the champion; predictions written atomically."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.ml import PipelineModel
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from sparkml_dist.config.schema import JobConfig
+from sparkml_dist.data.atomic import atomic_dir
+from sparkml_dist.data.features import to_feature_frame
+from sparkml_dist.data.ingest import ROW_ID, ingest
+from sparkml_dist.errors import DataError
+from sparkml_dist.inference.udf import PREDICTION, PROBABILITY, score_features
+from sparkml_dist.stages.paths import OutputPaths
+from sparkml_dist.tracking.client import resolve_tracking_uri
+from sparkml_dist.tracking.models import load_bundle
+
+
+@dataclass
+class ScoreResult:
+    model_uri: str
+    path: str
+    input_rows: int
+    scored_rows: int
+    rejected_rows: int
+
+
+def score(spark: SparkSession, cfg: JobConfig, model_uri: str | None = None, input_path: str | None = None,
+          output_path: str | None = None) -> ScoreResult:
+    uri = model_uri or f"models:/{cfg.tracking.registered_model}@champion"
+    bundle = load_bundle(uri, resolve_tracking_uri(cfg.tracking))
+    raw = ingest(spark, input_path or cfg.data.score_path or cfg.data.test_path, cfg.data, require_label=False)
+    features = to_feature_frame(PipelineModel.load(bundle.feature_pipeline_path), raw.accepted, with_label=False)
+    label = cfg.data.label
+    scored = score_features(features, bundle).select(
+        ROW_ID, PROBABILITY, PREDICTION,
+        F.when(F.col(PREDICTION) == 1, F.lit(label.positive)).otherwise(F.lit(label.negative)).alias("predicted_label"),
+    )
+    out = output_path or str(OutputPaths.of(cfg).predictions)
+    with atomic_dir(spark, out) as staging:
+        scored.write.mode("overwrite").parquet(f"{staging}/scored")
+        raw.rejects.coalesce(1).write.mode("overwrite").parquet(f"{staging}/rejects")
+        written = spark.read.parquet(f"{staging}/scored").count()
+        if written + raw.rejected_rows != raw.input_rows:
+            raise DataError(f"scoring lost rows: input {raw.input_rows} != scored {written} + rejected {raw.rejected_rows}")
+    return ScoreResult(uri, str(Path(out) / "scored"), raw.input_rows, written, raw.rejected_rows)

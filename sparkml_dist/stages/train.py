@@ -1,0 +1,77 @@
+"""Stage 2: N-rank barrier training on the preprocessed Parquet; logs the model to MLflow."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from sparkml_dist.config.schema import JobConfig
+from sparkml_dist.data.dataset import Manifest
+from sparkml_dist.launch import get_backend, run_barrier
+from sparkml_dist.models.factory import model_spec
+from sparkml_dist.stages.paths import OutputPaths
+from sparkml_dist.stages.preprocess import PreprocessResult
+from sparkml_dist.tracking import plots
+from sparkml_dist.tracking.client import RunHandle
+from sparkml_dist.tracking.models import log_model
+from sparkml_dist.train.job import TrainJob
+from sparkml_dist.train.loop import train_rank
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainResult:
+    run_id: str
+    model_uri: str
+    history: list[dict[str, float]]
+    rank_samples: list[int]
+    param_checksums: list[list[float]]
+
+    @property
+    def ranks_in_step(self) -> bool:
+        """Every rank ended with the same parameters (data-parallel training stayed in sync)."""
+        first = self.param_checksums[0]
+        return all(c == first for c in self.param_checksums[1:])
+
+
+def train(spark: SparkSession, cfg: JobConfig, prep: PreprocessResult, run: RunHandle) -> TrainResult:
+    manifest = prep.manifest
+    paths = OutputPaths.of(cfg)
+    spec = model_spec(cfg.model, manifest.feature_dim)
+    job = make_job(prep.path, manifest, spec, cfg, str(paths.checkpoints(run.run_id)), run)
+    backend = get_backend(cfg.train.backend, cfg.train.device, cfg.train.timeout_s)
+    results = run_barrier(spark, train_rank, job, cfg.train.num_ranks, backend)
+    chief = results[0]
+    model_uri = log_model(run, chief["state_dict"], spec, prep.feature_pipeline)
+    curve = plots.loss_curves(chief["history"], paths.plots / "loss_curves.png")
+    run.client().log_artifact(run.run_id, str(curve), "plots")
+    result = TrainResult(run.run_id, model_uri, chief["history"], [r["samples"] for r in results],
+                         [r["param_checksum"] for r in results])
+    if not result.ranks_in_step:
+        log.warning("ranks ended with different parameters: %s", [c[:2] for c in result.param_checksums])
+    paths.last_train.parent.mkdir(parents=True, exist_ok=True)
+    paths.last_train.write_text(json.dumps({"run_id": run.run_id, "model_uri": model_uri,
+                                            "tracking_uri": run.tracking_uri, "history": chief["history"]}))
+    return result
+
+
+def make_job(data_root: str, manifest: Manifest, spec: dict[str, Any], cfg: JobConfig,
+             checkpoint_dir: str, run: RunHandle | None) -> TrainJob:
+    return TrainJob(
+        data_root=data_root,
+        train_groups=tuple(manifest.splits["train"].row_groups),
+        val_groups=tuple(manifest.splits["val"].row_groups),
+        model_spec=spec,
+        train=cfg.train,
+        checkpoint_dir=checkpoint_dir,
+        run=run,
+    )
+
+
+def result_dict(result: TrainResult) -> dict[str, Any]:
+    return asdict(result)

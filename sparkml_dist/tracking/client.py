@@ -1,0 +1,90 @@
+"""Run handles and metric logging. Workers get a `RunHandle` (URI + run id) explicitly."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkml_dist.config.schema import TrackingConfig
+
+log = logging.getLogger(__name__)
+
+_MAX_PARAM = 6000  # MLflow's param value limit
+
+
+@dataclass(frozen=True)
+class RunHandle:
+    tracking_uri: str
+    run_id: str
+    experiment_id: str
+
+    def client(self):
+        from mlflow.tracking import MlflowClient
+
+        return MlflowClient(tracking_uri=self.tracking_uri)
+
+
+def resolve_tracking_uri(cfg: TrackingConfig) -> str:
+    """Config, then $MLFLOW_TRACKING_URI, then a sqlite file in the working directory.
+    A relative sqlite path is made absolute so executors in other directories find it."""
+    uri = cfg.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
+        uri = prefix + str(Path(uri[len(prefix):]).resolve())
+    return uri
+
+
+def start_run(cfg: TrackingConfig, run_name: str, params: dict[str, str], tags: dict[str, str] | None = None) -> RunHandle:
+    from mlflow.tracking import MlflowClient
+
+    uri = resolve_tracking_uri(cfg)
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name(cfg.experiment)
+    experiment_id = experiment.experiment_id if experiment else client.create_experiment(cfg.experiment)
+    run = client.create_run(experiment_id, run_name=run_name, tags=tags or {})
+    handle = RunHandle(uri, run.info.run_id, experiment_id)
+    log_params(handle, params)
+    return handle
+
+
+def log_params(handle: RunHandle, params: dict[str, str]) -> None:
+    from mlflow.entities import Param
+
+    items = [Param(k, str(v)[:_MAX_PARAM]) for k, v in sorted(params.items())]
+    client = handle.client()
+    for i in range(0, len(items), 100):
+        client.log_batch(handle.run_id, params=items[i:i + 100])
+
+
+def end_run(handle: RunHandle, ok: bool) -> None:
+    handle.client().set_terminated(handle.run_id, status="FINISHED" if ok else "FAILED")
+
+
+class RankTracker:
+    """Metric logging from a rank. Buffered per call into one log_batch; retried briefly
+    because several ranks may write to one sqlite store at the same moment."""
+
+    def __init__(self, handle: RunHandle | None, rank: int):
+        self.handle = handle
+        self.rank = rank
+        self._client = handle.client() if handle else None
+
+    def log(self, metrics: dict[str, float], step: int, per_rank: bool = False) -> None:
+        if self._client is None:
+            return
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        suffix = f"_rank{self.rank}" if per_rank else ""
+        batch = [Metric(f"{k}{suffix}", float(v), now, step) for k, v in metrics.items()]
+        for attempt in range(5):
+            try:
+                self._client.log_batch(self.handle.run_id, metrics=batch)
+                return
+            except Exception as exc:  # noqa: BLE001 - sqlite 'database is locked' and transient HTTP errors
+                if attempt == 4:
+                    log.warning("rank %d: could not log metrics to MLflow: %s", self.rank, exc)
+                time.sleep(0.2 * (attempt + 1))

@@ -1,0 +1,92 @@
+"""Log, register, alias and load models through an explicit MlflowClient."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+from sparkml_dist.inference.bundle import ModelBundle
+from sparkml_dist.tracking.client import RunHandle
+
+MODEL_DIR = "model"
+
+
+def _pip_requirements() -> list[str]:
+    from importlib.metadata import version
+
+    # explicit requirements: skips MLflow's slow inference of them
+    return [f"torch=={version('torch').split('+')[0]}", f"mlflow=={version('mlflow')}",
+            f"numpy=={version('numpy')}", f"pandas=={version('pandas')}", "sparkml_dist"]
+
+
+def log_model(handle: RunHandle, weights: bytes, spec: dict[str, Any], feature_pipeline_dir: str | None) -> str:
+    """Save the pyfunc model locally, upload it under the run; return `runs:/<id>/model`."""
+    import mlflow.pyfunc
+    from mlflow.models import ModelSignature
+    from mlflow.types.schema import Array, ColSpec, Schema
+
+    with warnings.catch_warnings():  # MLflow advises type hints when the class is defined
+        warnings.simplefilter("ignore", UserWarning)
+        from sparkml_dist.tracking.pyfunc_model import TabularTorchModel
+
+    with tempfile.TemporaryDirectory() as tmp:
+        weights_path = Path(tmp) / "weights.pt"
+        weights_path.write_bytes(weights)
+        spec_path = Path(tmp) / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        artifacts = {"weights": str(weights_path), "spec": str(spec_path)}
+        if feature_pipeline_dir:
+            artifacts["feature_pipeline"] = feature_pipeline_dir
+        signature = ModelSignature(
+            inputs=Schema([ColSpec(Array("float"), "features")]),
+            outputs=Schema([ColSpec("double", "probability")]),
+        )
+        local = Path(tmp) / MODEL_DIR
+        with warnings.catch_warnings():  # the explicit signature makes MLflow's type-hint advice moot
+            warnings.simplefilter("ignore", UserWarning)
+            mlflow.pyfunc.save_model(str(local), python_model=TabularTorchModel(), artifacts=artifacts,
+                                     signature=signature, pip_requirements=_pip_requirements())
+        handle.client().log_artifacts(handle.run_id, str(local), MODEL_DIR)
+    return f"runs:/{handle.run_id}/{MODEL_DIR}"
+
+
+def register(handle: RunHandle, model_uri: str, name: str, tags: dict[str, str]) -> str:
+    """Create a new version of `name` from `model_uri`; return the version number."""
+    from mlflow.exceptions import MlflowException
+
+    client = handle.client()
+    try:
+        client.create_registered_model(name)
+    except MlflowException as exc:
+        if "RESOURCE_ALREADY_EXISTS" not in str(exc.error_code):
+            raise
+    source = client.get_run(handle.run_id).info.artifact_uri.rstrip("/") + "/" + model_uri.split("/", 3)[-1]
+    version = client.create_model_version(name, source=source, run_id=handle.run_id, tags=tags)
+    return str(version.version)
+
+
+def champion_version(tracking_uri: str, name: str, alias: str = "champion"):
+    """The version holding `alias`, or None when there is none (or no such model yet)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    try:
+        return MlflowClient(tracking_uri).get_model_version_by_alias(name, alias)
+    except MlflowException:
+        return None
+
+
+def load_bundle(model_uri: str, tracking_uri: str, dst: str | None = None) -> ModelBundle:
+    """Download a logged model (runs:/, models:/name@alias, models:/name/version) as a bundle."""
+    import mlflow.artifacts
+
+    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri, tracking_uri=tracking_uri,
+                                                    dst_path=dst or tempfile.mkdtemp(prefix="sparkml_dist_model_")))
+    artifacts = local / "artifacts"
+    spec = json.loads((artifacts / "spec.json").read_text())
+    pipeline = artifacts / "feature_pipeline"
+    return ModelBundle(spec=spec, weights=(artifacts / "weights.pt").read_bytes(),
+                       feature_pipeline_path=str(pipeline) if pipeline.exists() else None, uri=model_uri)

@@ -1,0 +1,1 @@
+"""Training: the rank function, its loop, data-parallel strategies and checkpoints."""

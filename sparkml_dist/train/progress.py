@@ -1,0 +1,39 @@
+"""Progress lines with throughput and ETA, printed by rank 0."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+log = logging.getLogger("sparkml_dist.train")
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(int(seconds), 0)
+    return f"{seconds // 3600:d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class Progress:
+    def __init__(self, enabled: bool, epochs: int, steps_per_epoch: int, world_size: int):
+        self.enabled = enabled
+        self.epochs = epochs
+        self.steps_per_epoch = max(steps_per_epoch, 1)
+        self.world_size = world_size
+        self.start = time.perf_counter()
+        self.steps_done = 0
+
+    def step(self, epoch: int, step: int, loss: float, samples_per_s: float) -> None:
+        self.steps_done += 1
+        if not self.enabled:
+            return
+        elapsed = time.perf_counter() - self.start
+        remaining = (self.epochs - epoch - 1) * self.steps_per_epoch + (self.steps_per_epoch - step - 1)
+        eta = elapsed / self.steps_done * remaining
+        log.info("epoch %d/%d step %d/%d loss %.4f %.0f samples/s (x%d ranks) eta %s",
+                 epoch + 1, self.epochs, step + 1, self.steps_per_epoch, loss,
+                 samples_per_s, self.world_size, _clock(eta))
+
+    def epoch_end(self, epoch: int, metrics: dict[str, float]) -> None:
+        if self.enabled:
+            shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+            log.info("epoch %d/%d done: %s", epoch + 1, self.epochs, shown)

@@ -1,0 +1,1 @@
+"""Metrics as Spark aggregations, and the promotion gate."""
