@@ -38,14 +38,16 @@ class SlotError(SparkMLDistError, RuntimeError):
 class RankFailure(SparkMLDistError, RuntimeError):
     """One or more ranks of a barrier stage raised. Carries each rank's report."""
 
-    def __init__(self, reports: list[dict]):
+    def __init__(self, reports: list[dict], stage_error: str = ""):
         self.reports = reports
-        super().__init__(self._describe(reports))
+        self.stage_error = stage_error
+        super().__init__(self._describe(reports, stage_error))
 
     @staticmethod
-    def _describe(reports: list[dict]) -> str:
+    def _describe(reports: list[dict], stage_error: str) -> str:
         if not reports:
-            return "the barrier stage failed, and no rank sent a report (see the Spark log)"
+            return ("the barrier stage failed before any rank could report (rank code did not start: "
+                    f"look for an import or pickling problem): {stage_error}")
         lines = []
         for r in reports:
             lines.append(
@@ -65,4 +67,4 @@ class RankFailure(SparkMLDistError, RuntimeError):
         return [r["rank"] for r in self.reports]
 
     def __reduce__(self):
-        return (RankFailure, (self.reports,))
+        return (RankFailure, (self.reports, self.stage_error))

@@ -52,7 +52,8 @@ def build_feature_pipeline(data: DataConfig, feats: FeatureConfig) -> Pipeline:
                                     handleInvalid="keep", stringOrderType="frequencyDesc"))
         if feats.one_hot:
             encoded = [f"{c}__onehot" for c in cats]
-            stages.append(OneHotEncoder(inputCols=indexed, outputCols=encoded, dropLast=False, handleInvalid="keep"))
+            # the indexer already gives unseen categories their own index, so OHE needs no extra slot
+            stages.append(OneHotEncoder(inputCols=indexed, outputCols=encoded, dropLast=False, handleInvalid="error"))
             parts.extend(encoded)
         else:
             parts.extend(indexed)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from typing import Any, Callable
 
 from pyspark.sql import SparkSession
@@ -38,10 +39,17 @@ def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, b
         results = rdd.collect()
     except Exception as exc:  # Py4JJavaError and friends: look for our rank reports
         reports = decode_failures(str(exc))
-        raise RankFailure(reports) from (None if reports else exc)
+        raise RankFailure(reports, _first_python_error(str(exc))) from (None if reports else exc)
     finally:
         handle.stop()
     return [result for _, result in sorted(results, key=lambda pair: pair[0])]
+
+
+def _first_python_error(text: str) -> str:
+    """The Python exception line inside a Spark job failure (Java frames removed)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("at ")]
+    errors = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception)\b", ln)]
+    return (errors or lines or ["(no message)"])[-1][:500]
 
 
 def _rank_main(_partition, fn: RankFn, payload: Any, backend: Backend, extra: dict[str, str]):

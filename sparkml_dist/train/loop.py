@@ -110,11 +110,12 @@ def train_one_epoch(model, optimizer, loss_fn, loader: ShardLoader, epoch: int, 
             loss.backward()
             optimizer.step()
             stats.step_times.append(time.perf_counter() - t0)
-            stats.loss_sum += float(loss.detach()) * len(x)
+            loss_value = float(loss.detach())
+            stats.loss_sum += loss_value * len(x)
             stats.samples += len(x)
             if (step + 1) % log_every == 0:
                 elapsed = time.perf_counter() - started
-                progress.step(epoch, step, float(loss), stats.samples * strategy.world_size / max(elapsed, 1e-9))
+                progress.step(epoch, step, loss_value, stats.samples * strategy.world_size / max(elapsed, 1e-9))
     stats.seconds = time.perf_counter() - started
     return stats
 

@@ -1,0 +1,81 @@
+"""Shared fixtures: one local[2] Spark session, a private MLflow store per test, the real Adult
+data preprocessed once, and a guard that fails any test that leaks environment variables."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+# Set before any session starts so they are part of the baseline the leak guard compares to.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYTHONWARNINGS", "ignore::ResourceWarning")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # offline tests; no session-id env churn
+# Rank functions defined in test modules are pickled by reference: Spark's Python workers
+# (children of this process in local mode) must be able to import them.
+_TESTS = str(Path(__file__).resolve().parent)
+if _TESTS not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_TESTS, os.environ.get("PYTHONPATH")) if p)
+
+ROOT = Path(__file__).resolve().parents[1]
+ADULT_CONFIG = ROOT / "conf" / "adult.yaml"
+
+
+@pytest.fixture(autouse=True)
+def no_env_leaks():
+    """Like Lightning's tests: code under test must restore the environment it changes."""
+    before = dict(os.environ)
+    yield
+    after = dict(os.environ)
+    leaked = {k: after.get(k) for k in set(before) ^ set(after) | {k for k in before if before[k] != after.get(k)}}
+    for owned_by_others in ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"):  # pytest's; torch sets it once per process
+        leaked.pop(owned_by_others, None)
+    assert not leaked, f"test leaked environment variables: {sorted(leaked)}"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from sparkml_dist.config import SparkConfig
+    from sparkml_dist.spark import build_session
+
+    session = build_session(SparkConfig(master="local[2]", app_name="sparkml_dist-tests"),
+                            extra_conf={"spark.sql.shuffle.partitions": "4"})
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def mlflow_uri(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def adult_config(tmp_path: Path, *overrides: str):
+    from sparkml_dist.config import load_config
+
+    return load_config(ADULT_CONFIG, [f"output.root={tmp_path / 'out'}",
+                                      f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", *overrides])
+
+
+@pytest.fixture
+def adult_config_path() -> Path:
+    return ADULT_CONFIG
+
+
+@pytest.fixture
+def make_adult_config(tmp_path):
+    """Adult config with outputs and the MLflow store inside this test's tmp dir."""
+    return lambda *overrides: adult_config(tmp_path, *overrides)
+
+
+@pytest.fixture(scope="session")
+def adult_prep(spark, tmp_path_factory):
+    """The real Adult data through the preprocess stage, once per test session."""
+    from sparkml_dist.stages import preprocess
+
+    root = tmp_path_factory.mktemp("adult")
+    cfg = adult_config(root)
+    return cfg, preprocess(spark, cfg)

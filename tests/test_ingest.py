@@ -1,0 +1,87 @@
+"""Ingest: every input line is either accepted or quarantined with a reason; counts reconcile."""
+
+import pytest
+from pyspark.sql import functions as F
+
+from sparkml_dist.config import parse_config
+from sparkml_dist.data.ingest import ingest
+from sparkml_dist.errors import DataError
+
+pytestmark = pytest.mark.spark
+
+COLUMNS = [
+    {"name": "age", "type": "int", "role": "numeric"},
+    {"name": "score", "type": "double", "role": "numeric"},
+    {"name": "city", "type": "string", "role": "categorical"},
+    {"name": "y", "type": "string", "role": "label"},
+]
+
+
+def small_config(train_path, test_path=None):
+    return parse_config({"data": {
+        "train_path": str(train_path), "test_path": str(test_path or train_path),
+        "columns": COLUMNS, "label": {"column": "y", "positive": "yes", "negative": "no", "strip_suffix": "."},
+    }}).data
+
+
+LINES = [
+    "34, 1.5, Paris, yes",       # ok
+    "41, 2.0, ?, no.",           # ok: '?' is a missing category, label suffix stripped
+    "?, 3.0, Rome, no",          # ok: missing numeric is imputed later
+    "abc, 1.0, Rome, yes",       # wrong type
+    "20, NaN, Rome, no",         # NaN
+    "20, inf, Rome, no",         # inf
+    "20, 1.0, Rome, maybe",      # unknown label
+    "20, 1.0, Rome, ?",          # missing label
+    "only, three, fields",       # malformed
+    "",                          # blank: not a record
+]
+
+
+def test_rejects_carry_reasons_and_counts_reconcile(spark, tmp_path):
+    path = tmp_path / "rows.csv"
+    path.write_text("\n".join(LINES) + "\n")
+    result = ingest(spark, str(path), small_config(path))
+    assert result.counts() == {"input": 9, "accepted": 3, "rejected": 6}
+    reasons = {r["raw_line"]: r["reason"] for r in result.rejects.collect()}
+    assert "column 'age': 'abc' is not an int" in reasons["abc, 1.0, Rome, yes"]
+    assert "column 'score': 'NaN' is not finite" in reasons["20, NaN, Rome, no"]
+    assert "not finite" in reasons["20, inf, Rome, no"]
+    assert "label 'y': unknown value 'maybe'" in reasons["20, 1.0, Rome, maybe"]
+    assert "label 'y' is missing" in reasons["20, 1.0, Rome, ?"]
+    assert "malformed line: expected 4 fields" in reasons["only, three, fields"]
+    assert all(r["source_file"].endswith("rows.csv") for r in result.rejects.collect())
+    accepted = {r["row_id"]: r for r in result.accepted.collect()}
+    assert sorted(r["label"] for r in accepted.values()) == [0.0, 0.0, 1.0]
+    assert result.accepted.where(F.col("age").isNull()).count() == 1
+    assert result.accepted.where(F.col("city").isNull()).count() == 1
+
+
+def test_scoring_input_does_not_need_a_label(spark, tmp_path):
+    path = tmp_path / "score.csv"
+    path.write_text("34, 1.5, Paris, \n41, 2.0, Rome, whatever\n")
+    result = ingest(spark, str(path), small_config(path), require_label=False)
+    assert result.counts() == {"input": 2, "accepted": 2, "rejected": 0}
+    assert "label" not in result.accepted.columns
+
+
+def test_empty_input_is_a_clear_error(spark, tmp_path):
+    path = tmp_path / "empty.csv"
+    path.write_text("\n\n")
+    with pytest.raises(DataError, match="no input rows"):
+        ingest(spark, str(path), small_config(path))
+
+
+def test_missing_input_names_the_path(spark, tmp_path):
+    path = tmp_path / "nope.csv"
+    with pytest.raises(DataError, match="nope.csv"):
+        ingest(spark, str(path), small_config(path))
+
+
+def test_real_adult_test_file_quarantines_its_banner_line(spark, make_adult_config):
+    cfg = make_adult_config()
+    result = ingest(spark, cfg.data.test_path, cfg.data)
+    assert result.counts() == {"input": 16282, "accepted": 16281, "rejected": 1}
+    (reject,) = result.rejects.collect()
+    assert reject["raw_line"].startswith("|1x3 Cross validator")
+    assert "malformed line" in reject["reason"]

@@ -1,0 +1,56 @@
+"""The whole pipeline on the real UCI Adult data: real Spark, real DDP ranks, real MLflow (sqlite)."""
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from mlflow.tracking import MlflowClient
+
+from sparkml_dist.pipeline import run_pipeline
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def test_adult_pipeline_end_to_end_then_gate_keeps_the_champion(spark, make_adult_config, tmp_path):
+    cfg = make_adult_config()
+    summary = run_pipeline(spark, cfg)
+
+    # accuracy bar from the dataset's own notes (C4.5 84.46%)
+    assert summary.test_metrics["accuracy"] >= 0.84
+    assert summary.test_metrics["roc_auc"] >= 0.88
+    assert summary.rows["input"] == {"train": 32561, "test": 16282}
+    assert summary.rows["rejected"] == {"train": 0, "test": 1}
+    assert summary.rows["trained"] + summary.rows["validation"] == 32561
+    # scoring conserves rows: every scorable input row has exactly one prediction
+    assert summary.rows["scored"] + summary.rows["score_rejected"] == 16282
+    predictions = pq.read_table(summary.outputs["predictions"]).to_pandas()
+    assert len(predictions) == summary.rows["scored"] == 16281
+    assert predictions["row_id"].is_unique
+    assert set(predictions["predicted_label"]) == {">50K", "<=50K"}
+    assert predictions["probability"].between(0, 1).all()
+
+    client = MlflowClient(cfg.tracking.tracking_uri)
+    run = client.get_run(summary.run_id)
+    assert run.data.params["train.epochs"] == "8" and run.data.params["train.num_ranks"] == "2"
+    assert run.data.metrics["test_accuracy"] == pytest.approx(summary.test_metrics["accuracy"])
+    assert "samples_per_s_rank0" in run.data.metrics and "samples_per_s_rank1" in run.data.metrics
+    assert len(client.get_metric_history(summary.run_id, "val_accuracy")) == 8
+    artifacts = {a.path for a in client.list_artifacts(summary.run_id, "plots")}
+    assert artifacts == {"plots/loss_curves.png", "plots/roc.png", "plots/confusion_matrix.png"}
+    model_files = {a.path for a in client.list_artifacts(summary.run_id, "model/artifacts")}
+    assert "model/artifacts/feature_pipeline" in model_files, "the feature pipeline travels with the model"
+    assert summary.alias == "champion"
+    assert str(client.get_model_version_by_alias(cfg.tracking.registered_model, "champion").version) == summary.version
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["run_id"] == summary.run_id
+
+    # a second run that cannot pass the gate registers a challenger; the champion stays
+    strict = make_adult_config("tracking.gate.min_value=0.99", "train.epochs=1")
+    second = run_pipeline(spark, strict)
+    assert second.alias == "challenger"
+    assert "below the gate's minimum" in second.gate_reason
+    assert str(client.get_model_version_by_alias(cfg.tracking.registered_model, "champion").version) == summary.version
+    assert str(client.get_model_version_by_alias(cfg.tracking.registered_model, "challenger").version) == second.version
+    assert client.get_run(second.run_id).data.tags["registry.reason"] == second.gate_reason
+    # scoring always uses the champion, so the predictions still come from the first model
+    again = pq.read_table(second.outputs["predictions"]).to_pandas().sort_values("row_id")
+    assert again["probability"].to_numpy() == pytest.approx(predictions.sort_values("row_id")["probability"].to_numpy())

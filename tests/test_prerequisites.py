@@ -1,0 +1,49 @@
+"""A missing or old Java, or a bad config, is a clear message, not a stack trace."""
+
+import subprocess
+import sys
+
+import pytest
+
+from sparkml_dist.errors import PrerequisiteError
+from sparkml_dist.spark.session import check_java
+
+
+def fake_java(tmp_path, version_line):
+    bin_dir = tmp_path / "jdk" / "bin"
+    bin_dir.mkdir(parents=True)
+    java = bin_dir / "java"
+    java.write_text(f"#!/bin/sh\necho '{version_line}' >&2\n")
+    java.chmod(0o755)
+    return str(tmp_path / "jdk")
+
+
+def test_old_java_is_named_with_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAVA_HOME", fake_java(tmp_path, 'openjdk version "11.0.2" 2019-01-15'))
+    with pytest.raises(PrerequisiteError, match=r"Java 11 found .* needs Java 17\+.*openjdk-17"):
+        check_java()
+
+
+def test_missing_java_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
+    with pytest.raises(PrerequisiteError, match="Java not found"):
+        check_java()
+
+
+def test_java_17_passes():
+    assert check_java() >= 17
+
+
+def test_setup_script_refuses_old_java_clearly(tmp_path):
+    env = {"JAVA_HOME": fake_java(tmp_path, 'java version "1.8.0_292"'), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(["bash", "scripts/check_java.sh"], env=env, capture_output=True, text=True)
+    assert out.returncode == 1
+    assert "Java 8 found" in out.stderr and "needs Java 17+" in out.stderr
+
+
+def test_cli_reports_a_bad_config_key_without_a_traceback(tmp_path, adult_config_path):
+    out = subprocess.run([sys.executable, "-m", "sparkml_dist.cli", "train", "--config", str(adult_config_path),
+                          "--set", "train.num_rankz=2"], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "train.num_rankz: unknown key" in out.stderr
+    assert "Traceback" not in out.stderr
