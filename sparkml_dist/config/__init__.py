@@ -6,6 +6,7 @@ from sparkml_dist.config.schema import (
     DataConfig,
     FeatureConfig,
     GateConfig,
+    HorovodConfig,
     JobConfig,
     LabelSpec,
     ModelConfig,
@@ -16,7 +17,7 @@ from sparkml_dist.config.schema import (
 )
 
 __all__ = [
-    "ColumnSpec", "DataConfig", "FeatureConfig", "GateConfig", "JobConfig", "LabelSpec",
+    "ColumnSpec", "DataConfig", "FeatureConfig", "GateConfig", "HorovodConfig", "JobConfig", "LabelSpec",
     "ModelConfig", "OutputConfig", "SparkConfig", "TrackingConfig", "TrainConfig",
     "apply_overrides", "load_config", "parse_config",
 ]

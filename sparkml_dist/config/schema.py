@@ -77,6 +77,15 @@ class ModelConfig(_Strict):
     dropout: float = Field(0.1, ge=0.0, lt=1.0)
 
 
+class HorovodConfig(_Strict):
+    """Options of the Horovod backend. What Horovod on CPU/Gloo cannot do is refused here."""
+
+    compression: Literal["none", "fp16", "bf16"] = "none"
+    backward_passes_per_step: int = Field(1, ge=1, description="gradient accumulation before each allreduce")
+    reduce_op: Literal["average", "adasum"] = "average"
+    sync_batch_norm: bool = False
+
+
 class TrainConfig(_Strict):
     backend: Literal["torch", "horovod"] = "torch"
     strategy: Literal["ddp"] = "ddp"
@@ -92,6 +101,26 @@ class TrainConfig(_Strict):
     device: Literal["cpu", "cuda", "auto"] = "auto"
     threads_per_rank: int = Field(0, ge=0, description="torch intra-op threads; 0 = cores / ranks")
     log_every_steps: int = Field(50, ge=1)
+    horovod: HorovodConfig = HorovodConfig()
+
+    @model_validator(mode="after")
+    def _horovod_options_are_possible(self) -> TrainConfig:
+        h = self.horovod
+        if self.backend != "horovod":
+            if h != HorovodConfig():
+                raise ValueError("train.horovod.* is set but train.backend is not 'horovod'; set train.backend=horovod")
+            return self
+        on_gpu = self.device == "cuda"
+        if h.compression == "bf16" and not on_gpu:
+            raise ValueError("train.horovod.compression=bf16: Horovod's Gloo CPU operations have no bf16; "
+                             "use 'fp16' or 'none' (or train.device=cuda with an NCCL build)")
+        if h.reduce_op == "adasum":
+            raise ValueError("train.horovod.reduce_op=adasum needs Horovod built with MPI; this build uses Gloo "
+                             "only. Use 'average'")
+        if h.sync_batch_norm and not on_gpu:
+            raise ValueError("train.horovod.sync_batch_norm: Horovod's SyncBatchNorm runs on GPUs only; "
+                             "set it to false or train.device=cuda")
+        return self
 
 
 class GateConfig(_Strict):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import time
 from typing import Any, Callable
 
 from pyspark.sql import SparkSession
@@ -17,12 +18,13 @@ from pyspark.sql import SparkSession
 from sparkml_dist.errors import RankFailure, SlotError
 from sparkml_dist.launch.backends import Backend
 from sparkml_dist.launch.context import RankContext, captured_output, env_scope, free_port, layout
-from sparkml_dist.launch.reports import decode_failures, encode_failure
+from sparkml_dist.launch.reports import decode_failures, encode_failure, is_peer_failure
 from sparkml_dist.spark.session import task_slots
 
 log = logging.getLogger(__name__)
 
 RankFn = Callable[[RankContext, Any], Any]
+PEER_FAILURE_GRACE_S = 5.0
 
 
 def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backend: Backend) -> list[Any]:
@@ -67,6 +69,10 @@ def _rank_main(_partition, fn: RankFn, payload: Any, backend: Backend, extra: di
         try:
             result = _run_with_backend(fn, ctx, payload, backend)
         except BaseException as exc:  # noqa: BLE001 - every failure must reach the driver by rank
+            if is_peer_failure(exc):
+                # A collective broke because another rank died: give that rank's own report
+                # time to reach the driver first (Spark keeps the first task failure).
+                time.sleep(PEER_FAILURE_GRACE_S)
             raise encode_failure(rank, ctx.host, exc, tail) from None
     yield rank, result
 

@@ -12,6 +12,19 @@ _START, _END = "SPARKML_DIST_RANK_REPORT[", "]END_REPORT"
 _PATTERN = re.compile(re.escape(_START) + r"([A-Za-z0-9+/=]+)" + re.escape(_END))
 
 
+# Messages of collectives that failed because a peer rank went away (gloo, nccl, horovod).
+_PEER_PATTERNS = re.compile(
+    r"Connection reset by peer|Connection closed by peer|Broken pipe|Timed out waiting|timed out|"
+    r"ProcessGroup.*(aborted|terminated)|HorovodInternalError|Horovod has been shut down|NCCL communicator was aborted",
+    re.IGNORECASE,
+)
+
+
+def is_peer_failure(exc: BaseException) -> bool:
+    """True when the exception is a communication failure caused by another rank's death."""
+    return type(exc).__name__ in ("DistBackendError", "HorovodInternalError") or bool(_PEER_PATTERNS.search(str(exc)))
+
+
 class RankReportError(RuntimeError):
     """Raised on a rank so that Spark fails the barrier stage and carries the report home."""
 

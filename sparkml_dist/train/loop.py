@@ -101,14 +101,18 @@ def train_one_epoch(model, optimizer, loss_fn, loader: ShardLoader, epoch: int, 
     model.train()
     stats = EpochStats()
     started = time.perf_counter()
+    accumulate = getattr(strategy, "backward_passes_per_step", 1)  # gradient accumulation
+    last = loader.num_batches - 1
+    optimizer.zero_grad(set_to_none=True)
     with strategy.join(model):
         for step, (x, y) in enumerate(loader.epoch(epoch)):
             t0 = time.perf_counter()
             xb, yb = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
-            optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(xb), yb)
-            loss.backward()
-            optimizer.step()
+            (loss / accumulate).backward()
+            if (step + 1) % accumulate == 0 or step == last:
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
             stats.step_times.append(time.perf_counter() - t0)
             loss_value = float(loss.detach())
             stats.loss_sum += loss_value * len(x)

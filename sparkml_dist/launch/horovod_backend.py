@@ -1,0 +1,73 @@
+"""Horovod backend without horovod.spark: Horovod's Gloo rendezvous HTTP server runs on the
+driver, bound to the driver's address (Horovod's own helper binds all interfaces), and each
+barrier task gets the Horovod rank environment derived from BarrierTaskContext."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from sparkml_dist.launch.backends import DriverHandle, pick_device
+from sparkml_dist.launch.context import RankContext
+from sparkml_dist.launch.netif import interface_for
+
+
+class RendezvousHandle(DriverHandle):
+    """One rendezvous server per launch: fresh key/value state, stopped by PID-less thread join."""
+
+    def __init__(self, host: str):
+        from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
+
+        self._server = RendezvousHTTPServer((host, 0), RendezvousHandler, 0)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="hvd-rendezvous", daemon=True)
+        self._thread.start()
+        port = self._server.server_address[1]
+        self.extra = {"HOROVOD_GLOO_RENDEZVOUS_ADDR": host, "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port)}
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+
+@dataclass(frozen=True)
+class HorovodBackend:
+    device: str = "auto"
+    timeout_s: int = 300
+    name: str = "horovod"
+
+    def driver_start(self, num_ranks: int, driver_host: str) -> DriverHandle:
+        return RendezvousHandle(driver_host)
+
+    def rank_env(self, ctx: RankContext) -> dict[str, str]:
+        return {
+            **ctx.extra,
+            "HOROVOD_CONTROLLER": "gloo",
+            "HOROVOD_CPU_OPERATIONS": "gloo",
+            "HOROVOD_GLOO_TIMEOUT_SECONDS": str(self.timeout_s),
+            "HOROVOD_GLOO_IFACE": interface_for(ctx.host),
+            "HOROVOD_HOSTNAME": ctx.host,
+            "HOROVOD_RANK": str(ctx.rank),
+            "HOROVOD_SIZE": str(ctx.world_size),
+            "HOROVOD_LOCAL_RANK": str(ctx.local_rank),
+            "HOROVOD_LOCAL_SIZE": str(ctx.local_size),
+            "HOROVOD_CROSS_RANK": str(ctx.cross_rank),
+            "HOROVOD_CROSS_SIZE": str(ctx.cross_size),
+        }
+
+    def rank_init(self, ctx: RankContext) -> None:
+        import horovod.torch as hvd
+        import torch
+
+        device = pick_device(ctx, self.device)
+        if device.startswith("cuda"):
+            torch.cuda.set_device(torch.device(device))
+        hvd.init()
+        if hvd.rank() != ctx.rank or hvd.size() != ctx.world_size:
+            raise RuntimeError(f"horovod rank {hvd.rank()}/{hvd.size()} disagrees with barrier rank {ctx.rank}/{ctx.world_size}")
+
+    def rank_shutdown(self) -> None:
+        import horovod.torch as hvd
+
+        if hvd.is_initialized():
+            hvd.shutdown()
