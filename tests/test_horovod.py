@@ -1,0 +1,91 @@
+"""Horovod as a training backend in the barrier stage: real Horovod (Gloo) ranks on local[2]."""
+
+import pytest
+
+from sparkml_dist.config import load_config
+from sparkml_dist.errors import ConfigError, RankFailure
+from sparkml_dist.launch import TorchBackend, get_backend, run_barrier
+from sparkml_dist.train.loop import train_rank
+from test_training import job_for
+
+pytestmark = pytest.mark.spark
+
+
+def failing_horovod_rank(ctx, payload):
+    import horovod.torch as hvd
+    import torch
+
+    print(f"horovod rank {hvd.rank()} of {hvd.size()} starting")
+    if ctx.rank == 1:
+        raise RuntimeError("rank 1 ran out of memory on purpose")
+    hvd.allreduce(torch.ones(1), name="never_completes")
+    return ctx.rank
+
+
+def horovod_layout(ctx, payload):
+    import os
+
+    import horovod.torch as hvd
+
+    return {"rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(),
+            "rendezvous": os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"]}
+
+
+def test_horovod_ranks_match_the_barrier_layout_and_rendezvous_on_the_driver_address(spark):
+    results = run_barrier(spark, horovod_layout, None, 2, get_backend("horovod", timeout_s=60))
+    assert [(r["rank"], r["size"], r["local_rank"]) for r in results] == [(0, 2, 0), (1, 2, 1)]
+    assert {r["rendezvous"] for r in results} == {"127.0.0.1"}
+
+
+def test_horovod_training_matches_torch_ddp_and_keeps_ranks_identical(spark, adult_prep, tmp_path):
+    cfg, prep = adult_prep
+    hvd_job = job_for(cfg, prep, tmp_path / "hvd", epochs=3, backend="horovod")
+    ddp_job = job_for(cfg, prep, tmp_path / "ddp", epochs=3, backend="torch")
+    hvd_results = run_barrier(spark, train_rank, hvd_job, 2, get_backend("horovod", timeout_s=120))
+    ddp_results = run_barrier(spark, train_rank, ddp_job, 2, TorchBackend(timeout_s=120))
+    assert hvd_results[0]["param_checksum"] == hvd_results[1]["param_checksum"], "identical parameters on both ranks"
+    hvd_loss = [h["train_loss"] for h in hvd_results[0]["history"]]
+    ddp_loss = [h["train_loss"] for h in ddp_results[0]["history"]]
+    assert hvd_loss[-1] < hvd_loss[0], "converges"
+    # same seed, same data order, same averaging: the curves agree to float-summation noise
+    assert hvd_loss == pytest.approx(ddp_loss, rel=0.01)
+    assert hvd_results[0]["history"][-1]["val_accuracy"] > 0.83
+
+
+def test_horovod_gradient_accumulation_and_fp16_compression_train(spark, adult_prep, tmp_path):
+    from sparkml_dist.config import HorovodConfig
+
+    cfg, prep = adult_prep
+    job = job_for(cfg, prep, tmp_path, epochs=2, backend="horovod",
+                  horovod=HorovodConfig(compression="fp16", backward_passes_per_step=2))
+    results = run_barrier(spark, train_rank, job, 2, get_backend("horovod", timeout_s=120))
+    assert results[0]["param_checksum"] == results[1]["param_checksum"]
+    assert results[0]["history"][-1]["val_accuracy"] > 0.82
+
+
+def test_a_raising_horovod_rank_is_reported_by_rank(spark):
+    with pytest.raises(RankFailure) as err:
+        run_barrier(spark, failing_horovod_rank, None, 2, get_backend("horovod", timeout_s=30))
+    assert err.value.ranks == [1]
+    assert "rank 1 ran out of memory on purpose" in str(err.value)
+    assert "horovod rank 1 of 2 starting" in str(err.value)
+
+
+@pytest.mark.parametrize("override, words", [
+    ("train.horovod.compression=bf16", "no bf16"),
+    ("train.horovod.reduce_op=adasum", "needs Horovod built with MPI"),
+    ("train.horovod.sync_batch_norm=true", "SyncBatchNorm runs on GPUs only"),
+])
+def test_what_horovod_on_cpu_cannot_do_is_refused_at_config_load(adult_config_path, override, words):
+    with pytest.raises(ConfigError, match=words):
+        load_config(adult_config_path, ["train.backend=horovod", override])
+
+
+@pytest.mark.slow
+def test_adult_pipeline_with_the_horovod_backend_reaches_the_accuracy_bar(spark, make_adult_config):
+    from sparkml_dist.pipeline import run_pipeline
+
+    summary = run_pipeline(spark, make_adult_config("train.backend=horovod"))
+    assert summary.test_metrics["accuracy"] >= 0.84
+    assert summary.alias == "champion"
+    assert summary.rows["scored"] + summary.rows["score_rejected"] == summary.rows["input"]["test"]
