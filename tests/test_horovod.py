@@ -37,6 +37,13 @@ def test_horovod_ranks_match_the_barrier_layout_and_rendezvous_on_the_driver_add
     assert {r["rendezvous"] for r in results} == {"127.0.0.1"}
 
 
+def test_repeated_horovod_launches_survive_python_worker_reuse(spark):
+    # hvd.init() a second time in a reused Spark Python worker segfaults; ranks run in forked children
+    for _ in range(3):
+        results = run_barrier(spark, horovod_layout, None, 2, get_backend("horovod", timeout_s=60))
+        assert [r["rank"] for r in results] == [0, 1]
+
+
 def test_horovod_training_matches_torch_ddp_and_keeps_ranks_identical(spark, adult_prep, tmp_path):
     cfg, prep = adult_prep
     hvd_job = job_for(cfg, prep, tmp_path / "hvd", epochs=3, backend="horovod")

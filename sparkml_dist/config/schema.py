@@ -84,6 +84,8 @@ class HorovodConfig(_Strict):
     backward_passes_per_step: int = Field(1, ge=1, description="gradient accumulation before each allreduce")
     reduce_op: Literal["average", "adasum"] = "average"
     sync_batch_norm: bool = False
+    cycle_time_ms: float = Field(1.0, gt=0.0, le=100.0, description="HOROVOD_CYCLE_TIME: background loop period")
+    fusion_threshold_mib: int = Field(64, ge=0, description="HOROVOD_FUSION_THRESHOLD: tensor fusion buffer size")
 
 
 class TrainConfig(_Strict):

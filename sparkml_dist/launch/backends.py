@@ -89,11 +89,20 @@ class TorchBackend:
             dist.destroy_process_group()
 
 
-def get_backend(name: str, device: str = "auto", timeout_s: int = 300) -> Backend:
+def get_backend(name: str, device: str = "auto", timeout_s: int = 300, **options) -> Backend:
+    """The backend by name; `options` are backend-specific (Horovod: cycle_time_ms, fusion_threshold_mib)."""
     if name == "torch":
         return TorchBackend(device=device, timeout_s=timeout_s)
     if name == "horovod":
         from sparkml_dist.launch.horovod_backend import HorovodBackend
 
-        return HorovodBackend(device=device, timeout_s=timeout_s)
+        return HorovodBackend(device=device, timeout_s=timeout_s, **options)
     raise ValueError(f"unknown backend {name!r}; known: torch, horovod")
+
+
+def backend_for(train) -> Backend:
+    """The backend a TrainConfig asks for, with its options."""
+    options = {}
+    if train.backend == "horovod":
+        options = {"cycle_time_ms": train.horovod.cycle_time_ms, "fusion_threshold_mib": train.horovod.fusion_threshold_mib}
+    return get_backend(train.backend, train.device, train.timeout_s, **options)

@@ -34,7 +34,11 @@ class RendezvousHandle(DriverHandle):
 class HorovodBackend:
     device: str = "auto"
     timeout_s: int = 300
+    cycle_time_ms: float = 1.0
+    fusion_threshold_mib: int = 64
     name: str = "horovod"
+    # hvd.init() segfaults in a reused Spark Python worker: each rank runs in a forked child
+    needs_fresh_process: bool = True
 
     def driver_start(self, num_ranks: int, driver_host: str) -> DriverHandle:
         return RendezvousHandle(driver_host)
@@ -45,6 +49,8 @@ class HorovodBackend:
             "HOROVOD_CONTROLLER": "gloo",
             "HOROVOD_CPU_OPERATIONS": "gloo",
             "HOROVOD_GLOO_TIMEOUT_SECONDS": str(self.timeout_s),
+            "HOROVOD_CYCLE_TIME": str(self.cycle_time_ms),
+            "HOROVOD_FUSION_THRESHOLD": str(self.fusion_threshold_mib * 1024 * 1024),
             "HOROVOD_GLOO_IFACE": interface_for(ctx.host),
             "HOROVOD_HOSTNAME": ctx.host,
             "HOROVOD_RANK": str(ctx.rank),

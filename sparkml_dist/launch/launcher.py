@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 from sparkml_dist.errors import RankFailure, SlotError
 from sparkml_dist.launch.backends import Backend
 from sparkml_dist.launch.context import RankContext, captured_output, env_scope, free_port, layout
+from sparkml_dist.launch.isolation import run_forked
 from sparkml_dist.launch.reports import decode_failures, encode_failure, is_peer_failure
 from sparkml_dist.spark.session import task_slots
 
@@ -67,7 +68,7 @@ def _rank_main(_partition, fn: RankFn, payload: Any, backend: Backend, extra: di
     ctx = RankContext(master_port=master_port, extra=extra, **info)
     with captured_output() as tail, env_scope(backend.rank_env(ctx)):
         try:
-            result = _run_with_backend(fn, ctx, payload, backend)
+            result = _run_with_backend(fn, ctx, payload, backend, tail)
         except BaseException as exc:  # noqa: BLE001 - every failure must reach the driver by rank
             if is_peer_failure(exc):
                 # A collective broke because another rank died: give that rank's own report
@@ -77,7 +78,13 @@ def _rank_main(_partition, fn: RankFn, payload: Any, backend: Backend, extra: di
     yield rank, result
 
 
-def _run_with_backend(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend) -> Any:
+def _run_with_backend(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend, tail) -> Any:
+    if getattr(backend, "needs_fresh_process", False):
+        return run_forked(functools.partial(_init_run_shutdown, fn, ctx, payload, backend), tail)
+    return _init_run_shutdown(fn, ctx, payload, backend)
+
+
+def _init_run_shutdown(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend) -> Any:
     backend.rank_init(ctx)
     try:
         return fn(ctx, payload)

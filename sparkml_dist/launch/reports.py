@@ -22,7 +22,8 @@ _PEER_PATTERNS = re.compile(
 
 def is_peer_failure(exc: BaseException) -> bool:
     """True when the exception is a communication failure caused by another rank's death."""
-    return type(exc).__name__ in ("DistBackendError", "HorovodInternalError") or bool(_PEER_PATTERNS.search(str(exc)))
+    name = getattr(exc, "exc_type", type(exc).__name__)  # a forked rank's error carries the child's type
+    return name in ("DistBackendError", "HorovodInternalError") or bool(_PEER_PATTERNS.search(str(exc)))
 
 
 class RankReportError(RuntimeError):
@@ -33,9 +34,10 @@ def encode_failure(rank: int, host: str, exc: BaseException, tail_lines) -> Rank
     report = {
         "rank": rank,
         "host": host,
-        "exc_type": type(exc).__name__,
-        "message": str(exc)[:2000],
-        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:],
+        "exc_type": getattr(exc, "exc_type", type(exc).__name__),
+        "message": (str(exc).split(": ", 1)[-1] if hasattr(exc, "exc_type") else str(exc))[:2000],
+        "traceback": (getattr(exc, "child_traceback", None)
+                      or "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))[-4000:],
         "output_tail": "\n".join(list(tail_lines)[-20:])[-4000:],
     }
     blob = base64.b64encode(json.dumps(report).encode()).decode()

@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.dataset import Manifest
-from sparkml_dist.launch import get_backend, run_barrier
+from sparkml_dist.launch import backend_for, run_barrier
 from sparkml_dist.models.factory import model_spec
 from sparkml_dist.stages.paths import OutputPaths
 from sparkml_dist.stages.preprocess import PreprocessResult
@@ -44,7 +44,7 @@ def train(spark: SparkSession, cfg: JobConfig, prep: PreprocessResult, run: RunH
     paths = OutputPaths.of(cfg)
     spec = model_spec(cfg.model, manifest.feature_dim)
     job = make_job(prep.path, manifest, spec, cfg, str(paths.checkpoints(run.run_id)), run)
-    backend = get_backend(cfg.train.backend, cfg.train.device, cfg.train.timeout_s)
+    backend = backend_for(cfg.train)
     results = run_barrier(spark, train_rank, job, cfg.train.num_ranks, backend)
     chief = results[0]
     model_uri = log_model(run, chief["state_dict"], spec, prep.feature_pipeline)

@@ -46,9 +46,10 @@ class HorovodDataParallel:
         hvd.join()  # a rank out of batches keeps serving the others' allreduces until all are done
 
     def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
+        """Sum across ranks, in place (callers pass tensors they own); returns `values`."""
         import horovod.torch as hvd
 
-        return hvd.allreduce(values, op=hvd.Sum, name=None)
+        return hvd.allreduce_(values, op=hvd.Sum)
 
     def allgather_floats(self, values: list[float]) -> list[list[float]]:
         import horovod.torch as hvd

@@ -34,10 +34,10 @@ class DataParallel:
         return contextlib.nullcontext()
 
     def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
+        """Sum across ranks, in place (callers pass tensors they own); returns `values`."""
         import torch.distributed as dist
 
         if self.world_size > 1:
-            values = values.clone()
             dist.all_reduce(values)
         return values
 

@@ -1,0 +1,115 @@
+"""Allreduce throughput on 2 ranks: Horovod and our torch.distributed backend (both launched by
+our barrier launcher, using the training strategies' allreduce) vs raw torch.distributed
+all_reduce with gloo in two plain processes, 1/16/64 MiB float32.
+
+    .venv/bin/python -m bench.allreduce
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import torch
+
+from bench.common import alternate, entry, record
+
+SIZES_MIB = (1, 16, 64)
+ITERS = {1: 100, 16: 30, 64: 12}
+WARMUP = 3
+
+
+def _time_allreduce(reduce_fn) -> dict[int, float]:
+    """Median seconds per allreduce for each size (all ranks run the same sequence)."""
+    out = {}
+    for mib in SIZES_MIB:
+        t = torch.ones(mib * (1 << 20) // 4, dtype=torch.float32)
+        for _ in range(WARMUP):
+            reduce_fn(t)
+        times = []
+        for _ in range(ITERS[mib]):
+            t0 = time.perf_counter()
+            reduce_fn(t)
+            times.append(time.perf_counter() - t0)
+        out[mib] = statistics.median(times)
+    return out
+
+
+def _raw_gloo_rank(rank: int, port: int, queue) -> None:
+    import torch.distributed as dist
+
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    result = _time_allreduce(dist.all_reduce)
+    dist.destroy_process_group()
+    if rank == 0:
+        queue.put(result)
+
+
+def raw_gloo() -> dict[int, float]:
+    import torch.multiprocessing as mp
+
+    from sparkml_dist.launch.context import free_port
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port("127.0.0.1")
+    procs = [ctx.Process(target=_raw_gloo_rank, args=(r, port, queue)) for r in range(2)]
+    for p in procs:
+        p.start()
+    result = queue.get(timeout=600)
+    for p in procs:
+        p.join()
+    return result
+
+
+def strategy_rank(ctx, backend_name: str) -> dict[int, float]:
+    from sparkml_dist.train.strategies import make_strategy
+
+    torch.set_num_threads(1)
+    strategy = make_strategy(backend_name, ctx.world_size)
+    return _time_allreduce(strategy.allreduce_sum)
+
+
+def ours(spark, backend_name: str) -> dict[int, float]:
+    from sparkml_dist.launch import get_backend, run_barrier
+
+    return run_barrier(spark, strategy_rank, backend_name, 2, get_backend(backend_name, timeout_s=300))[0]
+
+
+def throughput(seconds: dict[int, float]) -> dict[int, float]:
+    return {mib: mib / s for mib, s in seconds.items()}  # MiB/s of tensor reduced
+
+
+def main(spark=None) -> list[dict]:
+    from sparkml_dist.config import SparkConfig
+    from sparkml_dist.spark import build_session
+
+    spark = spark or build_session(SparkConfig(master="local[2]", app_name="bench-allreduce"))
+    spark.sparkContext.setLogLevel("ERROR")
+    rows = []
+    for backend_name in ("torch", "horovod"):
+        runs_ours, runs_base = [], []
+
+        def run_ours():
+            runs_ours.append(throughput(ours(spark, backend_name)))
+            return 0.0
+
+        def run_base():
+            runs_base.append(throughput(raw_gloo()))
+            return 0.0
+
+        alternate(run_ours, run_base, rounds=5)
+        for mib in SIZES_MIB:
+            o = statistics.median(r[mib] for r in runs_ours)
+            b = statistics.median(r[mib] for r in runs_base)
+            name = f"allreduce_{backend_name}_vs_gloo" + ("" if mib == 64 else f"_{mib}mib")
+            rows.append(entry(name, o, b, "MiB/s", "higher", 0.9))
+    record(rows)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""Shared benchmark plumbing: alternate ours and the baseline, take medians, record ratios.
+
+Absolute times on a shared machine are noise; ratios of runs interleaved in one process are not.
+Each result is {"name", "ours", "baseline", "unit", "ratio", "better", "target", "met"} in
+bench/results.json (ratio = ours / baseline).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+RESULTS = Path(__file__).resolve().parent / "results.json"
+
+
+def alternate(ours: Callable[[], float], baseline: Callable[[], float], rounds: int = 3) -> tuple[float, float]:
+    """Run baseline and ours alternately `rounds` times; return (median ours, median baseline)."""
+    a, b = [], []
+    for i in range(rounds):
+        if i % 2 == 0:
+            b.append(baseline())
+            a.append(ours())
+        else:
+            a.append(ours())
+            b.append(baseline())
+    return statistics.median(a), statistics.median(b)
+
+
+def entry(name: str, ours: float, baseline: float, unit: str, better: str, target: float, note: str = "") -> dict:
+    ratio = ours / baseline if baseline else float("nan")
+    met = ratio >= target if better == "higher" else ratio <= target
+    row = {"name": name, "ours": round(ours, 4), "baseline": round(baseline, 4), "unit": unit,
+           "ratio": round(ratio, 4), "better": better, "target": target, "met": met}
+    if note:
+        row["note"] = note
+    mark = "ok " if met else "MISS"
+    print(f"[{mark}] {name:34s} ours {ours:12.2f} {unit:10s} baseline {baseline:12.2f}  ratio {ratio:6.3f} "
+          f"(target {'>=' if better == 'higher' else '<='} {target})", flush=True)
+    return row
+
+
+def record(rows: list[dict]) -> Path:
+    """Merge rows into bench/results.json by name, atomically."""
+    existing = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"results": []}
+    by_name = {r["name"]: r for r in existing.get("results", [])}
+    by_name.update({r["name"]: r for r in rows})
+    doc = {"machine": machine(), "results": sorted(by_name.values(), key=lambda r: r["name"])}
+    fd, tmp = tempfile.mkstemp(dir=RESULTS.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(doc, fh, indent=2)
+    os.replace(tmp, RESULTS)
+    return RESULTS
+
+
+def machine() -> dict:
+    import torch
+
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+            "platform": platform.platform()}

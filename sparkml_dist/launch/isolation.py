@@ -1,0 +1,63 @@
+"""Run a rank in a forked child of the Spark Python worker.
+
+Spark reuses Python workers across tasks, and Horovod segfaults in `hvd.init()` when a reused
+worker initialises it a second time (measured with pyspark 4.3 + Horovod 0.28.1; the same
+init/shutdown/init sequence works in a plain process). A fork per rank gives Horovod a fresh
+process at the cost of a few milliseconds, with every module the worker already imported.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import traceback
+from collections import deque
+from typing import Any, Callable
+
+
+class ChildRankError(RuntimeError):
+    """The forked rank raised: carries the child's exception type, message and traceback."""
+
+    def __init__(self, exc_type: str, message: str, child_traceback: str):
+        self.exc_type = exc_type
+        self.child_traceback = child_traceback
+        super().__init__(f"{exc_type}: {message}")
+
+    def __reduce__(self):
+        return (ChildRankError, (self.exc_type, str(self).split(": ", 1)[-1], self.child_traceback))
+
+
+def run_forked(fn: Callable[[], Any], tail: deque | None = None) -> Any:
+    """Call `fn()` in a forked child process and return its (picklable) result or raise its error.
+    The child's captured output lines (its copy of `tail`) are appended to the parent's `tail`."""
+    ctx = mp.get_context("fork")
+    reader, writer = ctx.Pipe(duplex=False)
+
+    def child() -> None:
+        reader.close()
+        lines = lambda: list(tail) if tail is not None else []  # noqa: E731
+        try:
+            result = fn()
+            writer.send(("ok", result, lines()))
+        except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
+            writer.send(("error", (type(exc).__name__, str(exc), traceback.format_exc()), lines()))
+        finally:
+            writer.close()
+
+    process = ctx.Process(target=child, name="sparkml_dist-rank", daemon=False)
+    process.start()
+    writer.close()
+    try:
+        status, payload, child_lines = reader.recv()
+    except EOFError:
+        process.join()
+        raise RuntimeError(f"the rank's child process died without a result (exit code {process.exitcode}); "
+                           f"a negative code is the signal that killed it") from None
+    finally:
+        reader.close()
+    process.join()
+    if tail is not None:
+        tail.clear()
+        tail.extend(child_lines)
+    if status == "error":
+        raise ChildRankError(*payload)
+    return payload
