@@ -68,3 +68,18 @@ class RankFailure(SparkMLDistError, RuntimeError):
 
     def __reduce__(self):
         return (RankFailure, (self.reports, self.stage_error))
+
+
+class TrainingFailed(SparkMLDistError, RuntimeError):
+    """Training failed on every attempt; carries the last attempt's rank failure."""
+
+    def __init__(self, attempts: int, last_failure: str):
+        self.attempts = attempts
+        self.last_failure = last_failure
+        super().__init__(
+            f"training failed after {attempts} attempt(s), each resumed from the last checkpoint; "
+            f"raise train.max_attempts or fix the cause. Last failure:\n{last_failure}"
+        )
+
+    def __reduce__(self):
+        return (TrainingFailed, (self.attempts, self.last_failure))

@@ -100,6 +100,9 @@ class TrainConfig(_Strict):
     shuffle_buffer_row_groups: int = Field(4, ge=1)
     timeout_s: int = Field(300, ge=5, description="collective / rendezvous timeout")
     checkpoint_keep: int = Field(2, ge=1)
+    checkpoint_every_steps: int = Field(0, ge=0, description="also checkpoint every N optimizer steps (0: epoch ends only)")
+    max_attempts: int = Field(3, ge=1, description="barrier-stage launches before giving up; each resumes from the last checkpoint")
+    straggler_factor: float = Field(1.5, gt=1.0, description="a rank whose median step time exceeds factor x the ranks' median is reported")
     device: Literal["cpu", "cuda", "auto"] = "auto"
     threads_per_rank: int = Field(0, ge=0, description="torch intra-op threads; 0 = cores / ranks")
     log_every_steps: int = Field(50, ge=1)

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from pyspark.sql import SparkSession
 
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.dataset import Manifest
+from sparkml_dist.errors import RankFailure, TrainingFailed
 from sparkml_dist.launch import backend_for, run_barrier
 from sparkml_dist.models.factory import model_spec
 from sparkml_dist.stages.paths import OutputPaths
 from sparkml_dist.stages.preprocess import PreprocessResult
 from sparkml_dist.tracking import plots
-from sparkml_dist.tracking.client import RunHandle
+from sparkml_dist.tracking.client import RankTracker, RunHandle
 from sparkml_dist.tracking.models import log_model
 from sparkml_dist.train.job import TrainJob
 from sparkml_dist.train.loop import train_rank
@@ -44,8 +45,7 @@ def train(spark: SparkSession, cfg: JobConfig, prep: PreprocessResult, run: RunH
     paths = OutputPaths.of(cfg)
     spec = model_spec(cfg.model, manifest.feature_dim)
     job = make_job(prep.path, manifest, spec, cfg, str(paths.checkpoints(run.run_id)), run)
-    backend = backend_for(cfg.train)
-    results = run_barrier(spark, train_rank, job, cfg.train.num_ranks, backend)
+    results = run_with_recovery(spark, job, cfg)
     chief = results[0]
     model_uri = log_model(run, chief["state_dict"], spec, prep.feature_pipeline)
     curve = plots.loss_curves(chief["history"], paths.plots / "loss_curves.png")
@@ -58,6 +58,27 @@ def train(spark: SparkSession, cfg: JobConfig, prep: PreprocessResult, run: RunH
     paths.last_train.write_text(json.dumps({"run_id": run.run_id, "model_uri": model_uri,
                                             "tracking_uri": run.tracking_uri, "history": chief["history"]}))
     return result
+
+
+def run_with_recovery(spark: SparkSession, job: TrainJob, cfg: JobConfig) -> list[dict[str, Any]]:
+    """Spark never retries a barrier stage, so the driver relaunches it, up to
+    `train.max_attempts` times; each attempt resumes from the last complete checkpoint."""
+    backend = backend_for(cfg.train)
+    failures: list[str] = []
+    for attempt in range(cfg.train.max_attempts):
+        try:
+            results = run_barrier(spark, train_rank, replace(job, attempt=attempt), cfg.train.num_ranks, backend)
+        except RankFailure as failure:
+            failures.append(str(failure))
+            log.warning("training attempt %d/%d failed: %s", attempt + 1, cfg.train.max_attempts,
+                        str(failure).splitlines()[0])
+            continue
+        if job.run is not None:
+            RankTracker(job.run, 0).log({"train_attempts": attempt + 1}, 0)
+        if failures:
+            log.info("training finished on attempt %d after %d failure(s)", attempt + 1, len(failures))
+        return results
+    raise TrainingFailed(cfg.train.max_attempts, failures[-1])
 
 
 def make_job(data_root: str, manifest: Manifest, spec: dict[str, Any], cfg: JobConfig,

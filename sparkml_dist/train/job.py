@@ -11,6 +11,19 @@ from sparkml_dist.tracking.client import RunHandle
 
 
 @dataclass(frozen=True)
+class Fault:
+    """A deliberate failure for chaos tests: on `attempt`, when `rank` reaches (epoch, step),
+    `kill` SIGKILLs the rank's process; `slow` sleeps `seconds` before every step of that rank."""
+
+    rank: int
+    kind: str = "kill"  # kill | slow
+    epoch: int = 0
+    step: int = 0
+    attempt: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
 class TrainJob:
     data_root: str
     train_groups: tuple[RowGroup, ...]
@@ -19,3 +32,5 @@ class TrainJob:
     train: TrainConfig
     checkpoint_dir: str
     run: RunHandle | None = None
+    attempt: int = 0
+    faults: tuple[Fault, ...] = ()

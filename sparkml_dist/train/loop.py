@@ -2,6 +2,10 @@
 
 `train_rank(ctx, job)` is what the barrier stage calls; everything it does lives in small
 functions here, testable without Spark (world size 1, or 2 processes with gloo).
+
+Resume is exact: a checkpoint records (epoch, batches done in that epoch) and the epoch's
+partial sums; the loader replays the same seeded order and skips the done batches, and the
+dropout RNG is seeded per (seed, epoch, step, rank), so no sample is skipped or seen twice.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -22,6 +26,7 @@ from sparkml_dist.launch.context import RankContext
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.tracking.client import RankTracker
 from sparkml_dist.train.checkpoint import load_latest, save_checkpoint, state_dict_to_bytes
+from sparkml_dist.train.faults import inject
 from sparkml_dist.train.job import TrainJob
 from sparkml_dist.train.progress import Progress
 from sparkml_dist.train.strategies import DataParallel, make_strategy
@@ -36,6 +41,24 @@ class EpochStats:
     seconds: float = 0.0
     step_times: list[float] = field(default_factory=list)
 
+    def saved(self) -> dict[str, float]:
+        return {"loss_sum": self.loss_sum, "samples": self.samples, "seconds": self.seconds}
+
+
+@dataclass
+class Position:
+    epoch: int
+    step: int  # batches already done in `epoch`
+    stats: EpochStats
+
+
+def resume_position(ckpt: dict | None, num_batches: int) -> Position:
+    if ckpt is None:
+        return Position(0, 0, EpochStats())
+    if ckpt["step"] >= num_batches:  # an epoch-end checkpoint
+        return Position(ckpt["epoch"] + 1, 0, EpochStats())
+    return Position(ckpt["epoch"], ckpt["step"], EpochStats(**ckpt.get("partial", {})))
+
 
 def train_rank(ctx: RankContext, job: TrainJob) -> dict[str, Any]:
     """Train on this rank's shard; return history, throughput and (rank 0) the final weights."""
@@ -45,46 +68,60 @@ def train_rank(ctx: RankContext, job: TrainJob) -> dict[str, Any]:
     device = torch.device(pick_device(ctx, cfg.device))
     strategy = make_strategy(cfg.backend, ctx.world_size, **_strategy_options(cfg))
     model = build_model(job.model_spec).to(device)
-    resumed = load_latest(job.checkpoint_dir)
-    if resumed is not None:
-        model.load_state_dict(resumed["model"])
+    ckpt = load_latest(job.checkpoint_dir)
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
     model, optimizer = strategy.wrap(
         model, lambda params: torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     )
-    if resumed is not None:
-        optimizer.load_state_dict(resumed["optimizer"])
+    if ckpt is not None:
+        optimizer.load_state_dict(ckpt["optimizer"])
         strategy.broadcast_state(model, optimizer)
-    start_epoch = resumed["epoch"] + 1 if resumed is not None else 0
 
     train_loader = ShardLoader(job.data_root, list(job.train_groups), ctx.rank, ctx.world_size, cfg.batch_size,
                                cfg.seed, shuffle=True, buffer_row_groups=cfg.shuffle_buffer_row_groups)
     val_loader = ShardLoader(job.data_root, list(job.val_groups), ctx.rank, ctx.world_size, 4096,
                              cfg.seed, shuffle=False)
+    position = resume_position(ckpt, train_loader.num_batches)
+    history: list[dict[str, float]] = list(ckpt.get("history", [])) if ckpt is not None else []
+    if ckpt is not None and ctx.is_chief:
+        log.info("attempt %d resumes at epoch %d, batch %d", job.attempt, position.epoch + 1, position.step)
     tracker = RankTracker(job.run, ctx.rank)
     progress = Progress(ctx.is_chief, cfg.epochs, train_loader.num_batches, ctx.world_size)
-    history: list[dict[str, float]] = list(resumed.get("history", [])) if resumed is not None else []
-    loss_fn = nn.BCEWithLogitsLoss()
+    stragglers: set[int] = set()
 
-    for epoch in range(start_epoch, cfg.epochs):
-        stats = train_one_epoch(model, optimizer, loss_fn, train_loader, epoch, strategy, device, progress, cfg.log_every_steps)
-        metrics = epoch_metrics(stats, strategy, device) | evaluate(model, val_loader, strategy, device)
+    def checkpoint(epoch: int, step: int, stats: EpochStats) -> None:
+        if ctx.is_chief:
+            save_checkpoint(job.checkpoint_dir, {
+                "model": DataParallel.unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
+                "epoch": epoch, "step": step, "partial": stats.saved(), "history": history,
+            }, epoch, step, cfg.checkpoint_keep)
+
+    for epoch in range(position.epoch, cfg.epochs):
+        start = position.step if epoch == position.epoch else 0
+        stats = position.stats if epoch == position.epoch else EpochStats()
+        run = EpochRun(model, optimizer, nn.BCEWithLogitsLoss(), train_loader, strategy, device, progress,
+                       cfg.log_every_steps, cfg.checkpoint_every_steps, checkpoint, cfg.seed, ctx.rank,
+                       lambda e, s: inject(job.faults, job.attempt, ctx.rank, e, s))
+        stats = run.epoch(epoch, start, stats)
+        metrics = epoch_metrics(stats, strategy) | evaluate(model, val_loader, strategy, device)
+        slow = find_stragglers(strategy, stats, cfg.straggler_factor)
+        stragglers.update(slow)
+        metrics["stragglers"] = float(len(slow))
         history.append({"epoch": epoch, **metrics})
-        progress.epoch_end(epoch, metrics)
+        progress.epoch_end(epoch, metrics, slow)
         tracker.log({"samples_per_s": stats.samples / max(stats.seconds, 1e-9),
                      "step_time_ms": 1000 * float(np.median(stats.step_times or [0.0]))}, epoch, per_rank=True)
         if ctx.is_chief:
             tracker.log(metrics, epoch)
-            save_checkpoint(job.checkpoint_dir, {
-                "model": DataParallel.unwrap(model).state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "epoch": epoch, "step": 0, "history": history,
-            }, epoch, 0, cfg.checkpoint_keep)
+            checkpoint(epoch, train_loader.num_batches, EpochStats())
 
     final = DataParallel.unwrap(model)
     return {
         "rank": ctx.rank,
         "history": history,
         "samples": train_loader.num_rows,
+        "stragglers": sorted(stragglers),
         "param_checksum": parameter_checksum(final),
         "state_dict": state_dict_to_bytes({k: v.cpu() for k, v in final.state_dict().items()}) if ctx.is_chief else None,
     }
@@ -96,40 +133,76 @@ def _strategy_options(cfg) -> dict[str, Any]:
     return {}
 
 
-def train_one_epoch(model, optimizer, loss_fn, loader: ShardLoader, epoch: int, strategy, device,
-                    progress: Progress, log_every: int) -> EpochStats:
-    model.train()
-    stats = EpochStats()
-    started = time.perf_counter()
-    accumulate = getattr(strategy, "backward_passes_per_step", 1)  # gradient accumulation
-    last = loader.num_batches - 1
-    optimizer.zero_grad()  # torch 2 default: set_to_none=True (Horovod's override takes no kwargs)
-    with strategy.join(model):
-        for step, (x, y) in enumerate(loader.epoch(epoch)):
+@dataclass
+class EpochRun:
+    """One epoch of optimizer steps, resumable at any batch."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    loss_fn: nn.Module
+    loader: ShardLoader
+    strategy: Any
+    device: torch.device
+    progress: Progress
+    log_every: int
+    checkpoint_every: int
+    checkpoint: Callable[[int, int, EpochStats], None]
+    seed: int
+    rank: int
+    before_step: Callable[[int, int], None]
+
+    def epoch(self, epoch: int, start_step: int, stats: EpochStats) -> EpochStats:
+        self.model.train()
+        accumulate = getattr(self.strategy, "backward_passes_per_step", 1)  # gradient accumulation
+        last = self.loader.num_batches - 1
+        started = time.perf_counter() - stats.seconds
+        self.optimizer.zero_grad()  # torch 2 default: set_to_none=True (Horovod's override takes no kwargs)
+        with self.strategy.join(self.model):
             t0 = time.perf_counter()
-            xb, yb = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
-            loss = loss_fn(model(xb), yb)
-            (loss / accumulate).backward()
-            if (step + 1) % accumulate == 0 or step == last:
-                optimizer.step()
-                optimizer.zero_grad()  # torch 2 default: set_to_none=True (Horovod's override takes no kwargs)
-            stats.step_times.append(time.perf_counter() - t0)
-            loss_value = float(loss.detach())
-            stats.loss_sum += loss_value * len(x)
-            stats.samples += len(x)
-            if (step + 1) % log_every == 0:
-                elapsed = time.perf_counter() - started
-                progress.step(epoch, step, loss_value, stats.samples * strategy.world_size / max(elapsed, 1e-9))
-    stats.seconds = time.perf_counter() - started
-    return stats
+            for step, (x, y) in enumerate(self.loader.epoch(epoch, skip_batches=start_step), start=start_step):
+                self.before_step(epoch, step)
+                torch.manual_seed(step_seed(self.seed, epoch, step, self.rank))  # dropout: same masks on replay
+                xb, yb = torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device)
+                loss = self.loss_fn(self.model(xb), yb)
+                # local time (data + forward) before the collective in backward: what tells a
+                # straggler apart, since every rank's full step waits for the slowest
+                stats.step_times.append(time.perf_counter() - t0)
+                (loss / accumulate).backward()
+                stepped = (step + 1) % accumulate == 0 or step == last
+                if stepped:
+                    self.optimizer.step()
+                    self.optimizer.zero_grad()
+                loss_value = float(loss.detach())
+                stats.loss_sum += loss_value * len(x)
+                stats.samples += len(x)
+                stats.seconds = time.perf_counter() - started
+                if (step + 1) % self.log_every == 0:
+                    self.progress.step(epoch, step, loss_value, stats.samples * self.strategy.world_size / max(stats.seconds, 1e-9))
+                if stepped and self.checkpoint_every and (step + 1) % self.checkpoint_every == 0 and step != last:
+                    self.checkpoint(epoch, step + 1, stats)
+                t0 = time.perf_counter()
+        stats.seconds = time.perf_counter() - started
+        return stats
 
 
-def epoch_metrics(stats: EpochStats, strategy, device) -> dict[str, float]:
+def step_seed(seed: int, epoch: int, step: int, rank: int) -> int:
+    return int(np.random.SeedSequence([seed, epoch, step, rank]).generate_state(1)[0])
+
+
+def epoch_metrics(stats: EpochStats, strategy) -> dict[str, float]:
     totals = strategy.allreduce_sum(torch.tensor([stats.loss_sum, stats.samples, stats.seconds], dtype=torch.float64))
     loss_sum, samples, seconds = totals.tolist()
-    # throughput of the whole job: all samples over the slowest-rank-ish mean time
     mean_seconds = seconds / strategy.world_size
-    return {"train_loss": loss_sum / max(samples, 1), "samples_per_s": samples / max(mean_seconds, 1e-9)}
+    return {"train_loss": loss_sum / max(samples, 1), "samples": samples,
+            "samples_per_s": samples / max(mean_seconds, 1e-9)}
+
+
+def find_stragglers(strategy, stats: EpochStats, factor: float) -> list[int]:
+    """Ranks whose median step time exceeds `factor` x the median over ranks."""
+    mine = float(np.median(stats.step_times)) if stats.step_times else 0.0
+    per_rank = [v[0] for v in strategy.allgather_floats([mine])]
+    middle = float(np.median(per_rank))
+    return [r for r, t in enumerate(per_rank) if middle > 0 and t > factor * middle]
 
 
 @torch.no_grad()
@@ -152,3 +225,6 @@ def evaluate(model, loader: ShardLoader, strategy, device) -> dict[str, float]:
 def parameter_checksum(model: nn.Module) -> list[float]:
     """Per-parameter sums: equal across ranks when data-parallel training kept them in step."""
     return [float(p.detach().double().sum()) for p in model.parameters()]
+
+
+

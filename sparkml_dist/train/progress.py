@@ -33,7 +33,11 @@ class Progress:
                  epoch + 1, self.epochs, step + 1, self.steps_per_epoch, loss,
                  samples_per_s, self.world_size, _clock(eta))
 
-    def epoch_end(self, epoch: int, metrics: dict[str, float]) -> None:
-        if self.enabled:
-            shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
-            log.info("epoch %d/%d done: %s", epoch + 1, self.epochs, shown)
+    def epoch_end(self, epoch: int, metrics: dict[str, float], stragglers: list[int] = ()) -> None:
+        if not self.enabled:
+            return
+        shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k not in ("samples", "stragglers"))
+        log.info("epoch %d/%d done: %s (%d samples)", epoch + 1, self.epochs, shown, int(metrics.get("samples", 0)))
+        if stragglers:
+            log.warning("epoch %d: straggler rank(s) %s: median step time above the straggler factor x the ranks' median",
+                        epoch + 1, stragglers)
