@@ -34,3 +34,34 @@ def test_crash_between_the_two_renames_is_recovered(spark, tmp_path):
     recover(HadoopFS(spark), str(final))
     assert spark.read.parquet(str(final / "scored")).count() == 7
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+KILLED_WRITER = r"""
+import os, signal, sys
+from sparkml_dist.config import SparkConfig
+from sparkml_dist.data.atomic import atomic_dir
+from sparkml_dist.spark import build_session
+
+spark = build_session(SparkConfig(master="local[1]"))
+final = sys.argv[1]
+with atomic_dir(spark, final) as staging:
+    spark.range(10).write.parquet(staging + "/scored")
+with atomic_dir(spark, final) as staging:
+    spark.range(99).write.parquet(staging + "/scored")
+    os.kill(os.getpid(), signal.SIGKILL)  # the job dies mid-write, before the commit
+"""
+
+
+def test_a_job_killed_mid_write_leaves_the_previous_output_readable(spark, tmp_path):
+    import subprocess
+    import sys
+
+    final = tmp_path / "predictions"
+    proc = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(final)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9
+    assert spark.read.parquet(str(final / "scored")).count() == 10
+    # the next run cleans the dead run's staging directory and replaces the output
+    with atomic_dir(spark, str(final)) as staging:
+        write_rows(spark, f"{staging}/scored", 3)
+    assert spark.read.parquet(str(final / "scored")).count() == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["predictions"]

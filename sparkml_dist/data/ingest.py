@@ -6,13 +6,14 @@ input = accepted + rejected always holds (checked by `IngestResult.reconcile`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sparkml_dist.config.schema import ColumnSpec, DataConfig
-from sparkml_dist.data.sources import resolve_path
+from sparkml_dist.data.sources import local_files, resolve_path
 from sparkml_dist.errors import DataError
 
 ROW_ID = "row_id"
@@ -57,9 +58,41 @@ def ingest(spark: SparkSession, location: str, cfg: DataConfig, require_label: b
     ).first()
     if counts["n"] == 0:
         raise DataError(f"{location}: no input rows (the file is empty or holds only blank lines)")
+    if counts["n"] == counts["bad"]:
+        _raise_if_structural(rejects, location, cfg)
     result = IngestResult(accepted, rejects, counts["n"], counts["n"] - counts["bad"], counts["bad"])
     result.reconcile()
     return result
+
+
+def _raise_if_structural(rejects: DataFrame, location: str, cfg: DataConfig) -> None:
+    """Every row rejected with the same wrong field count is a schema problem, not dirty rows."""
+    fields = F.size(F.split(F.col(RAW_LINE), re.escape(cfg.delimiter)))
+    top = rejects.groupBy(fields.alias("fields")).count().orderBy(F.desc("count")).first()
+    expected = len(cfg.columns)
+    if top is not None and top["fields"] != expected:
+        names = ", ".join(c.name for c in cfg.columns)
+        raise DataError(
+            f"{location}: every row was rejected; most rows have {top['fields']} fields but data.columns "
+            f"lists {expected} ({names}). The input's columns differ from the config (missing or extra "
+            f"columns, or another delimiter than '{cfg.delimiter}'); fix data.columns or the input. "
+            f"Rejected rows and reasons: see the rejects output."
+        )
+
+
+def check_header(spark: SparkSession, path: str, cfg: DataConfig) -> None:
+    """With data.header, the header must name exactly the configured columns (any order is not
+    accepted: CSV columns are positional)."""
+    files = local_files(path)
+    headers = {str(f): f.open().readline() for f in files} if files else {path: spark.read.text(path).first()["value"]}
+    expected = [c.name for c in cfg.columns]
+    for name, line in headers.items():
+        got = [h.strip() for h in line.strip().split(cfg.delimiter)]
+        if got != expected:
+            missing = [c for c in expected if c not in got]
+            extra = [c for c in got if c not in expected]
+            raise DataError(f"{name}: header {got} does not match data.columns; missing {missing}, "
+                            f"unexpected {extra}. Fix the input or data.columns (order matters).")
 
 
 def _read_lines(spark: SparkSession, path: str, cfg: DataConfig) -> DataFrame:
@@ -73,6 +106,7 @@ def _read_lines(spark: SparkSession, path: str, cfg: DataConfig) -> DataFrame:
         .withColumn(ROW_ID, F.monotonically_increasing_id())
     )
     if cfg.header:
+        check_header(spark, path, cfg)
         header = cfg.delimiter.join(c.name for c in cfg.columns)
         lines = lines.where(F.regexp_replace("value", r"\s", "") != header.replace(" ", ""))
     return lines

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparkml_dist.data.dataset import RowGroup
+from sparkml_dist.errors import DataError
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,11 @@ class ShardLoader:
     def _read(self, pieces: list[Piece]) -> tuple[np.ndarray, np.ndarray | None]:
         xs, ys = [], []
         for p in pieces:
-            table = self._file(p.file).read_row_group(p.row_group, columns=self.columns).slice(p.offset, p.length)
+            try:
+                table = self._file(p.file).read_row_group(p.row_group, columns=self.columns).slice(p.offset, p.length)
+            except (OSError, pa.ArrowException) as exc:
+                raise DataError(f"{self.root / p.file}: row group {p.row_group} is unreadable ({exc}); re-run the "
+                                f"preprocess stage to rewrite the dataset") from None
             xs.append(features_to_numpy(table.column("features")))
             if "label" in self.columns:
                 ys.append(table.column("label").to_numpy().astype(np.float32, copy=False))
@@ -97,7 +102,12 @@ class ShardLoader:
 
     def _file(self, rel: str) -> pq.ParquetFile:
         if rel not in self._files:
-            self._files[rel] = pq.ParquetFile(self.root / rel)
+            path = self.root / rel
+            try:
+                self._files[rel] = pq.ParquetFile(path)
+            except (OSError, pa.ArrowException) as exc:
+                raise DataError(f"{path}: not a readable Parquet file ({exc}); re-run the preprocess stage "
+                                f"to rewrite the dataset") from None
         return self._files[rel]
 
 

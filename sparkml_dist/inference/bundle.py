@@ -13,6 +13,7 @@ class ModelBundle:
     weights: bytes  # torch.save(state_dict); loaded with weights_only=True
     feature_pipeline_path: str | None = None
     uri: str = ""
+    training_schema: dict[str, str] | None = None  # column -> "type/role" the model was trained on
 
     @property
     def key(self) -> str:

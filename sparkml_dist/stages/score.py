@@ -9,11 +9,12 @@ from pyspark.ml import PipelineModel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from sparkml_dist.config.schema import JobConfig
+from sparkml_dist.config.schema import DataConfig, JobConfig
 from sparkml_dist.data.atomic import atomic_dir
 from sparkml_dist.data.features import to_feature_frame
 from sparkml_dist.data.ingest import ROW_ID, ingest
 from sparkml_dist.errors import DataError
+from sparkml_dist.inference.bundle import ModelBundle
 from sparkml_dist.inference.udf import PREDICTION, PROBABILITY, score_features
 from sparkml_dist.stages.paths import OutputPaths
 from sparkml_dist.tracking.client import resolve_tracking_uri
@@ -33,6 +34,7 @@ def score(spark: SparkSession, cfg: JobConfig, model_uri: str | None = None, inp
           output_path: str | None = None) -> ScoreResult:
     uri = model_uri or f"models:/{cfg.tracking.registered_model}@champion"
     bundle = load_bundle(uri, resolve_tracking_uri(cfg.tracking))
+    check_schema(cfg.data, bundle)
     raw = ingest(spark, input_path or cfg.data.score_path or cfg.data.test_path, cfg.data, require_label=False)
     features = to_feature_frame(PipelineModel.load(bundle.feature_pipeline_path), raw.accepted, with_label=False)
     label = cfg.data.label
@@ -48,3 +50,18 @@ def score(spark: SparkSession, cfg: JobConfig, model_uri: str | None = None, inp
         if written + raw.rejected_rows != raw.input_rows:
             raise DataError(f"scoring lost rows: input {raw.input_rows} != scored {written} + rejected {raw.rejected_rows}")
     return ScoreResult(uri, str(Path(out) / "scored"), raw.input_rows, written, raw.rejected_rows)
+
+
+def check_schema(data: DataConfig, bundle: ModelBundle) -> None:
+    """The scoring config's feature columns must be the ones the model was trained on."""
+    if not bundle.training_schema:
+        return
+    now = {c.name: f"{c.type}/{c.role}" for c in data.columns if c.role in ("numeric", "categorical")}
+    then = {k: v for k, v in bundle.training_schema.items() if v.split("/")[1] in ("numeric", "categorical")}
+    if now != then:
+        missing = sorted(set(then) - set(now))
+        extra = sorted(set(now) - set(then))
+        changed = sorted(k for k in set(now) & set(then) if now[k] != then[k])
+        raise DataError(f"schema drift: {bundle.uri} was trained on feature columns {sorted(then)}; the scoring "
+                        f"config differs: missing {missing}, unexpected {extra}, changed type/role {changed}. "
+                        f"Score with the training config's data.columns, or retrain.")

@@ -47,7 +47,7 @@ def train(spark: SparkSession, cfg: JobConfig, prep: PreprocessResult, run: RunH
     job = make_job(prep.path, manifest, spec, cfg, str(paths.checkpoints(run.run_id)), run)
     results = run_with_recovery(spark, job, cfg)
     chief = results[0]
-    model_uri = log_model(run, chief["state_dict"], spec, prep.feature_pipeline)
+    model_uri = log_model(run, chief["state_dict"], spec, prep.feature_pipeline, manifest.schema)
     curve = plots.loss_curves(chief["history"], paths.plots / "loss_curves.png")
     run.client().log_artifact(run.run_id, str(curve), "plots")
     result = TrainResult(run.run_id, model_uri, chief["history"], [r["samples"] for r in results],

@@ -22,7 +22,8 @@ def _pip_requirements() -> list[str]:
             f"numpy=={version('numpy')}", f"pandas=={version('pandas')}", "sparkml_dist"]
 
 
-def log_model(handle: RunHandle, weights: bytes, spec: dict[str, Any], feature_pipeline_dir: str | None) -> str:
+def log_model(handle: RunHandle, weights: bytes, spec: dict[str, Any], feature_pipeline_dir: str | None,
+              training_schema: dict[str, str] | None = None) -> str:
     """Save the pyfunc model locally, upload it under the run; return `runs:/<id>/model`."""
     import mlflow.pyfunc
     from mlflow.models import ModelSignature
@@ -38,6 +39,10 @@ def log_model(handle: RunHandle, weights: bytes, spec: dict[str, Any], feature_p
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(json.dumps(spec))
         artifacts = {"weights": str(weights_path), "spec": str(spec_path)}
+        if training_schema:
+            schema_path = Path(tmp) / "training_schema.json"
+            schema_path.write_text(json.dumps(training_schema))
+            artifacts["training_schema"] = str(schema_path)
         if feature_pipeline_dir:
             artifacts["feature_pipeline"] = feature_pipeline_dir
         signature = ModelSignature(
@@ -88,5 +93,7 @@ def load_bundle(model_uri: str, tracking_uri: str, dst: str | None = None) -> Mo
     artifacts = local / "artifacts"
     spec = json.loads((artifacts / "spec.json").read_text())
     pipeline = artifacts / "feature_pipeline"
+    schema = artifacts / "training_schema.json"
     return ModelBundle(spec=spec, weights=(artifacts / "weights.pt").read_bytes(),
-                       feature_pipeline_path=str(pipeline) if pipeline.exists() else None, uri=model_uri)
+                       feature_pipeline_path=str(pipeline) if pipeline.exists() else None, uri=model_uri,
+                       training_schema=json.loads(schema.read_text()) if schema.exists() else None)
