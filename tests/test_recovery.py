@@ -62,3 +62,12 @@ def test_a_slow_rank_is_reported_as_a_straggler(spark, adult_prep, tmp_path):
     results = run_with_recovery(spark, job, cfg)
     assert results[0]["stragglers"] == [1]
     assert results[0]["history"][0]["stragglers"] == 1.0
+
+
+def test_a_hung_rank_times_out_and_is_named(spark, adult_prep, tmp_path):
+    cfg, job, _ = setup(adult_prep, tmp_path, [Fault(rank=1, kind="hang", epoch=0, step=12)],
+                        max_attempts=1, timeout_s=10)
+    with pytest.raises(TrainingFailed) as err:
+        run_with_recovery(spark, job, cfg)
+    text = err.value.last_failure
+    assert "missing rank(s) [1]: last allreduce joined: rank 1 at epoch 1 batch 11" in text

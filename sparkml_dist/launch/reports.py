@@ -15,6 +15,7 @@ _PATTERN = re.compile(re.escape(_START) + r"([A-Za-z0-9+/=]+)" + re.escape(_END)
 # Messages of collectives that failed because a peer rank went away (gloo, nccl, horovod).
 _PEER_PATTERNS = re.compile(
     r"Connection reset by peer|Connection closed by peer|Broken pipe|Timed out waiting|timed out|"
+    r"Application timeout caused pair closure|"
     r"ProcessGroup.*(aborted|terminated)|HorovodInternalError|Horovod has been shut down|NCCL communicator was aborted",
     re.IGNORECASE,
 )
@@ -23,7 +24,7 @@ _PEER_PATTERNS = re.compile(
 def is_peer_failure(exc: BaseException) -> bool:
     """True when the exception is a communication failure caused by another rank's death."""
     name = getattr(exc, "exc_type", type(exc).__name__)  # a forked rank's error carries the child's type
-    return name in ("DistBackendError", "HorovodInternalError") or bool(_PEER_PATTERNS.search(str(exc)))
+    return name in ("DistBackendError", "HorovodInternalError", "PeerLost") or bool(_PEER_PATTERNS.search(str(exc)))
 
 
 class RankReportError(RuntimeError):

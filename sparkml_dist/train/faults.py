@@ -17,3 +17,5 @@ def inject(faults: tuple[Fault, ...], attempt: int, rank: int, epoch: int, step:
             time.sleep(f.seconds)
         elif f.kind == "kill" and (f.epoch, f.step) == (epoch, step):
             os.kill(os.getpid(), signal.SIGKILL)
+        elif f.kind == "hang" and (f.epoch, f.step) == (epoch, step):
+            time.sleep(f.seconds or 3600)  # alive but silent: the others' collectives time out

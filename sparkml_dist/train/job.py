@@ -13,10 +13,11 @@ from sparkml_dist.tracking.client import RunHandle
 @dataclass(frozen=True)
 class Fault:
     """A deliberate failure for chaos tests: on `attempt`, when `rank` reaches (epoch, step),
-    `kill` SIGKILLs the rank's process; `slow` sleeps `seconds` before every step of that rank."""
+    `kill` SIGKILLs the rank's process; `hang` stops it there for `seconds` (default an hour);
+    `slow` sleeps `seconds` before every step of that rank."""
 
     rank: int
-    kind: str = "kill"  # kill | slow
+    kind: str = "kill"  # kill | hang | slow
     epoch: int = 0
     step: int = 0
     attempt: int = 0

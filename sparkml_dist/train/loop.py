@@ -23,6 +23,8 @@ from torch import nn
 from sparkml_dist.data.loader import ShardLoader
 from sparkml_dist.launch.backends import pick_device
 from sparkml_dist.launch.context import RankContext
+from sparkml_dist.launch.heartbeat import Heartbeat
+from sparkml_dist.launch.reports import is_peer_failure
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.tracking.client import RankTracker
 from sparkml_dist.train.checkpoint import load_latest, save_checkpoint, state_dict_to_bytes
@@ -32,6 +34,10 @@ from sparkml_dist.train.progress import Progress
 from sparkml_dist.train.strategies import DataParallel, make_strategy
 
 log = logging.getLogger(__name__)
+
+
+class PeerLost(RuntimeError):
+    """A collective failed or timed out because another rank stopped; names that rank."""
 
 
 @dataclass
@@ -89,6 +95,7 @@ def train_rank(ctx: RankContext, job: TrainJob) -> dict[str, Any]:
     tracker = RankTracker(job.run, ctx.rank)
     progress = Progress(ctx.is_chief, cfg.epochs, train_loader.num_batches, ctx.world_size)
     stragglers: set[int] = set()
+    heartbeat = Heartbeat(ctx.rank, ctx.world_size)
 
     def checkpoint(epoch: int, step: int, stats: EpochStats) -> None:
         if ctx.is_chief:
@@ -102,8 +109,13 @@ def train_rank(ctx: RankContext, job: TrainJob) -> dict[str, Any]:
         stats = position.stats if epoch == position.epoch else EpochStats()
         run = EpochRun(model, optimizer, nn.BCEWithLogitsLoss(), train_loader, strategy, device, progress,
                        cfg.log_every_steps, cfg.checkpoint_every_steps, checkpoint, cfg.seed, ctx.rank,
-                       lambda e, s: inject(job.faults, job.attempt, ctx.rank, e, s))
-        stats = run.epoch(epoch, start, stats)
+                       lambda e, s: inject(job.faults, job.attempt, ctx.rank, e, s), heartbeat.beat)
+        try:
+            stats = run.epoch(epoch, start, stats)
+        except Exception as exc:
+            if is_peer_failure(exc):  # say which rank stopped, not only that a collective failed
+                raise PeerLost(f"{heartbeat.describe_missing() or 'a peer rank was lost'} ({exc})") from exc
+            raise
         metrics = epoch_metrics(stats, strategy) | evaluate(model, val_loader, strategy, device)
         slow = find_stragglers(strategy, stats, cfg.straggler_factor)
         stragglers.update(slow)
@@ -150,6 +162,7 @@ class EpochRun:
     seed: int
     rank: int
     before_step: Callable[[int, int], None]
+    at_collective: Callable[[int, int], None]
 
     def epoch(self, epoch: int, start_step: int, stats: EpochStats) -> EpochStats:
         self.model.train()
@@ -167,6 +180,7 @@ class EpochRun:
                 # local time (data + forward) before the collective in backward: what tells a
                 # straggler apart, since every rank's full step waits for the slowest
                 stats.step_times.append(time.perf_counter() - t0)
+                self.at_collective(epoch, step)  # progress mark: this rank joins this batch's allreduce
                 (loss / accumulate).backward()
                 stepped = (step + 1) % accumulate == 0 or step == last
                 if stepped:
