@@ -25,6 +25,15 @@ def _pip_requirements() -> list[str]:
 def log_model(handle: RunHandle, weights: bytes, spec: dict[str, Any], feature_pipeline_dir: str | None,
               training_schema: dict[str, str] | None = None) -> str:
     """Save the pyfunc model locally, upload it under the run; return `runs:/<id>/model`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        local = save_pyfunc_model(tmp, weights, spec, feature_pipeline_dir, training_schema)
+        handle.client().log_artifacts(handle.run_id, local, MODEL_DIR)
+    return f"runs:/{handle.run_id}/{MODEL_DIR}"
+
+
+def save_pyfunc_model(directory: str, weights: bytes, spec: dict[str, Any], feature_pipeline_dir: str | None,
+                      training_schema: dict[str, str] | None = None) -> str:
+    """Write the MLflow pyfunc model (spec, weights, feature pipeline, signature) under `directory`."""
     import mlflow.pyfunc
     from mlflow.models import ModelSignature
     from mlflow.types.schema import Array, ColSpec, Schema
@@ -33,29 +42,24 @@ def log_model(handle: RunHandle, weights: bytes, spec: dict[str, Any], feature_p
         warnings.simplefilter("ignore", UserWarning)
         from sparkml_dist.tracking.pyfunc_model import TabularTorchModel
 
-    with tempfile.TemporaryDirectory() as tmp:
-        weights_path = Path(tmp) / "weights.pt"
-        weights_path.write_bytes(weights)
-        spec_path = Path(tmp) / "spec.json"
-        spec_path.write_text(json.dumps(spec))
-        artifacts = {"weights": str(weights_path), "spec": str(spec_path)}
-        if training_schema:
-            schema_path = Path(tmp) / "training_schema.json"
-            schema_path.write_text(json.dumps(training_schema))
-            artifacts["training_schema"] = str(schema_path)
-        if feature_pipeline_dir:
-            artifacts["feature_pipeline"] = feature_pipeline_dir
-        signature = ModelSignature(
-            inputs=Schema([ColSpec(Array("float"), "features")]),
-            outputs=Schema([ColSpec("double", "probability")]),
-        )
-        local = Path(tmp) / MODEL_DIR
-        with warnings.catch_warnings():  # the explicit signature makes MLflow's type-hint advice moot
-            warnings.simplefilter("ignore", UserWarning)
-            mlflow.pyfunc.save_model(str(local), python_model=TabularTorchModel(), artifacts=artifacts,
-                                     signature=signature, pip_requirements=_pip_requirements())
-        handle.client().log_artifacts(handle.run_id, str(local), MODEL_DIR)
-    return f"runs:/{handle.run_id}/{MODEL_DIR}"
+    files = Path(directory) / "files"
+    files.mkdir(parents=True, exist_ok=True)
+    (files / "weights.pt").write_bytes(weights)
+    (files / "spec.json").write_text(json.dumps(spec))
+    artifacts = {"weights": str(files / "weights.pt"), "spec": str(files / "spec.json")}
+    if training_schema:
+        (files / "training_schema.json").write_text(json.dumps(training_schema))
+        artifacts["training_schema"] = str(files / "training_schema.json")
+    if feature_pipeline_dir:
+        artifacts["feature_pipeline"] = feature_pipeline_dir
+    signature = ModelSignature(inputs=Schema([ColSpec(Array("float"), "features")]),
+                               outputs=Schema([ColSpec("double", "probability")]))
+    local = Path(directory) / MODEL_DIR
+    with warnings.catch_warnings():  # the explicit signature makes MLflow's type-hint advice moot
+        warnings.simplefilter("ignore", UserWarning)
+        mlflow.pyfunc.save_model(str(local), python_model=TabularTorchModel(), artifacts=artifacts,
+                                 signature=signature, pip_requirements=_pip_requirements())
+    return str(local)
 
 
 def register(handle: RunHandle, model_uri: str, name: str, tags: dict[str, str]) -> str:

@@ -1,0 +1,107 @@
+"""Scoring throughput: our mapInArrow UDF vs the Arrow transfer ceiling (identity mapInArrow),
+vs mlflow.pyfunc.spark_udf, and (compute-bound model) vs plain single-process torch.
+
+    .venv/bin/python -m bench.inference [--rows 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+from bench.common import alternate, entry, record
+
+DIM = 32
+
+
+def make_frame(spark, rows: int):
+    from pyspark.sql import functions as F
+
+    feats = F.array(*[F.rand(seed=i).cast("float") for i in range(DIM)]).alias("features")
+    df = spark.range(rows).select(F.col("id").alias("row_id"), feats).repartition(spark.sparkContext.defaultParallelism)
+    df = df.cache()
+    df.count()
+    return df
+
+
+def bundle_for(hidden: list[int]):
+    from sparkml_dist.inference.bundle import ModelBundle
+    from sparkml_dist.models.factory import build_model
+    from sparkml_dist.train.checkpoint import state_dict_to_bytes
+
+    spec = {"kind": "mlp", "input_dim": DIM, "hidden": hidden, "dropout": 0.0}
+    torch.manual_seed(0)
+    return ModelBundle(spec=spec, weights=state_dict_to_bytes(build_model(spec).state_dict()))
+
+
+def timed_rows_per_s(df_fn, rows: int) -> float:
+    t0 = time.perf_counter()
+    df_fn().write.format("noop").mode("overwrite").save()
+    return rows / (time.perf_counter() - t0)
+
+
+def identity(df):
+    return df.mapInArrow(lambda batches: (b for b in batches), df.schema)
+
+
+def mlflow_udf_frame(spark, df, bundle, tmp: str):
+    import mlflow.pyfunc
+
+    from sparkml_dist.tracking.models import save_pyfunc_model
+
+    path = save_pyfunc_model(tmp, bundle.weights, bundle.spec, None)
+    udf = mlflow.pyfunc.spark_udf(spark, model_uri=path, result_type="double", env_manager="local")
+    return lambda: df.select("row_id", udf("features").alias("probability"))
+
+
+def plain_torch_rows_per_s(model, x: np.ndarray, threads: int) -> float:
+    from sparkml_dist.inference.predict import predict_proba
+
+    torch.set_num_threads(threads)
+    t0 = time.perf_counter()
+    predict_proba(model, x, batch_rows=10_000)
+    return len(x) / (time.perf_counter() - t0)
+
+
+def main(rows: int = 1_000_000, spark=None) -> list[dict]:
+    from sparkml_dist.config import SparkConfig
+    from sparkml_dist.inference.predict import MODEL_CACHE
+    from sparkml_dist.inference.udf import score_features
+    from sparkml_dist.spark import build_session
+
+    spark = spark or build_session(SparkConfig(master="local[2]", app_name="bench-inference"))
+    spark.sparkContext.setLogLevel("ERROR")
+    df = make_frame(spark, rows)
+    small = bundle_for([64])
+    rows_out = []
+    ours_small = lambda: score_features(df, small)  # noqa: E731
+    o, b = alternate(lambda: timed_rows_per_s(ours_small, rows), lambda: timed_rows_per_s(lambda: identity(df), rows))
+    rows_out.append(entry("infer_vs_arrow_ceiling", o, b, "rows/s", "higher", 0.95))
+    with tempfile.TemporaryDirectory() as tmp:
+        mlflow_frame = mlflow_udf_frame(spark, df, small, tmp)
+        o, b = alternate(lambda: timed_rows_per_s(ours_small, rows), lambda: timed_rows_per_s(mlflow_frame, rows))
+    rows_out.append(entry("infer_vs_mlflow_spark_udf", o, b, "rows/s", "higher", 1.9))
+
+    big = bundle_for([1024, 1024])
+    cores = spark.sparkContext.defaultParallelism
+    x = np.stack(df.limit(200_000).toPandas()["features"].to_numpy()).astype(np.float32)
+    model = MODEL_CACHE.get(big.key, big.spec, lambda: big.weights)
+    n = len(x)
+    sub = df.limit(n).cache()
+    sub.count()
+    o, b = alternate(lambda: timed_rows_per_s(lambda: score_features(sub, big), n),
+                     lambda: plain_torch_rows_per_s(model, x, cores))
+    rows_out.append(entry("infer_compute_bound_vs_torch", o, b, "rows/s", "higher", 0.8,
+                          note=f"MLP 32-1024-1024-1 on {n:,} rows; torch with {cores} threads"))
+    record(rows_out)
+    return rows_out
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    main(parser.parse_args().rows)
