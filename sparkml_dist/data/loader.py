@@ -4,6 +4,8 @@ shuffle buffer (a few row groups), never by the dataset."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -44,7 +46,7 @@ class ShardLoader:
 
     def __init__(self, root: str | Path, groups: list[RowGroup], rank: int, world: int,
                  batch_size: int, seed: int, shuffle: bool = True, buffer_row_groups: int = 4,
-                 with_label: bool = True):
+                 with_label: bool = True, decode_threads: int = 2):
         self.root = Path(root)
         self.pieces = shard_pieces(groups, rank, world)
         self.rank = rank
@@ -53,7 +55,9 @@ class ShardLoader:
         self.shuffle = shuffle
         self.buffer_row_groups = buffer_row_groups
         self.columns = ["features", "label"] if with_label else ["features"]
-        self._files: dict[str, pq.ParquetFile] = {}
+        self._local = threading.local()  # ParquetFile readers are not thread-safe: one set per thread
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader-prefetch")
+        self._decoders = ThreadPoolExecutor(max_workers=decode_threads, thread_name_prefix="loader-decode")
 
     @property
     def num_rows(self) -> int:
@@ -69,8 +73,13 @@ class ShardLoader:
         order = rng.permutation(len(self.pieces)) if self.shuffle else np.arange(len(self.pieces))
         carry_x, carry_y = None, None
         emitted = 0
-        for start in range(0, len(order), self.buffer_row_groups):
-            x, y = self._read([self.pieces[i] for i in order[start:start + self.buffer_row_groups]])
+        buffers = [[self.pieces[i] for i in order[s:s + self.buffer_row_groups]]
+                   for s in range(0, len(order), self.buffer_row_groups)]
+        # decode the next buffer while this one is consumed (pyarrow releases the GIL)
+        pending = self._pool.submit(self._read, buffers[0]) if buffers else None
+        for index in range(len(buffers)):
+            x, y = pending.result()
+            pending = self._pool.submit(self._read, buffers[index + 1]) if index + 1 < len(buffers) else None
             if self.shuffle:
                 perm = rng.permutation(len(x))
                 x, y = x[perm], (y[perm] if y is not None else None)
@@ -87,28 +96,32 @@ class ShardLoader:
             yield carry_x, carry_y
 
     def _read(self, pieces: list[Piece]) -> tuple[np.ndarray, np.ndarray | None]:
-        xs, ys = [], []
-        for p in pieces:
-            try:
-                table = self._file(p.file).read_row_group(p.row_group, columns=self.columns).slice(p.offset, p.length)
-            except (OSError, pa.ArrowException) as exc:
-                raise DataError(f"{self.root / p.file}: row group {p.row_group} is unreadable ({exc}); re-run the "
-                                f"preprocess stage to rewrite the dataset") from None
-            xs.append(features_to_numpy(table.column("features")))
-            if "label" in self.columns:
-                ys.append(table.column("label").to_numpy().astype(np.float32, copy=False))
-        x = np.concatenate(xs) if xs else np.empty((0, 0), np.float32)
-        return x, (np.concatenate(ys) if ys else None)
+        """Decode the pieces' row groups in parallel and stack them."""
+        parts = list(self._decoders.map(self._read_piece, pieces))
+        x = np.concatenate([p[0] for p in parts]) if parts else np.empty((0, 0), np.float32)
+        y = np.concatenate([p[1] for p in parts]) if parts and parts[0][1] is not None else None
+        return x, y
+
+    def _read_piece(self, p: Piece) -> tuple[np.ndarray, np.ndarray | None]:
+        try:
+            table = self._file(p.file).read_row_group(p.row_group, columns=self.columns).slice(p.offset, p.length)
+        except (OSError, pa.ArrowException) as exc:
+            raise DataError(f"{self.root / p.file}: row group {p.row_group} is unreadable ({exc}); re-run the "
+                            f"preprocess stage to rewrite the dataset") from None
+        x = features_to_numpy(table.column("features"))
+        y = table.column("label").to_numpy().astype(np.float32, copy=False) if "label" in self.columns else None
+        return x, y
 
     def _file(self, rel: str) -> pq.ParquetFile:
-        if rel not in self._files:
+        files = self._local.__dict__.setdefault("files", {})
+        if rel not in files:
             path = self.root / rel
             try:
-                self._files[rel] = pq.ParquetFile(path)
+                files[rel] = pq.ParquetFile(path)
             except (OSError, pa.ArrowException) as exc:
                 raise DataError(f"{path}: not a readable Parquet file ({exc}); re-run the preprocess stage "
                                 f"to rewrite the dataset") from None
-        return self._files[rel]
+        return files[rel]
 
 
 def features_to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
