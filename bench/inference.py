@@ -91,7 +91,7 @@ def main(rows: int = 1_000_000, spark=None) -> list[dict]:
     x = np.stack(df.limit(200_000).toPandas()["features"].to_numpy()).astype(np.float32)
     model = MODEL_CACHE.get(big.key, big.spec, lambda: big.weights)
     n = len(x)
-    sub = df.limit(n).cache()
+    sub = df.limit(n).repartition(cores).cache()  # limit() leaves one partition: spread it over the cores
     sub.count()
     o, b = alternate(lambda: timed_rows_per_s(lambda: score_features(sub, big), n),
                      lambda: plain_torch_rows_per_s(model, x, cores))
