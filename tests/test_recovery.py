@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 EPOCHS = 2
 
 
-def setup(adult_prep, tmp_path, faults=(), **train):
+def recovery_job(adult_prep, tmp_path, faults=(), **train):
     cfg, prep = adult_prep
     train = {"epochs": EPOCHS, "checkpoint_every_steps": 10, "timeout_s": 60, **train}
     cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update=train)})
@@ -27,13 +27,13 @@ def setup(adult_prep, tmp_path, faults=(), **train):
 
 @pytest.fixture(scope="module")
 def uninterrupted(spark, adult_prep, tmp_path_factory):
-    cfg, job, _ = setup(adult_prep, tmp_path_factory.mktemp("clean"))
+    cfg, job, _ = recovery_job(adult_prep, tmp_path_factory.mktemp("clean"))
     return run_with_recovery(spark, job, cfg)[0]
 
 
 @pytest.mark.parametrize("rank, epoch, step", [(0, 0, 5), (1, 0, 23), (1, 1, 0), (0, 1, 31), (1, 1, 55)])
 def test_sigkill_mid_epoch_resumes_exactly(spark, adult_prep, tmp_path, uninterrupted, rank, epoch, step):
-    cfg, job, rows = setup(adult_prep, tmp_path, [Fault(rank=rank, epoch=epoch, step=step)])
+    cfg, job, rows = recovery_job(adult_prep, tmp_path, [Fault(rank=rank, epoch=epoch, step=step)])
     chief = run_with_recovery(spark, job, cfg)[0]
     assert [h["epoch"] for h in chief["history"]] == list(range(EPOCHS))
     assert [int(h["samples"]) for h in chief["history"]] == [rows] * EPOCHS, "no sample skipped or seen twice"
@@ -43,7 +43,7 @@ def test_sigkill_mid_epoch_resumes_exactly(spark, adult_prep, tmp_path, uninterr
 
 
 def test_sigkill_under_horovod_resumes(spark, adult_prep, tmp_path, uninterrupted):
-    cfg, job, rows = setup(adult_prep, tmp_path, [Fault(rank=1, epoch=0, step=17)], backend="horovod")
+    cfg, job, rows = recovery_job(adult_prep, tmp_path, [Fault(rank=1, epoch=0, step=17)], backend="horovod")
     chief = run_with_recovery(spark, job, cfg)[0]
     assert [int(h["samples"]) for h in chief["history"]] == [rows] * EPOCHS
     assert abs(chief["history"][-1]["val_accuracy"] - uninterrupted["history"][-1]["val_accuracy"]) <= 0.01
@@ -51,21 +51,21 @@ def test_sigkill_under_horovod_resumes(spark, adult_prep, tmp_path, uninterrupte
 
 def test_exhausted_attempts_end_with_a_clear_error(spark, adult_prep, tmp_path):
     faults = [Fault(rank=0, epoch=0, step=3, attempt=a) for a in range(2)]
-    cfg, job, _ = setup(adult_prep, tmp_path, faults, max_attempts=2)
+    cfg, job, _ = recovery_job(adult_prep, tmp_path, faults, max_attempts=2)
     with pytest.raises(TrainingFailed, match=r"training failed after 2 attempt\(s\).*max_attempts") as err:
         run_with_recovery(spark, job, cfg)
     assert "crashed" in err.value.last_failure or "exited" in err.value.last_failure
 
 
 def test_a_slow_rank_is_reported_as_a_straggler(spark, adult_prep, tmp_path):
-    cfg, job, _ = setup(adult_prep, tmp_path, [Fault(rank=1, kind="slow", seconds=0.01)], epochs=1)
+    cfg, job, _ = recovery_job(adult_prep, tmp_path, [Fault(rank=1, kind="slow", seconds=0.01)], epochs=1)
     results = run_with_recovery(spark, job, cfg)
     assert results[0]["stragglers"] == [1]
     assert results[0]["history"][0]["stragglers"] == 1.0
 
 
 def test_a_hung_rank_times_out_and_is_named(spark, adult_prep, tmp_path):
-    cfg, job, _ = setup(adult_prep, tmp_path, [Fault(rank=1, kind="hang", epoch=0, step=12)],
+    cfg, job, _ = recovery_job(adult_prep, tmp_path, [Fault(rank=1, kind="hang", epoch=0, step=12)],
                         max_attempts=1, timeout_s=10)
     with pytest.raises(TrainingFailed) as err:
         run_with_recovery(spark, job, cfg)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -92,7 +92,3 @@ def make_job(data_root: str, manifest: Manifest, spec: dict[str, Any], cfg: JobC
         checkpoint_dir=checkpoint_dir,
         run=run,
     )
-
-
-def result_dict(result: TrainResult) -> dict[str, Any]:
-    return asdict(result)
