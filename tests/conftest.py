@@ -4,6 +4,7 @@ data preprocessed once, and a guard that fails any test that leaks environment v
 from __future__ import annotations
 
 import os
+import tempfile
 import sys
 from pathlib import Path
 
@@ -14,6 +15,9 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYTHONWARNINGS", "ignore::ResourceWarning")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # offline tests; no session-id env churn
+# Code under test must use the store its config names; anything that falls back to MLflow's
+# process-global URI lands in this empty store instead of a developer's ./mlflow.db.
+os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{tempfile.mkdtemp(prefix='stray-mlflow-')}/stray.db")
 # Rank functions defined in test modules are pickled by reference: Spark's Python workers
 # (children of this process in local mode) must be able to import them.
 _TESTS = str(Path(__file__).resolve().parent)

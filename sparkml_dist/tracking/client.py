@@ -24,7 +24,7 @@ class RunHandle:
     def client(self):
         from mlflow.tracking import MlflowClient
 
-        return MlflowClient(tracking_uri=self.tracking_uri)
+        return MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
 
 
 def resolve_tracking_uri(cfg: TrackingConfig) -> str:

@@ -83,16 +83,35 @@ def champion_version(tracking_uri: str, name: str, alias: str = "champion"):
     from mlflow.tracking import MlflowClient
 
     try:
-        return MlflowClient(tracking_uri).get_model_version_by_alias(name, alias)
+        return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri).get_model_version_by_alias(name, alias)
     except MlflowException:
         return None
+
+
+def resolve_registry_uri(model_uri: str, tracking_uri: str) -> str:
+    """`models:/name@alias` or `models:/name/version` -> the version's artifact location, looked
+    up in *this* tracking server's registry (MLflow would otherwise use the process-global
+    registry URI, i.e. whatever ./mlflow.db the working directory holds)."""
+    if not model_uri.startswith("models:/"):
+        return model_uri
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    ref = model_uri[len("models:/"):].rstrip("/")
+    if "@" in ref:
+        name, alias = ref.split("@", 1)
+        version = client.get_model_version_by_alias(name, alias).version
+    else:
+        name, version = ref.rsplit("/", 1)
+    return client.get_model_version_download_uri(name, str(version))
 
 
 def load_bundle(model_uri: str, tracking_uri: str, dst: str | None = None) -> ModelBundle:
     """Download a logged model (runs:/, models:/name@alias, models:/name/version) as a bundle."""
     import mlflow.artifacts
 
-    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri, tracking_uri=tracking_uri,
+    source = resolve_registry_uri(model_uri, tracking_uri)
+    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, tracking_uri=tracking_uri,
                                                     dst_path=dst or tempfile.mkdtemp(prefix="sparkml_dist_model_")))
     artifacts = local / "artifacts"
     spec = json.loads((artifacts / "spec.json").read_text())
