@@ -62,3 +62,12 @@ def machine() -> dict:
 
     return {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
             "platform": platform.platform()}
+
+
+def make_bench_importable() -> None:
+    """Spark workers and TorchDistributor's torchrun children import `bench.*` by name: put the
+    repository root on PYTHONPATH before the first Spark session starts its Python daemon."""
+    root = str(Path(__file__).resolve().parents[1])
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, *paths) if p)

@@ -83,9 +83,19 @@ class ShardLoader:
             if self.shuffle:
                 perm = rng.permutation(len(x))
                 x, y = x[perm], (y[perm] if y is not None else None)
-            if carry_x is not None:
-                x = np.concatenate([carry_x, x])
-                y = np.concatenate([carry_y, y]) if y is not None else None
+            if carry_x is not None and len(carry_x):
+                # top up the previous buffer's remainder to one batch (copying only that batch,
+                # not the whole buffer)
+                need = self.batch_size - len(carry_x)
+                head_x = np.concatenate([carry_x, x[:need]])
+                head_y = np.concatenate([carry_y, y[:need]]) if y is not None else None
+                x, y = x[need:], (y[need:] if y is not None else None)
+                if len(head_x) < self.batch_size:
+                    carry_x, carry_y = head_x, head_y
+                    continue
+                if emitted >= skip_batches:
+                    yield head_x, head_y
+                emitted += 1
             full = len(x) // self.batch_size * self.batch_size
             for b in range(0, full, self.batch_size):
                 if emitted >= skip_batches:

@@ -1,0 +1,116 @@
+"""Streaming, proven by peak memory: a rank training on 1x and 10x the data, and Spark scoring
+of 1M and 10M rows. If data streamed, the peak does not grow with the data (ratio ~1).
+
+    .venv/bin/python -m bench.memory
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bench.common import entry, record
+
+BASE_ROWS = 400_000
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def child_train(root: str, rows: int) -> None:
+    """Runs in a fresh process: one epoch of one rank over `rows` rows, then print peak RSS."""
+    from bench.loader import write_dataset
+    from bench.scaling import make_job
+    from sparkml_dist.launch.context import RankContext
+    from sparkml_dist.train.loop import train_rank
+
+    groups = write_dataset(Path(root), rows, files=8, row_group=8192)
+    before = _peak_rss_mib()
+    job = make_job(Path(root), groups, 1)
+    job = job.__class__(**{**job.__dict__, "model_spec": {**job.model_spec, "hidden": [64]}})
+    train_rank(RankContext(0, 1, 0, 1, 0, 1, "127.0.0.1", "127.0.0.1", 0), job)
+    print(json.dumps({"peak_mib": _peak_rss_mib(), "after_writing_mib": before}))
+
+
+def train_peak(rows: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run([sys.executable, "-m", "bench.memory", "child-train", tmp, str(rows)],
+                             capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[1])
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak_mib"]
+
+
+class WorkerPeak:
+    """Samples the RSS of Spark's Python worker processes (local mode: our descendants) while a
+    job runs and keeps the largest one seen."""
+
+    def __init__(self, interval: float = 0.1):
+        self.interval = interval
+        self.peak_mib = 0.0
+        self._stop = threading.Event()
+
+    def __enter__(self):
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        while not self._stop.is_set():
+            for child in me.children(recursive=True):
+                try:
+                    if "pyspark.daemon" in " ".join(child.cmdline()):
+                        self.peak_mib = max(self.peak_mib, child.memory_info().rss / 2**20)
+                except psutil.Error:
+                    pass
+            time.sleep(self.interval)
+
+
+def score_peak(spark, rows: int) -> float:
+    from bench.inference import bundle_for
+    from pyspark.sql import functions as F
+
+    from sparkml_dist.inference.udf import score_features
+
+    feats = F.array(*[F.rand(seed=i).cast("float") for i in range(32)]).alias("features")
+    df = spark.range(rows, numPartitions=8).select(F.col("id").alias("row_id"), feats)
+    with WorkerPeak() as peak:
+        score_features(df, bundle_for([64])).write.format("noop").mode("overwrite").save()
+    return peak.peak_mib
+
+
+def main(spark=None) -> list[dict]:
+    from sparkml_dist.config import SparkConfig
+    from sparkml_dist.spark import build_session
+
+    small, big = train_peak(BASE_ROWS), train_peak(10 * BASE_ROWS)
+    rows_out = [entry("memory_stream_train", big, small, "MiB", "lower", 1.2,
+                      note=f"peak RSS of a rank training one epoch on {10 * BASE_ROWS:,} vs {BASE_ROWS:,} rows "
+                           f"(features alone: {10 * BASE_ROWS * 32 * 4 / 2**20:.0f} vs {BASE_ROWS * 32 * 4 / 2**20:.0f} MiB)")]
+    spark = spark or build_session(SparkConfig(master="local[2]", app_name="bench-memory"))
+    spark.sparkContext.setLogLevel("ERROR")
+    one = score_peak(spark, 1_000_000)
+    ten = score_peak(spark, 10_000_000)
+    rows_out.append(entry("memory_score_10m", ten, one, "MiB", "lower", 1.2,
+                          note="largest Python worker RSS (sampled) while scoring 10M vs 1M rows x 32 floats"))
+    record(rows_out)
+    return rows_out
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "child-train":
+        child_train(sys.argv[2], int(sys.argv[3]))
+    else:
+        main()
