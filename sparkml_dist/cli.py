@@ -11,7 +11,7 @@ import sys
 from sparkml_dist.config.loader import load_config
 from sparkml_dist.errors import SparkMLDistError
 
-STAGES = ("preprocess", "train", "evaluate", "score", "pipeline")
+STAGES = ("preprocess", "train", "evaluate", "register", "score", "pipeline")
 log = logging.getLogger("sparkml_dist.cli")
 
 
@@ -21,6 +21,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--config", required=True, help="YAML job config, e.g. conf/adult.yaml")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override one config key, e.g. --set train.epochs=3 (repeatable)")
+    parser.add_argument("--run-date", help="scope outputs to <output.root>/run_date=<date>; a re-run for the same "
+                                           "date replaces them (scheduled workflows pass their logical date)")
     parser.add_argument("--model-uri", help="evaluate/score: model to use (default: last trained / @champion)")
     parser.add_argument("--input", help="score: raw rows to score (default: data.score_path or data.test_path)")
     parser.add_argument("--output", help="score: where predictions go (default: <output.root>/predictions)")
@@ -32,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     _configure_logging()
     try:
         cfg = load_config(args.config, args.overrides)
+        if args.run_date:
+            cfg = scoped_to_run_date(cfg, args.run_date)
         from sparkml_dist.spark.session import build_session
 
         spark = build_session(cfg.spark)
@@ -41,6 +45,15 @@ def main(argv: list[str] | None = None) -> int:
     except SparkMLDistError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def scoped_to_run_date(cfg, run_date: str):
+    import re
+
+    if not re.fullmatch(r"[0-9A-Za-z_.:-]+", run_date):
+        raise SparkMLDistError(f"--run-date {run_date!r}: use a date like 2026-11-29 (letters, digits, '-', '_', '.', ':')")
+    output = cfg.output.model_copy(update={"root": f"{cfg.output.root}/run_date={run_date}"})
+    return cfg.model_copy(update={"output": output})
 
 
 def _run_stage(args: argparse.Namespace, cfg, spark) -> str:
@@ -65,15 +78,24 @@ def _run_stage(args: argparse.Namespace, cfg, spark) -> str:
         last = result.history[-1]
         return (f"train: run {result.run_id}, model {result.model_uri}, rows per rank {result.rank_samples}, "
                 f"val_accuracy {last['val_accuracy']:.4f}, ranks in step: {result.ranks_in_step}")
-    if args.stage == "evaluate":
+    if args.stage in ("evaluate", "register"):
         last = json.loads(paths.last_train.read_text()) if paths.last_train.exists() else {}
         uri = args.model_uri or last.get("model_uri")
         if not uri:
-            raise SparkMLDistError("evaluate: no --model-uri given and no train stage output found; run train first")
-        report = stages.evaluate(spark, cfg, uri, resolve_tracking_uri(cfg.tracking))
-        if last.get("run_id") and not args.model_uri:
-            log_report(RunHandle(resolve_tracking_uri(cfg.tracking), last["run_id"], ""), report, cfg)
-        return "evaluate: " + json.dumps(report.metrics, indent=1)
+            raise SparkMLDistError(f"{args.stage}: no --model-uri given and no train stage output under "
+                                   f"{paths.root}; run the train stage first")
+        uri_tracking = resolve_tracking_uri(cfg.tracking)
+        if args.stage == "evaluate":
+            report = stages.evaluate(spark, cfg, uri, uri_tracking)
+            paths.last_evaluate.write_text(json.dumps({"model_uri": uri, "metrics": report.metrics}))
+            if last.get("run_id") and not args.model_uri:
+                log_report(RunHandle(uri_tracking, last["run_id"], ""), report, cfg)
+            return "evaluate: " + json.dumps(report.metrics, indent=1)
+        evaluated = json.loads(paths.last_evaluate.read_text()) if paths.last_evaluate.exists() else {}
+        if evaluated.get("model_uri") != uri:
+            raise SparkMLDistError(f"register: {uri} has not been evaluated; run the evaluate stage first")
+        decision = stages.register(spark, cfg, RunHandle(uri_tracking, last["run_id"], ""), uri, evaluated["metrics"])
+        return f"register: {decision.name} version {decision.version} -> {decision.alias} ({decision.reason})"
     result = stages.score(spark, cfg, args.model_uri, args.input, args.output)
     return (f"score: {result.input_rows:,} rows in, {result.scored_rows:,} scored, {result.rejected_rows:,} rejected "
             f"-> {result.path} (model {result.model_uri})")

@@ -34,6 +34,11 @@ class OutputPaths:
         return self.root / "train.json"
 
     @property
+    def last_evaluate(self) -> Path:
+        """JSON record of the last evaluate stage (model URI, test metrics), read by register."""
+        return self.root / "evaluate.json"
+
+    @property
     def summary(self) -> Path:
         return self.root / "summary.json"
 
