@@ -1,0 +1,127 @@
+"""A real Spark standalone cluster on one machine: one master and N workers bound to 127.0.0.1,
+started with the pip pyspark package's `sbin/spark-daemon.sh` (it has no start-master.sh) and
+stopped by the PIDs the daemon script records.
+
+    python -m sparkml_dist.services.spark_cluster start --workers 2 --dir /tmp/spark-cluster
+    python -m sparkml_dist.services.spark_cluster stop --dir /tmp/spark-cluster
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyspark
+
+from sparkml_dist.launch.context import free_port
+
+MASTER = "org.apache.spark.deploy.master.Master"
+WORKER = "org.apache.spark.deploy.worker.Worker"
+
+
+@dataclass
+class StandaloneCluster:
+    workdir: Path
+    master_url: str
+    web_url: str
+    workers: int
+
+    def env(self) -> dict[str, str]:
+        return daemon_env(self.workdir)
+
+    def alive_workers(self) -> int:
+        try:
+            with urllib.request.urlopen(f"{self.web_url}/json/", timeout=3) as resp:
+                state = json.load(resp)
+        except OSError:
+            return 0
+        return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
+
+    def stop(self) -> None:
+        """Stop every daemon by the PID in its pid file (SIGTERM, then SIGKILL)."""
+        for pid_file in sorted((self.workdir / "pids").glob("*.pid")):
+            pid = int(pid_file.read_text().strip() or 0)
+            _terminate(pid)
+            pid_file.unlink(missing_ok=True)
+
+
+def daemon_env(workdir: Path) -> dict[str, str]:
+    home = str(Path(pyspark.__file__).parent)
+    return {**os.environ, "SPARK_HOME": home, "SPARK_PID_DIR": str(workdir / "pids"),
+            "SPARK_LOG_DIR": str(workdir / "logs"), "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_WORKER_DIR": str(workdir / "work"), "SPARK_IDENT_STRING": "sparkml_dist"}
+
+
+def start_cluster(workdir: str | Path, workers: int = 2, cores_per_worker: int = 1, memory: str = "2g",
+                  timeout_s: float = 60, worker_conf: dict[str, str] | None = None) -> StandaloneCluster:
+    workdir = Path(workdir).resolve()
+    for sub in ("pids", "logs", "work"):
+        (workdir / sub).mkdir(parents=True, exist_ok=True)
+    env = daemon_env(workdir)
+    if worker_conf:  # e.g. GPU resources: spark.worker.resource.gpu.amount / .discoveryScript
+        env["SPARK_WORKER_OPTS"] = " ".join(f"-D{k}={v}" for k, v in worker_conf.items())
+    daemon = str(Path(env["SPARK_HOME"]) / "sbin" / "spark-daemon.sh")
+    port, web = free_port("127.0.0.1"), free_port("127.0.0.1")
+    cluster = StandaloneCluster(workdir, f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{web}", workers)
+    _run([daemon, "start", MASTER, "1", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(web)], env)
+    for i in range(1, workers + 1):
+        _run([daemon, "start", WORKER, str(i), "--host", "127.0.0.1", "--cores", str(cores_per_worker),
+              "--memory", memory, "--webui-port", str(free_port("127.0.0.1")), cluster.master_url], env)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cluster.alive_workers() == workers:
+            return cluster
+        time.sleep(0.5)
+    logs = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted((workdir / "logs").glob("*.out")))
+    cluster.stop()
+    raise RuntimeError(f"standalone cluster: {cluster.alive_workers()}/{workers} workers ALIVE after {timeout_s}s\n{logs}")
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> None:
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} failed ({out.returncode}): {out.stderr or out.stdout}")
+
+
+def _terminate(pid: int) -> None:
+    if pid <= 0:
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["start", "stop"])
+    parser.add_argument("--dir", default="/tmp/sparkml_dist-cluster")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--cores", type=int, default=1)
+    args = parser.parse_args(argv)
+    if args.action == "start":
+        c = start_cluster(args.dir, args.workers, args.cores)
+        (Path(args.dir) / "cluster.json").write_text(json.dumps({"master": c.master_url, "web": c.web_url}))
+        print(f"master {c.master_url} (UI {c.web_url}), {c.workers} workers ALIVE; stop: "
+              f"python -m sparkml_dist.services.spark_cluster stop --dir {args.dir}")
+    else:
+        StandaloneCluster(Path(args.dir).resolve(), "", "", 0).stop()
+        print(f"stopped the daemons recorded under {args.dir}/pids")
+
+
+if __name__ == "__main__":
+    main()
