@@ -39,8 +39,22 @@ def pick_device(ctx: RankContext, preference: str) -> str:
         if preference == "cuda":
             raise RuntimeError(f"rank {ctx.rank}: train.device=cuda but torch sees no GPU on {ctx.host}")
         return "cpu"
-    index = int(ctx.gpus[0]) if ctx.gpus else ctx.local_rank % torch.cuda.device_count()
-    return f"cuda:{index}"
+    return f"cuda:{gpu_index(ctx, torch.cuda.device_count())}"
+
+
+def gpu_index(ctx: RankContext, device_count: int) -> int:
+    """The GPU a rank uses: the address Spark assigned to its task (spark.task.resource.gpu.amount),
+    else its local rank, so ranks sharing a host never share a GPU."""
+    if ctx.gpus:
+        index = int(ctx.gpus[0])
+        if index >= device_count:
+            raise RuntimeError(f"rank {ctx.rank}: Spark assigned GPU {index} but torch sees {device_count} GPU(s) "
+                               f"on {ctx.host}; check the discovery script and CUDA_VISIBLE_DEVICES")
+        return index
+    if ctx.local_size > device_count:
+        raise RuntimeError(f"rank {ctx.rank}: {ctx.local_size} ranks on {ctx.host} but only {device_count} GPU(s); "
+                           f"set spark.task.resource.gpu.amount=1 so Spark places one rank per GPU")
+    return ctx.local_rank
 
 
 @dataclass(frozen=True)
