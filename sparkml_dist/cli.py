@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 
         spark = build_session(cfg.spark)
         spark.sparkContext.setLogLevel("ERROR")
+        log.info("Spark %s, master %s", spark.version, spark.sparkContext.master)
         print(_run_stage(args, cfg, spark))
         return 0
     except SparkMLDistError as exc:

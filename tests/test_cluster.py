@@ -42,6 +42,7 @@ def submit(cluster, package_zip, job, tmp_path, *overrides):
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-4000:]
+    assert f"master {cluster.master_url}" in out.stderr, "the job ran on the cluster, not a local fallback"
     return out.stdout
 
 

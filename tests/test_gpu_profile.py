@@ -1,10 +1,19 @@
-"""GPU placement logic, tested on CPU: each rank uses the GPU Spark assigned to its task."""
+"""GPU placement, tested on CPU: a real standalone worker advertises two fake GPUs through the
+discovery script, the gpu profile asks one GPU per task, and each barrier rank gets its own."""
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from sparkml_dist.launch.backends import gpu_index
 from sparkml_dist.launch.context import RankContext
+from sparkml_dist.services.spark_cluster import start_cluster
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def ctx(rank, local_rank, local_size, gpus=()):
@@ -18,3 +27,27 @@ def test_gpu_index_prefers_the_task_resource_then_the_local_rank():
         gpu_index(ctx(0, 0, 1, ["3"]), 2)
     with pytest.raises(RuntimeError, match="3 ranks on h but only 2 GPU"):
         gpu_index(ctx(2, 2, 3), 2)
+
+
+@pytest.mark.slow
+def test_each_rank_gets_the_gpu_spark_assigned_to_its_task(tmp_path, monkeypatch):
+    script = ROOT / "scripts" / "get_gpus_resources.sh"
+    monkeypatch.setenv("SPARKML_DIST_FAKE_GPUS", "0,1")  # read by the discovery script
+    cluster = start_cluster(tmp_path / "cluster", workers=1, cores_per_worker=2, worker_conf={
+        "spark.worker.resource.gpu.amount": "2", "spark.worker.resource.gpu.discoveryScript": str(script)})
+    try:
+        cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", cluster.master_url,
+               "--properties-file", str(ROOT / "conf/spark/gpu.conf"),
+               "--conf", "spark.executor.cores=2", "--conf", "spark.executor.resource.gpu.amount=2",
+               "--conf", f"spark.executor.resource.gpu.discoveryScript={script}",
+               "--conf", f"spark.pyspark.python={sys.executable}", str(ROOT / "tests/jobs/gpu_assignment.py")]
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    finally:
+        cluster.stop()
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"MASTER {cluster.master_url}" in out.stdout, "ran on the cluster, not a local fallback"
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("GPU_ASSIGNMENT "))
+    ranks = json.loads(line.split(" ", 1)[1])
+    assert sorted(g for r in ranks for g in r["gpus"]) == ["0", "1"], "one distinct GPU per task"
+    assert all(r["index"] == int(r["gpus"][0]) for r in ranks)

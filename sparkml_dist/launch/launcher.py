@@ -30,7 +30,7 @@ PEER_FAILURE_GRACE_S = 5.0
 
 def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backend: Backend) -> list[Any]:
     """Run `fn(ctx, payload)` on `num_ranks` ranks; return the results in rank order."""
-    slots = task_slots(spark)
+    slots = task_slots(spark, wanted=num_ranks)
     if num_ranks > slots:
         raise SlotError(slots, num_ranks)
     driver_host = spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")

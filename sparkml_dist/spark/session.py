@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 from sparkml_dist.config.schema import SparkConfig
 from sparkml_dist.errors import PrerequisiteError
@@ -52,7 +53,7 @@ def build_session(cfg: SparkConfig | None = None, extra_conf: dict[str, str] | N
     from pyspark.sql import SparkSession
 
     cfg = cfg or SparkConfig()
-    submitted = SparkConf()  # holds what spark-submit passed as system properties
+    submitted = _submitted_conf()
     builder = SparkSession.builder.appName(cfg.app_name)
     if not submitted.contains("spark.master"):
         builder = builder.master(cfg.master)
@@ -71,12 +72,44 @@ def build_session(cfg: SparkConfig | None = None, extra_conf: dict[str, str] | N
     return builder.getOrCreate()
 
 
+def _submitted_conf():
+    """What spark-submit passed (--master, --conf, --properties-file). Under spark-submit those are
+    JVM system properties, which SparkConf() only sees once the gateway is up: bring it up first,
+    or the config file's master would silently replace the cluster's."""
+    from pyspark import SparkConf, SparkContext
+
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # launched by spark-submit: the JVM is already there
+        SparkContext._ensure_initialized()
+    return SparkConf()
+
+
 def _is_local_master(master: str) -> bool:
     return master.startswith("local") or "127.0.0.1" in master or "localhost" in master
 
 
-def task_slots(spark) -> int:
-    """How many tasks can run at once: the number a barrier stage can get."""
+def task_slots(spark, wanted: int = 0, wait_s: float = 60.0) -> int:
+    """How many tasks can run at once (what a barrier stage can get). On a cluster, executors
+    register a few seconds after the session starts: wait up to `wait_s` for `wanted` slots."""
     sc = spark.sparkContext
-    cpus_per_task = int(sc.getConf().get("spark.task.cpus", "1"))
-    return max(sc.defaultParallelism // cpus_per_task, 0)
+    deadline = time.monotonic() + wait_s
+    while True:
+        slots = _current_slots(sc)
+        if slots >= wanted or sc.master.startswith("local") or time.monotonic() > deadline:
+            return slots
+        time.sleep(0.5)
+
+
+def _current_slots(sc) -> int:
+    conf = sc.getConf()
+    cpus_per_task = float(conf.get("spark.task.cpus", "1"))
+    if sc.master.startswith("local"):
+        return int(sc.defaultParallelism // cpus_per_task)
+    executors = len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1  # the driver is listed too
+    if executors <= 0:
+        return 0  # defaultParallelism says 2 before any executor registers
+    slots = int(sc.defaultParallelism // cpus_per_task)
+    task_gpus = float(conf.get("spark.task.resource.gpu.amount", "0"))
+    if task_gpus > 0:
+        executor_gpus = float(conf.get("spark.executor.resource.gpu.amount", "0"))
+        slots = min(slots, int(executors * executor_gpus // task_gpus))
+    return slots
