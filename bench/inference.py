@@ -97,6 +97,8 @@ def main(rows: int = 1_000_000, spark=None) -> list[dict]:
                      lambda: plain_torch_rows_per_s(model, x, cores))
     rows_out.append(entry("infer_compute_bound_vs_torch", o, b, "rows/s", "higher", 0.8,
                           note=f"MLP 32-1024-1024-1 on {n:,} rows; torch with {cores} threads"))
+    sub.unpersist()
+    df.unpersist()
     record(rows_out)
     return rows_out
 
