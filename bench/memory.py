@@ -21,7 +21,12 @@ BASE_ROWS = 400_000
 
 
 def _peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    """This process's own peak RSS. Not getrusage's ru_maxrss: Linux carries that over from the
+    parent across fork+exec, so a child of a big process reports the parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024  # kB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def child_train(root: str, rows: int) -> None:

@@ -1,0 +1,30 @@
+"""Print bench/results.json as the markdown table docs/benchmarks.md carries.
+
+    .venv/bin/python -m bench.report
+"""
+
+from __future__ import annotations
+
+import json
+
+from bench.common import RESULTS
+
+ORDER = ["infer_vs_arrow_ceiling", "infer_vs_mlflow_spark_udf", "infer_compute_bound_vs_torch",
+         "train_1rank_vs_plain_torch", "train_scaling_2_ranks", "train_vs_torch_distributor", "loader_vs_pyarrow",
+         "allreduce_torch_vs_gloo", "allreduce_torch_vs_gloo_16mib", "allreduce_torch_vs_gloo_1mib",
+         "allreduce_horovod_vs_gloo", "allreduce_horovod_vs_gloo_16mib", "allreduce_horovod_vs_gloo_1mib",
+         "preprocess_vs_spark_io_1m", "preprocess_vs_spark_io_10m", "memory_stream_train", "memory_score_10m"]
+
+
+def table(results: list[dict]) -> str:
+    rank = {name: i for i, name in enumerate(ORDER)}
+    lines = ["| name | ours | baseline | unit | ratio | target | |", "|---|---:|---:|---|---:|---|---|"]
+    for r in sorted(results, key=lambda r: rank.get(r["name"], len(ORDER))):
+        sign = "≥" if r["better"] == "higher" else "≤"
+        lines.append(f"| `{r['name']}` | {r['ours']:,.2f} | {r['baseline']:,.2f} | {r['unit']} | **{r['ratio']:.3f}** "
+                     f"| {sign} {r['target']} | {'met' if r['met'] else 'missed'} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table(json.loads(RESULTS.read_text())["results"]))
