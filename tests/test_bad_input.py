@@ -15,6 +15,11 @@ from sparkml_dist.stages.score import check_schema
 from test_ingest import COLUMNS, small_config
 
 
+def header_config(path):
+    return parse_config({"data": {"train_path": str(path), "test_path": str(path), "header": True,
+                                  "columns": COLUMNS, "label": {"column": "y", "positive": "yes", "negative": "no"}}}).data
+
+
 @pytest.mark.spark
 def test_rows_with_missing_or_extra_fields_are_quarantined(spark, tmp_path):
     path = tmp_path / "rows.csv"
@@ -38,19 +43,15 @@ def test_input_whose_columns_all_differ_is_a_schema_error(spark, tmp_path):
 def test_header_with_missing_and_extra_columns_names_them(spark, tmp_path):
     path = tmp_path / "with_header.csv"
     path.write_text("age,city,y,zip\n34,Paris,yes,75001\n")
-    cfg = parse_config({"data": {"train_path": str(path), "test_path": str(path), "header": True,
-                                 "columns": COLUMNS, "label": {"column": "y", "positive": "yes", "negative": "no"}}}).data
     with pytest.raises(DataError, match=r"with_header.csv: header .* missing \['score'\], unexpected \['zip'\]"):
-        ingest(spark, str(path), cfg)
+        ingest(spark, str(path), header_config(path))
 
 
 @pytest.mark.spark
 def test_header_that_matches_is_skipped_not_rejected(spark, tmp_path):
     path = tmp_path / "ok_header.csv"
     path.write_text("age,score,city,y\n34,1.5,Paris,yes\n")
-    cfg = parse_config({"data": {"train_path": str(path), "test_path": str(path), "header": True,
-                                 "columns": COLUMNS, "label": {"column": "y", "positive": "yes", "negative": "no"}}}).data
-    assert ingest(spark, str(path), cfg).counts() == {"input": 1, "accepted": 1, "rejected": 0}
+    assert ingest(spark, str(path), header_config(path)).counts() == {"input": 1, "accepted": 1, "rejected": 0}
 
 
 def test_corrupt_parquet_file_is_named_with_the_fix(tmp_path):

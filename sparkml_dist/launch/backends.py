@@ -13,7 +13,8 @@ from sparkml_dist.launch.context import RankContext
 class DriverHandle:
     """Driver-side state of a backend for one launch; `extra` is passed to every rank."""
 
-    extra: dict[str, str] = {}
+    def __init__(self) -> None:
+        self.extra: dict[str, str] = {}
 
     def stop(self) -> None:
         pass
