@@ -47,8 +47,8 @@ def ours(root: Path, groups, batch: int) -> float:
     t0 = time.perf_counter()
     n = 0
     for x, y in loader.epoch(0):
-        xb, yb = torch.from_numpy(x), torch.from_numpy(y)
-        n += len(xb)
+        torch.from_numpy(y)  # the tensors a training step would take
+        n += len(torch.from_numpy(x))
     return n / (time.perf_counter() - t0)
 
 

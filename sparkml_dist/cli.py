@@ -61,7 +61,7 @@ def _run_stage(args: argparse.Namespace, cfg, spark) -> str:
     from sparkml_dist import stages
     from sparkml_dist.pipeline import format_summary, log_report, run_pipeline
     from sparkml_dist.stages.paths import OutputPaths
-    from sparkml_dist.tracking.client import RunHandle, end_run, resolve_tracking_uri, start_run
+    from sparkml_dist.tracking.client import RunHandle, resolve_tracking_uri, tracked_run
 
     paths = OutputPaths.of(cfg)
     if args.stage == "pipeline":
@@ -73,9 +73,8 @@ def _run_stage(args: argparse.Namespace, cfg, spark) -> str:
         from sparkml_dist.data.dataset import Manifest
 
         prep = stages.PreprocessResult(str(paths.preprocess), Manifest.load(paths.preprocess))
-        run = start_run(cfg.tracking, "train", cfg.flat_params(), tags={"sparkml_dist.stage": "train"})
-        result = stages.train(spark, cfg, prep, run)
-        end_run(run, ok=True)
+        with tracked_run(cfg.tracking, "train", cfg.flat_params()) as run:
+            result = stages.train(spark, cfg, prep, run)
         last = result.history[-1]
         return (f"train: run {result.run_id}, model {result.model_uri}, rows per rank {result.rank_samples}, "
                 f"val_accuracy {last['val_accuracy']:.4f}, ranks in step: {result.ranks_in_step}")

@@ -17,7 +17,7 @@ from sparkml_dist.data.ingest import ingest
 from sparkml_dist.stages import evaluate, preprocess, register, score, train
 from sparkml_dist.stages.paths import OutputPaths
 from sparkml_dist.tracking import plots
-from sparkml_dist.tracking.client import RunHandle, end_run, start_run
+from sparkml_dist.tracking.client import RunHandle, tracked_run
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +41,8 @@ class Summary:
 
 
 def run_pipeline(spark: SparkSession, cfg: JobConfig, run_name: str = "pipeline") -> Summary:
-    run = start_run(cfg.tracking, run_name, cfg.flat_params(), tags={"sparkml_dist.stage": "pipeline"})
-    try:
-        summary = _run_stages(spark, cfg, run)
-    except BaseException:
-        end_run(run, ok=False)
-        raise
-    end_run(run, ok=True)
-    return summary
+    with tracked_run(cfg.tracking, run_name, cfg.flat_params()) as run:
+        return _run_stages(spark, cfg, run)
 
 
 def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:

@@ -49,7 +49,6 @@ def check_java(min_major: int = MIN_JAVA) -> int:
 def build_session(cfg: SparkConfig | None = None, extra_conf: dict[str, str] | None = None):
     """Get or create the session. spark-submit's --master/--conf win over the config file."""
     check_java()
-    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     cfg = cfg or SparkConfig()

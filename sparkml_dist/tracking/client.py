@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from sparkml_dist.config.schema import TrackingConfig
 
@@ -61,6 +63,18 @@ def log_params(handle: RunHandle, params: dict[str, str]) -> None:
 
 def end_run(handle: RunHandle, ok: bool) -> None:
     handle.client().set_terminated(handle.run_id, status="FINISHED" if ok else "FAILED")
+
+
+@contextmanager
+def tracked_run(cfg: TrackingConfig, run_name: str, params: dict[str, str]) -> Iterator[RunHandle]:
+    """A run that ends FINISHED when the block completes and FAILED when it raises."""
+    handle = start_run(cfg, run_name, params, tags={"sparkml_dist.stage": run_name})
+    try:
+        yield handle
+    except BaseException:
+        end_run(handle, ok=False)
+        raise
+    end_run(handle, ok=True)
 
 
 class RankTracker:
