@@ -71,10 +71,27 @@ class FeatureConfig(_Strict):
     one_hot: bool = True
 
 
+class TransformerConfig(_Strict):
+    """The tabular transformer (model.kind=transformer): one token per source column."""
+
+    d_model: int = Field(32, ge=4)
+    heads: int = Field(4, ge=1)
+    layers: int = Field(2, ge=1)
+    mlp_hidden: int = Field(64, ge=1)
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> TransformerConfig:
+        if self.d_model % self.heads:
+            raise ValueError(f"model.transformer.d_model ({self.d_model}) must be divisible by "
+                             f"model.transformer.heads ({self.heads})")
+        return self
+
+
 class ModelConfig(_Strict):
-    kind: Literal["mlp"] = "mlp"
-    hidden: list[int] = Field(default_factory=lambda: [128, 64], min_length=1)
+    kind: Literal["mlp", "transformer"] = "mlp"
+    hidden: list[int] = Field(default_factory=lambda: [128, 64], min_length=1, description="mlp hidden widths")
     dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    transformer: TransformerConfig = TransformerConfig()
 
 
 class HorovodConfig(_Strict):
@@ -88,9 +105,20 @@ class HorovodConfig(_Strict):
     fusion_threshold_mib: int = Field(64, ge=0, description="HOROVOD_FUSION_THRESHOLD: tensor fusion buffer size")
 
 
+class ParallelConfig(_Strict):
+    """Options of the model-parallel strategies (train.strategy fsdp | pipeline | tensor | hybrid)."""
+
+    tensor_parallel: int = Field(2, ge=1, description="hybrid: ranks per tensor-parallel group (data parallel = num_ranks / this)")
+    microbatches: int = Field(4, ge=1, description="pipeline: micro-batches per batch")
+    schedule: Literal["gpipe", "1f1b"] = "1f1b"
+
+
+Strategy = Literal["ddp", "fsdp", "pipeline", "tensor", "hybrid"]
+
+
 class TrainConfig(_Strict):
     backend: Literal["torch", "horovod"] = "torch"
-    strategy: Literal["ddp"] = "ddp"
+    strategy: Strategy = "ddp"
     num_ranks: int = Field(2, ge=1, le=1024)
     epochs: int = Field(8, ge=1)
     batch_size: int = Field(256, ge=1, description="per rank")
@@ -107,6 +135,22 @@ class TrainConfig(_Strict):
     threads_per_rank: int = Field(0, ge=0, description="torch intra-op threads; 0 = cores / ranks")
     log_every_steps: int = Field(50, ge=1)
     horovod: HorovodConfig = HorovodConfig()
+    parallel: ParallelConfig = ParallelConfig()
+
+    @model_validator(mode="after")
+    def _strategy_fits(self) -> TrainConfig:
+        if self.backend == "horovod" and self.strategy != "ddp":
+            raise ValueError(f"train.strategy={self.strategy} runs on torch.distributed; Horovod does data "
+                             "parallelism only: set train.backend=torch or train.strategy=ddp")
+        if self.strategy == "pipeline" and self.batch_size % self.parallel.microbatches:
+            raise ValueError(f"train.batch_size ({self.batch_size}) must be divisible by "
+                             f"train.parallel.microbatches ({self.parallel.microbatches})")
+        if self.strategy == "hybrid":
+            tp = self.parallel.tensor_parallel
+            if tp < 2 or self.num_ranks % tp or self.num_ranks // tp < 2:
+                raise ValueError(f"train.strategy=hybrid needs train.num_ranks ({self.num_ranks}) = data parallel (>=2) "
+                                 f"x train.parallel.tensor_parallel ({tp}, >=2), e.g. 4 ranks as 2x2")
+        return self
 
     @model_validator(mode="after")
     def _horovod_options_are_possible(self) -> TrainConfig:
@@ -159,6 +203,22 @@ class JobConfig(_Strict):
     tracking: TrackingConfig = TrackingConfig()
     spark: SparkConfig = SparkConfig()
     output: OutputConfig = OutputConfig()
+
+    @model_validator(mode="after")
+    def _model_fits_strategy(self) -> JobConfig:
+        strategy, t = self.train.strategy, self.model.transformer
+        if strategy in ("pipeline", "tensor", "hybrid") and self.model.kind != "transformer":
+            raise ValueError(f"train.strategy={strategy} cuts a transformer's layers; set model.kind=transformer "
+                             "(or use train.strategy=ddp or fsdp for the mlp)")
+        tp = {"tensor": self.train.num_ranks, "hybrid": self.train.parallel.tensor_parallel}.get(strategy, 1)
+        if t.heads % tp:
+            raise ValueError(f"model.transformer.heads ({t.heads}) must be divisible by the tensor-parallel size ({tp})")
+        if t.mlp_hidden % tp:
+            raise ValueError(f"model.transformer.mlp_hidden ({t.mlp_hidden}) must be divisible by the tensor-parallel size ({tp})")
+        if strategy == "pipeline" and t.layers < self.train.num_ranks:
+            raise ValueError(f"train.strategy=pipeline puts at least one block per rank: model.transformer.layers "
+                             f"({t.layers}) must be >= train.num_ranks ({self.train.num_ranks})")
+        return self
 
     def flat_params(self) -> dict[str, str]:
         """The resolved config as flat `a.b.c -> value` pairs, for MLflow params."""

@@ -64,6 +64,14 @@ class ShardLoader:
         return sum(p.length for p in self.pieces)
 
     @property
+    def feature_dim(self) -> int:
+        """Width of the feature vectors (read from this shard's first row)."""
+        if not self.pieces:
+            raise DataError(f"{self.root}: rank {self.rank} has no rows; use fewer ranks than rows")
+        first = self.pieces[0]
+        return len(self._read_piece(Piece(first.file, first.row_group, first.offset, 1))[0][0])
+
+    @property
     def num_batches(self) -> int:
         return -(-self.num_rows // self.batch_size)
 

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from sparkml_dist.config.schema import ModelConfig
+from sparkml_dist.models.transformer import TabularTransformer, token_layout
 
 
 class TabularMLP(nn.Module):
@@ -28,11 +29,20 @@ class TabularMLP(nn.Module):
         return self.net(x).squeeze(-1)
 
 
-def model_spec(cfg: ModelConfig, input_dim: int) -> dict[str, Any]:
-    return {"kind": cfg.kind, "input_dim": int(input_dim), "hidden": list(cfg.hidden), "dropout": cfg.dropout}
+def model_spec(cfg: ModelConfig, input_dim: int, feature_names: list[str] | None = None) -> dict[str, Any]:
+    spec = {"kind": cfg.kind, "input_dim": int(input_dim), "hidden": list(cfg.hidden), "dropout": cfg.dropout}
+    if cfg.kind == "transformer":
+        names = feature_names or [f"f{i}" for i in range(input_dim)]
+        t = cfg.transformer
+        spec.update(layout=token_layout(names), d_model=t.d_model, heads=t.heads, layers=t.layers,
+                    mlp_hidden=t.mlp_hidden)
+    return spec
 
 
 def build_model(spec: dict[str, Any]) -> nn.Module:
     if spec["kind"] == "mlp":
         return TabularMLP(spec["input_dim"], spec["hidden"], spec["dropout"])
-    raise ValueError(f"unknown model kind {spec['kind']!r}; known: mlp")
+    if spec["kind"] == "transformer":
+        return TabularTransformer(spec["layout"], spec["d_model"], spec["heads"], spec["layers"],
+                                  spec["mlp_hidden"], spec["dropout"])
+    raise ValueError(f"unknown model kind {spec['kind']!r}; known: mlp, transformer")

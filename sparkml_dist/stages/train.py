@@ -31,19 +31,19 @@ class TrainResult:
     model_uri: str
     history: list[dict[str, float]]
     rank_samples: list[int]
-    param_checksums: list[list[float]]
+    param_checksums: list[list[float] | None]  # None: a rank holding part of the model (model parallel)
 
     @property
     def ranks_in_step(self) -> bool:
-        """Every rank ended with the same parameters (data-parallel training stayed in sync)."""
-        first = self.param_checksums[0]
-        return all(c == first for c in self.param_checksums[1:])
+        """Every rank holding a full replica ended with the same parameters."""
+        replicas = [c for c in self.param_checksums if c is not None]
+        return all(c == replicas[0] for c in replicas[1:])
 
 
 def train(spark: SparkSession, cfg: JobConfig, prep: PreprocessResult, run: RunHandle) -> TrainResult:
     manifest = prep.manifest
     paths = OutputPaths.of(cfg)
-    spec = model_spec(cfg.model, manifest.feature_dim)
+    spec = model_spec(cfg.model, manifest.feature_dim, manifest.feature_names)
     job = make_job(prep.path, manifest, spec, cfg, str(paths.checkpoints(run.run_id)), run)
     results = run_with_recovery(spark, job, cfg)
     chief = results[0]

@@ -12,20 +12,21 @@ from typing import Any
 
 import torch
 
-_NAME = re.compile(r"^ckpt-e(\d+)-s(\d+)\.pt$")
+_NAME = re.compile(r"^ckpt-e(\d+)-s(\d+)\.(pt|dcp)$")
 
 
-def _name(epoch: int, step: int) -> str:
-    return f"ckpt-e{epoch:05d}-s{step:07d}.pt"
+def checkpoint_name(epoch: int, step: int, sharded: bool = False) -> str:
+    """`.pt`: one file written by rank 0; `.dcp`: a directory of every rank's shards."""
+    return f"ckpt-e{epoch:05d}-s{step:07d}.{'dcp' if sharded else 'pt'}"
 
 
 def save_checkpoint(directory: str | Path, state: dict[str, Any], epoch: int, step: int, keep: int) -> Path:
     """Write `state` as the checkpoint for (epoch, step); prune to the newest `keep`."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    final = directory / _name(epoch, step)
+    final = directory / checkpoint_name(epoch, step)
     atomic_torch_save(state, final)
-    for old in list_checkpoints(directory)[:-keep]:
+    for old in [p for p in list_checkpoints(directory) if p.suffix == ".pt"][:-keep]:
         old.unlink(missing_ok=True)
     return final
 
@@ -47,13 +48,13 @@ def list_checkpoints(directory: str | Path) -> list[Path]:
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    found = [(tuple(map(int, m.groups())), p) for p in directory.iterdir() if (m := _NAME.match(p.name))]
+    found = [((int(m[1]), int(m[2])), p) for p in directory.iterdir() if (m := _NAME.match(p.name))]
     return [p for _, p in sorted(found)]
 
 
 def load_latest(directory: str | Path) -> dict[str, Any] | None:
     """The newest complete checkpoint, or None. Partial files never match the name pattern."""
-    paths = list_checkpoints(directory)
+    paths = [p for p in list_checkpoints(directory) if p.suffix == ".pt"]
     if not paths:
         return None
     return torch.load(paths[-1], map_location="cpu", weights_only=True)

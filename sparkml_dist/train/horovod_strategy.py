@@ -9,12 +9,14 @@ from typing import ContextManager, Iterator
 import torch
 from torch import nn
 
+from sparkml_dist.train.strategies import Strategy
 
-class HorovodDataParallel:
+
+class HorovodDataParallel(Strategy):
     name = "horovod"
 
-    def __init__(self, world_size: int, compression: str = "none", backward_passes_per_step: int = 1):
-        self.world_size = world_size
+    def __init__(self, world_size: int, rank: int = 0, compression: str = "none", backward_passes_per_step: int = 1):
+        super().__init__(world_size, rank)
         self.compression = compression
         self.backward_passes_per_step = backward_passes_per_step
 
@@ -50,6 +52,11 @@ class HorovodDataParallel:
         import horovod.torch as hvd
 
         return hvd.allreduce_(values, op=hvd.Sum)
+
+    def allreduce_max(self, value: int) -> int:
+        import horovod.torch as hvd
+
+        return int(hvd.allreduce(torch.tensor([value]), op=hvd.Max).item())
 
     def allgather_floats(self, values: list[float]) -> list[list[float]]:
         import horovod.torch as hvd

@@ -31,7 +31,8 @@ from sparkml_dist.train.checkpoint import load_latest, save_checkpoint, state_di
 from sparkml_dist.train.faults import inject
 from sparkml_dist.train.job import TrainJob
 from sparkml_dist.train.progress import Progress
-from sparkml_dist.train.strategies import DataParallel, make_strategy
+from sparkml_dist.train.parallel.checkpoint import load_sharded, save_sharded
+from sparkml_dist.train.strategies import Strategy, local_param_bytes, make_strategy
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +59,17 @@ class Position:
     stats: EpochStats
 
 
-def resume_position(ckpt: dict | None, num_batches: int) -> Position:
+def resume_position(ckpt: dict | None, num_batches: int, data_world: int) -> Position:
     if ckpt is None:
         return Position(0, 0, EpochStats())
     if ckpt["step"] >= num_batches:  # an epoch-end checkpoint
         return Position(ckpt["epoch"] + 1, 0, EpochStats())
+    if ckpt.get("data_world", data_world) != data_world:
+        # the shards were cut for another number of data-parallel ranks: a mid-epoch position
+        # means nothing in the new cut, so the epoch restarts (its samples are seen again)
+        log.warning("checkpoint at epoch %d batch %d was written with %d data shards, this run has %d: "
+                    "restarting that epoch", ckpt["epoch"] + 1, ckpt["step"], ckpt["data_world"], data_world)
+        return Position(ckpt["epoch"], 0, EpochStats())
     return Position(ckpt["epoch"], ckpt["step"], EpochStats(**ckpt.get("partial", {})))
 
 
@@ -70,45 +77,40 @@ def train_rank(ctx: RankContext, job: TrainJob) -> dict[str, Any]:
     """Train on this rank's shard; return history, throughput and (rank 0) the final weights."""
     cfg = job.train
     torch.set_num_threads(cfg.threads_per_rank or max(1, (os.cpu_count() or 1) // ctx.local_size))
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.seed)  # every rank builds the same initial weights before any sharding
     device = torch.device(pick_device(ctx, cfg.device))
-    strategy = make_strategy(cfg.backend, ctx.world_size, **_strategy_options(cfg))
-    model = build_model(job.model_spec).to(device)
-    ckpt = load_latest(job.checkpoint_dir)
-    if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-    model, optimizer = strategy.wrap(
-        model, lambda params: torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-    )
-    if ckpt is not None:
-        optimizer.load_state_dict(ckpt["optimizer"])
-        strategy.broadcast_state(model, optimizer)
+    strategy = make_strategy(cfg.backend, ctx.world_size, ctx.rank, **_strategy_options(cfg))
+    model, optimizer, ckpt = _build_and_restore(job, strategy, device)
 
-    train_loader = ShardLoader(job.data_root, list(job.train_groups), ctx.rank, ctx.world_size, cfg.batch_size,
-                               cfg.seed, shuffle=True, buffer_row_groups=cfg.shuffle_buffer_row_groups)
-    val_loader = ShardLoader(job.data_root, list(job.val_groups), ctx.rank, ctx.world_size, 4096,
+    train_loader = ShardLoader(job.data_root, list(job.train_groups), strategy.data_rank, strategy.data_world,
+                               cfg.batch_size, cfg.seed, shuffle=True, buffer_row_groups=cfg.shuffle_buffer_row_groups)
+    val_loader = ShardLoader(job.data_root, list(job.val_groups), strategy.data_rank, strategy.data_world, 4096,
                              cfg.seed, shuffle=False)
-    position = resume_position(ckpt, train_loader.num_batches)
+    steps_per_epoch = _steps_per_epoch(strategy, train_loader)
+    position = resume_position(ckpt, steps_per_epoch, strategy.data_world)
     history: list[dict[str, float]] = list(ckpt.get("history", [])) if ckpt is not None else []
     if ckpt is not None and ctx.is_chief:
         log.info("attempt %d resumes at epoch %d, batch %d", job.attempt, position.epoch + 1, position.step)
     tracker = RankTracker(job.run, ctx.rank)
-    progress = Progress(ctx.is_chief, cfg.epochs, train_loader.num_batches, ctx.world_size)
+    progress = Progress(ctx.is_chief, cfg.epochs, steps_per_epoch, ctx.world_size)
     stragglers: set[int] = set()
     heartbeat = Heartbeat(ctx.rank, ctx.world_size)
 
     def checkpoint(epoch: int, step: int, stats: EpochStats) -> None:
-        if ctx.is_chief:
-            save_checkpoint(job.checkpoint_dir, {
-                "model": DataParallel.unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
-                "epoch": epoch, "step": step, "partial": stats.saved(), "history": history,
-            }, epoch, step, cfg.checkpoint_keep)
+        meta = {"epoch": epoch, "step": step, "partial": stats.saved(), "history": history,
+                "data_world": strategy.data_world}
+        if strategy.sharded_checkpoints:  # a collective: every rank writes its shards
+            save_sharded(job.checkpoint_dir, model, optimizer, meta, epoch, step, cfg.checkpoint_keep, ctx.rank)
+        elif ctx.is_chief:
+            save_checkpoint(job.checkpoint_dir, {"model": strategy.unwrap(model).state_dict(),
+                                                 "optimizer": optimizer.state_dict(), **meta},
+                            epoch, step, cfg.checkpoint_keep)
 
     for epoch in range(position.epoch, cfg.epochs):
         start = position.step if epoch == position.epoch else 0
         stats = position.stats if epoch == position.epoch else EpochStats()
-        run = EpochRun(model, optimizer, nn.BCEWithLogitsLoss(), train_loader, strategy, device, progress,
-                       cfg.log_every_steps, cfg.checkpoint_every_steps, checkpoint, cfg.seed, ctx.rank,
+        run = EpochRun(model, optimizer, nn.BCEWithLogitsLoss(), train_loader, steps_per_epoch, strategy, device,
+                       progress, cfg.log_every_steps, cfg.checkpoint_every_steps, checkpoint, cfg.seed,
                        lambda e, s: inject(job.faults, job.attempt, ctx.rank, e, s), heartbeat.beat)
         try:
             stats = run.epoch(epoch, start, stats)
@@ -126,23 +128,51 @@ def train_rank(ctx: RankContext, job: TrainJob) -> dict[str, Any]:
                      "step_time_ms": 1000 * float(np.median(stats.step_times or [0.0]))}, epoch, per_rank=True)
         if ctx.is_chief:
             tracker.log(metrics, epoch)
-            checkpoint(epoch, train_loader.num_batches, EpochStats())
+        checkpoint(epoch, steps_per_epoch, EpochStats())
 
-    final = DataParallel.unwrap(model)
+    weights = strategy.full_state_dict(model)  # a collective under the model-parallel strategies
+    tracker.log({"param_bytes": float(local_param_bytes(model))}, cfg.epochs - 1, per_rank=True)
     return {
         "rank": ctx.rank,
         "history": history,
         "samples": train_loader.num_rows,
         "stragglers": sorted(stragglers),
-        "param_checksum": parameter_checksum(final),
-        "state_dict": state_dict_to_bytes({k: v.cpu() for k, v in final.state_dict().items()}) if ctx.is_chief else None,
+        "param_bytes": local_param_bytes(model),
+        "param_checksum": parameter_checksum(strategy.unwrap(model)) if strategy.replicated else None,
+        "full_checksum": parameter_checksum_of(weights) if ctx.is_chief else None,
+        "state_dict": state_dict_to_bytes(weights) if ctx.is_chief else None,
     }
+
+
+def _build_and_restore(job: TrainJob, strategy: Strategy, device: torch.device):
+    """Model and optimizer placed by the strategy, restored from the newest checkpoint if any."""
+    cfg = job.train
+    model = build_model(job.model_spec).to(device)
+    ckpt = None if strategy.sharded_checkpoints else load_latest(job.checkpoint_dir)
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+    model, optimizer = strategy.wrap(
+        model, lambda params: torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    )
+    if strategy.sharded_checkpoints:
+        ckpt = load_sharded(job.checkpoint_dir, model, optimizer)  # reshards to this layout
+    elif ckpt is not None:
+        optimizer.load_state_dict(ckpt["optimizer"])
+        strategy.broadcast_state(model, optimizer)
+    return model, optimizer, ckpt
+
+
+def _steps_per_epoch(strategy: Strategy, loader: ShardLoader) -> int:
+    """Ranks in lockstep all run the longest shard's count (the shorter ones idle-step)."""
+    return strategy.allreduce_max(loader.num_batches) if strategy.needs_lockstep else loader.num_batches
 
 
 def _strategy_options(cfg) -> dict[str, Any]:
     if cfg.backend == "horovod":
         return {"compression": cfg.horovod.compression, "backward_passes_per_step": cfg.horovod.backward_passes_per_step}
-    return {}
+    p = cfg.parallel
+    return {"strategy": cfg.strategy, "tensor_parallel": p.tensor_parallel, "microbatches": p.microbatches,
+            "schedule": p.schedule, "batch_size": cfg.batch_size}
 
 
 @dataclass
@@ -153,7 +183,8 @@ class EpochRun:
     optimizer: torch.optim.Optimizer
     loss_fn: nn.Module
     loader: ShardLoader
-    strategy: Any
+    steps: int  # >= the loader's batches: ranks in lockstep idle-step past their own last batch
+    strategy: Strategy
     device: torch.device
     progress: Progress
     log_every: int
@@ -167,36 +198,51 @@ class EpochRun:
     def epoch(self, epoch: int, start_step: int, stats: EpochStats) -> EpochStats:
         self.model.train()
         accumulate = getattr(self.strategy, "backward_passes_per_step", 1)  # gradient accumulation
-        last = self.loader.num_batches - 1
+        last = self.steps - 1
         started = time.perf_counter() - stats.seconds
         self.optimizer.zero_grad()  # torch 2 default: set_to_none=True (Horovod's override takes no kwargs)
+        batches = self.loader.epoch(epoch, skip_batches=start_step)
+        idle_batch = None
         with self.strategy.join(self.model):
             t0 = time.perf_counter()
-            for step, (x, y) in enumerate(self.loader.epoch(epoch, skip_batches=start_step), start=start_step):
+            for step in range(start_step, self.steps):
+                batch = next(batches, None)
                 self.before_step(epoch, step)
-                seed_dropout(self.device, step_seed(self.seed, epoch, step, self.rank))  # same masks on replay
-                xb, yb = torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device)
-                loss = self.loss_fn(self.model(xb), yb)
-                # local time (data + forward) before the collective in backward: what tells a
-                # straggler apart, since every rank's full step waits for the slowest
-                stats.step_times.append(time.perf_counter() - t0)
-                self.at_collective(epoch, step)  # progress mark: this rank joins this batch's allreduce
-                (loss / accumulate).backward()
+                # same masks on replay; ranks sharing a batch (tensor/pipeline) share the masks
+                seed_dropout(self.device, step_seed(self.seed, epoch, step, self.strategy.data_rank))
+                if batch is None:  # this shard is done, the others are not: keep the collectives matched
+                    idle_batch = idle_batch or self._tensors(np.zeros((1, self.loader.feature_dim), np.float32),
+                                                             np.zeros(1, np.float32))
+                    self.strategy.idle_step(self.model, *idle_batch, self.loss_fn)
+                    loss, rows = None, 0
+                else:
+                    xb, yb = self._tensors(*batch)
+                    # local time (data) before the first collective: what tells a straggler
+                    # apart, since every rank's full step waits for the slowest
+                    stats.step_times.append(time.perf_counter() - t0)
+                    self.at_collective(epoch, step)  # progress mark: this rank joins this batch's collectives
+                    loss = self.strategy.train_step(self.model, xb, yb, self.loss_fn, accumulate)
+                    rows = len(xb)
                 stepped = (step + 1) % accumulate == 0 or step == last
                 if stepped:
                     self.optimizer.step()
                     self.optimizer.zero_grad()
-                loss_value = float(loss.detach())
-                stats.loss_sum += loss_value * len(x)
-                stats.samples += len(x)
+                loss_value = float(loss) if loss is not None else float("nan")
+                if loss is not None:
+                    stats.loss_sum += loss_value * rows
+                stats.samples += rows
                 stats.seconds = time.perf_counter() - started
                 if (step + 1) % self.log_every == 0:
-                    self.progress.step(epoch, step, loss_value, stats.samples * self.strategy.world_size / max(stats.seconds, 1e-9))
+                    self.progress.step(epoch, step, loss_value,
+                                       stats.samples * self.strategy.data_world / max(stats.seconds, 1e-9))
                 if stepped and self.checkpoint_every and (step + 1) % self.checkpoint_every == 0 and step != last:
                     self.checkpoint(epoch, step + 1, stats)
                 t0 = time.perf_counter()
         stats.seconds = time.perf_counter() - started
         return stats
+
+    def _tensors(self, x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device)
 
 
 def seed_dropout(device: torch.device, seed: int) -> None:
@@ -210,8 +256,10 @@ def step_seed(seed: int, epoch: int, step: int, rank: int) -> int:
     return int(np.random.SeedSequence([seed, epoch, step, rank]).generate_state(1)[0])
 
 
-def epoch_metrics(stats: EpochStats, strategy) -> dict[str, float]:
-    totals = strategy.allreduce_sum(torch.tensor([stats.loss_sum, stats.samples, stats.seconds], dtype=torch.float64))
+def epoch_metrics(stats: EpochStats, strategy: Strategy) -> dict[str, float]:
+    share = strategy.metric_share  # ranks that split one batch count it once
+    totals = strategy.allreduce_sum(torch.tensor([stats.loss_sum * share, stats.samples * share, stats.seconds],
+                                                 dtype=torch.float64))
     loss_sum, samples, seconds = totals.tolist()
     mean_seconds = seconds / strategy.world_size
     return {"train_loss": loss_sum / max(samples, 1), "samples": samples,
@@ -227,19 +275,27 @@ def find_stragglers(strategy, stats: EpochStats, factor: float) -> list[int]:
 
 
 @torch.no_grad()
-def evaluate(model, loader: ShardLoader, strategy, device) -> dict[str, float]:
-    """Validation loss and accuracy over every rank's shard (sums allreduced)."""
+def evaluate(model, loader: ShardLoader, strategy: Strategy, device) -> dict[str, float]:
+    """Validation loss and accuracy over every data shard (sums allreduced)."""
     model.eval()
     loss_fn = nn.BCEWithLogitsLoss(reduction="sum")
     loss_sum, correct, count = 0.0, 0.0, 0.0
-    net = DataParallel.unwrap(model)  # forward without DDP hooks: no collective per batch
-    for x, y in loader.epoch(0):
-        xb, yb = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
-        logits = net(xb)
+    batches = loader.epoch(0)
+    for _ in range(_steps_per_epoch(strategy, loader)):
+        batch = next(batches, None)
+        if batch is None:  # lockstep: run the collectives of a forward the others are doing
+            strategy.logits(model, torch.zeros(1, loader.feature_dim, device=device))
+            continue
+        xb, yb = torch.from_numpy(batch[0]).to(device), torch.from_numpy(batch[1]).to(device)
+        logits = strategy.logits(model, xb)  # DDP: the bare module, no collective per batch
+        if logits is None:  # a pipeline stage before the last
+            continue
         loss_sum += float(loss_fn(logits, yb))
         correct += float(((logits > 0).float() == yb).sum())
-        count += len(x)
-    totals = strategy.allreduce_sum(torch.tensor([loss_sum, correct, count], dtype=torch.float64)).tolist()
+        count += len(xb)
+    share = strategy.metric_share
+    totals = strategy.allreduce_sum(torch.tensor([loss_sum * share, correct * share, count * share],
+                                                 dtype=torch.float64)).tolist()
     return {"val_loss": totals[0] / max(totals[2], 1), "val_accuracy": totals[1] / max(totals[2], 1)}
 
 
@@ -248,4 +304,5 @@ def parameter_checksum(model: nn.Module) -> list[float]:
     return [float(p.detach().double().sum()) for p in model.parameters()]
 
 
-
+def parameter_checksum_of(state: dict[str, torch.Tensor]) -> list[float]:
+    return [float(v.double().sum()) for v in state.values()]

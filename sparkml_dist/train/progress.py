@@ -29,8 +29,9 @@ class Progress:
         elapsed = time.perf_counter() - self.start
         remaining = (self.epochs - epoch - 1) * self.steps_per_epoch + (self.steps_per_epoch - step - 1)
         eta = elapsed / self.steps_done * remaining
-        log.info("epoch %d/%d step %d/%d loss %.4f %.0f samples/s (x%d ranks) eta %s",
-                 epoch + 1, self.epochs, step + 1, self.steps_per_epoch, loss,
+        shown = "n/a" if loss != loss else f"{loss:.4f}"  # NaN: a pipeline stage without the loss
+        log.info("epoch %d/%d step %d/%d loss %s %.0f samples/s (x%d ranks) eta %s",
+                 epoch + 1, self.epochs, step + 1, self.steps_per_epoch, shown,
                  samples_per_s, self.world_size, _clock(eta))
 
     def epoch_end(self, epoch: int, metrics: dict[str, float], stragglers: list[int] = ()) -> None:

@@ -1,37 +1,71 @@
-"""Data-parallel strategies: how gradients are averaged, initial state shared, uneven shards
-joined and metrics summed. The loop calls only this interface, so backends plug in."""
+"""Training strategies: how a model is placed on the ranks, how a step runs, how gradients and
+metrics are combined and how weights are saved. The loop calls only this interface, so
+data-parallel backends (DDP, Horovod) and model-parallel ones (FSDP, tensor, pipeline,
+hybrid; see `sparkml_dist.train.parallel`) plug in alike."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import ContextManager
+from typing import Any, Callable, ContextManager
 
 import torch
 from torch import nn
 
+OptimizerFactory = Callable[[Any], torch.optim.Optimizer]
 
-class DataParallel:
-    """torch.distributed DDP (gloo on CPU, nccl on GPU)."""
 
-    name = "ddp"
+class Strategy:
+    """Defaults: every rank holds the whole model and trains on its own shard of the data."""
 
-    def __init__(self, world_size: int):
+    name = "base"
+    sharded_checkpoints = False  # True: every rank writes its part with torch.distributed.checkpoint
+    replicated = True  # every rank ends with the same full parameters (checksums comparable)
+    needs_lockstep = False  # every rank must run the same number of steps (no join() for uneven shards)
+
+    def __init__(self, world_size: int, rank: int = 0):
         self.world_size = world_size
+        self.rank = rank
 
-    def wrap(self, model: nn.Module, optimizer_factory) -> tuple[nn.Module, torch.optim.Optimizer]:
-        from torch.nn.parallel import DistributedDataParallel as DDP
+    @property
+    def data_rank(self) -> int:
+        """Which shard of the data this rank reads (ranks that split one model share a shard)."""
+        return self.rank
 
-        if self.world_size > 1:
-            model = DDP(model)  # broadcasts rank 0's parameters at construction
+    @property
+    def data_world(self) -> int:
+        return self.world_size
+
+    @property
+    def metric_share(self) -> float:
+        """1.0 on the one rank per data shard whose loss and counts go into the summed metrics."""
+        return 1.0
+
+    def wrap(self, model: nn.Module, optimizer_factory: OptimizerFactory) -> tuple[nn.Module, torch.optim.Optimizer]:
         return model, optimizer_factory(model.parameters())
 
     def broadcast_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """After a resume on rank 0's checkpoint every rank loads the same file: nothing to do."""
 
     def join(self, model: nn.Module) -> ContextManager:
-        if self.world_size > 1:
-            return model.join()  # ranks with one batch fewer shadow the others' allreduces
         return contextlib.nullcontext()
+
+    def train_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module,
+                   accumulate: int) -> torch.Tensor | None:
+        """Forward and backward of one batch; returns the batch's mean loss where this rank knows it."""
+        loss = loss_fn(model(x), y)
+        (loss / accumulate).backward()
+        return loss.detach()
+
+    def idle_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module) -> None:
+        """A step with zero gradient, for a rank out of batches whose peers still step (lockstep)."""
+        (loss_fn(model(x[:1]), y[:1]) * 0.0).backward()
+
+    def logits(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
+        return self.unwrap(model)(x)
+
+    def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """The whole model's weights under the plain model's names, on rank 0 (others may get {})."""
+        return {k: v.detach().cpu() for k, v in self.unwrap(model).state_dict().items()}
 
     def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         """Sum across ranks, in place (callers pass tensors they own); returns `values`."""
@@ -40,6 +74,15 @@ class DataParallel:
         if self.world_size > 1:
             dist.all_reduce(values)
         return values
+
+    def allreduce_max(self, value: int) -> int:
+        import torch.distributed as dist
+
+        if self.world_size == 1:
+            return value
+        t = torch.tensor([value], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t.item())
 
     def allgather_floats(self, values: list[float]) -> list[list[float]]:
         import torch.distributed as dist
@@ -55,11 +98,42 @@ class DataParallel:
         return model.module if hasattr(model, "module") else model
 
 
-def make_strategy(backend: str, world_size: int, **options) -> DataParallel:
-    if backend == "torch":
-        return DataParallel(world_size)
+def local_param_bytes(model: nn.Module) -> int:
+    """Bytes of parameters this rank holds (a DTensor counts its local shard only)."""
+    total = 0
+    for p in model.parameters():
+        local = p.to_local() if hasattr(p, "to_local") else p
+        total += local.numel() * local.element_size()
+    return total
+
+
+class DataParallel(Strategy):
+    """torch.distributed DDP (gloo on CPU, nccl on GPU)."""
+
+    name = "ddp"
+
+    def wrap(self, model: nn.Module, optimizer_factory: OptimizerFactory) -> tuple[nn.Module, torch.optim.Optimizer]:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        if self.world_size > 1:
+            model = DDP(model)  # broadcasts rank 0's parameters at construction
+        return model, optimizer_factory(model.parameters())
+
+    def join(self, model: nn.Module) -> ContextManager:
+        if self.world_size > 1:
+            return model.join()  # ranks with one batch fewer shadow the others' allreduces
+        return contextlib.nullcontext()
+
+
+def make_strategy(backend: str, world_size: int, rank: int = 0, strategy: str = "ddp", **options) -> Strategy:
     if backend == "horovod":
         from sparkml_dist.train.horovod_strategy import HorovodDataParallel
 
-        return HorovodDataParallel(world_size, **options)
-    raise ValueError(f"unknown backend {backend!r}")
+        return HorovodDataParallel(world_size, rank, **options)
+    if backend != "torch":
+        raise ValueError(f"unknown backend {backend!r}")
+    if strategy == "ddp":
+        return DataParallel(world_size, rank)
+    from sparkml_dist.train.parallel import make_model_parallel
+
+    return make_model_parallel(strategy, world_size, rank, **options)

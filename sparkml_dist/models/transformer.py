@@ -1,0 +1,123 @@
+"""A tabular transformer: each source column of the feature vector is one token.
+
+Written so that every parallel strategy can cut it: attention and MLP are plain Linear layers
+(column/row-wise shardable, heads counted from the local width so a tensor-parallel shard
+holds whole heads), the token table is an nn.Embedding (row-wise shardable), and the blocks
+live in a ModuleDict so a pipeline stage keeps only its own blocks under the same names
+(a sharded checkpoint written by one stage split loads into another).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def token_layout(feature_names: list[str]) -> list[int]:
+    """Token index of every slot: a one-hot block (`<col>__onehot_<value>`) is one token, every
+    other slot (a scaled numeric, a category index) is its own token."""
+    tokens: dict[str, int] = {}
+    layout = []
+    for name in feature_names:
+        key = name.split("__onehot_", 1)[0] if "__onehot_" in name else f"slot:{len(layout)}"
+        layout.append(tokens.setdefault(key, len(tokens)))
+    return layout
+
+
+class Attention(nn.Module):
+    def __init__(self, d_model: int, heads: int, dropout: float):
+        super().__init__()
+        self.head_dim = d_model // heads
+        self.dropout = dropout
+        self.q, self.k, self.v = (nn.Linear(d_model, d_model) for _ in range(3))
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        # -1 heads: under tensor parallelism q/k/v hold only this rank's heads
+        q, k, v = (proj(x).view(b, t, -1, self.head_dim).transpose(1, 2) for proj in (self.q, self.k, self.v))
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)
+        return self.out(y.transpose(1, 2).reshape(b, t, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, hidden: int):
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, hidden)
+        self.fc2 = nn.Linear(hidden, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block."""
+
+    def __init__(self, d_model: int, heads: int, mlp_hidden: int, dropout: float):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d_model)
+        self.attn = Attention(d_model, heads, dropout)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.mlp = FeedForward(d_model, mlp_hidden)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop(self.attn(self.norm1(x)))
+        return x + self.drop(self.mlp(self.norm2(x)))
+
+
+class TokenEmbedding(nn.Module):
+    """Slot values -> tokens: value x per-slot vector, summed per column, plus a per-token
+    embedding; token 0 is the [CLS] token the head reads."""
+
+    def __init__(self, layout: list[int], d_model: int):
+        super().__init__()
+        n_tokens = max(layout) + 1
+        self.values = nn.Parameter(torch.randn(len(layout), d_model) * 0.02)
+        self.tokens = nn.Embedding(n_tokens + 1, d_model)
+        self.register_buffer("slot_token", torch.tensor(layout, dtype=torch.long) + 1, persistent=False)
+        self.register_buffer("token_ids", torch.arange(n_tokens + 1), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        per_slot = x.unsqueeze(-1) * self.values  # [B, slots, d]
+        summed = per_slot.new_zeros(x.shape[0], self.token_ids.numel(), per_slot.shape[-1])
+        summed = summed.index_add(1, self.slot_token, per_slot)
+        return summed + self.tokens(self.token_ids)
+
+
+class Head(nn.Module):
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.out = nn.Linear(d_model, 1)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.out(self.norm(h[:, 0])).squeeze(-1)
+
+
+class TabularTransformer(nn.Module):
+    def __init__(self, layout: list[int], d_model: int, heads: int, layers: int, mlp_hidden: int, dropout: float):
+        super().__init__()
+        self.embed: TokenEmbedding | None = TokenEmbedding(layout, d_model)
+        self.blocks = nn.ModuleDict({str(i): Block(d_model, heads, mlp_hidden, dropout) for i in range(layers)})
+        self.head: Head | None = Head(d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # a pipeline stage without the embedding receives hidden states, one without the head returns them
+        h = self.embed(x) if self.embed is not None else x
+        for block in self.blocks.values():
+            h = block(h)
+        return self.head(h) if self.head is not None else h
+
+    def keep_stage(self, stage: int, num_stages: int) -> TabularTransformer:
+        """Drop what pipeline stage `stage` of `num_stages` does not run (in place; names unchanged)."""
+        names = list(self.blocks.keys())
+        lo, hi = len(names) * stage // num_stages, len(names) * (stage + 1) // num_stages
+        for name in names[:lo] + names[hi:]:
+            del self.blocks[name]
+        if stage > 0:
+            self.embed = None
+        if stage < num_stages - 1:
+            self.head = None
+        return self

@@ -1,0 +1,63 @@
+"""Sharded checkpoints with torch.distributed.checkpoint (DCP).
+
+Every rank writes its own shards into one directory; keys are the plain model's names and
+the optimizer state is flattened per parameter name, so a checkpoint written at one world size
+or parallel layout loads into another (DCP reshards on load). Like the single-file
+checkpoints, a checkpoint only becomes visible complete: ranks write into a hidden
+`.ckpt-...tmp` directory and rank 0 renames it after the last rank is done.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+
+from sparkml_dist.train.checkpoint import atomic_torch_save, checkpoint_name, list_checkpoints
+
+META = "meta.pt"
+_OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
+
+
+def save_sharded(directory: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict[str, Any],
+                 epoch: int, step: int, keep: int, rank: int) -> Path:
+    """Collective: every rank calls it. Returns the checkpoint directory."""
+    directory = Path(directory)
+    final = directory / checkpoint_name(epoch, step, sharded=True)
+    staging = directory / f".{final.name}.tmp"
+    if rank == 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+    dist.barrier()
+    model_state, optim_state = get_state_dict(model, optimizer, options=_OPTIONS)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(staging))
+    dist.barrier()  # every rank's shards are on disk
+    if rank == 0:
+        atomic_torch_save(meta, staging / META)
+        shutil.rmtree(final, ignore_errors=True)  # a re-run of the same step: the older copy goes
+        os.replace(staging, final)
+        for old in list_checkpoints(directory)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
+    dist.barrier()
+    return final
+
+
+def load_sharded(directory: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any] | None:
+    """Load the newest sharded checkpoint into the (already parallelised) model and optimizer,
+    resharding to this run's layout; returns its meta, or None when there is none."""
+    found = [p for p in list_checkpoints(directory) if p.is_dir()]
+    if not found:
+        return None
+    latest = found[-1]
+    model_state, optim_state = get_state_dict(model, optimizer, options=_OPTIONS)
+    state = {"model": model_state, "optim": optim_state}
+    dcp.load(state, checkpoint_id=str(latest))
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=_OPTIONS)
+    return torch.load(latest / META, map_location="cpu", weights_only=True)

@@ -1,0 +1,127 @@
+"""Strategies on a DeviceMesh: FSDP2 (`fully_shard`), tensor parallelism (`parallelize_module`)
+and their 2-D hybrid. Parameters become DTensors; checkpoints are sharded (DCP)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from sparkml_dist.train.strategies import OptimizerFactory, Strategy
+
+
+def _device_type(model: nn.Module) -> str:
+    return next(model.parameters()).device.type
+
+
+def shard_fully(model: nn.Module, mesh) -> nn.Module:
+    """FSDP2: one all-gather group per transformer block (or per Linear of an MLP), then the rest."""
+    from torch.distributed.fsdp import fully_shard
+
+    blocks = getattr(model, "blocks", None)
+    units = list(blocks.values()) if blocks is not None else [m for m in model.modules() if isinstance(m, nn.Linear)]
+    for unit in units:
+        fully_shard(unit, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def tensor_parallel_plan(model: nn.Module) -> dict:
+    """Megatron-style: q/k/v and fc1 column-wise, attention out and fc2 row-wise (one allreduce
+    per attention and per MLP), the token table row-wise."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    plan = {"embed.tokens": RowwiseParallel(input_layouts=Replicate())}
+    for name in model.blocks.keys():
+        plan.update({f"blocks.{name}.attn.{p}": ColwiseParallel() for p in ("q", "k", "v")})
+        plan[f"blocks.{name}.attn.out"] = RowwiseParallel()
+        plan[f"blocks.{name}.mlp.fc1"] = ColwiseParallel()
+        plan[f"blocks.{name}.mlp.fc2"] = RowwiseParallel()
+    return plan
+
+
+class MeshStrategy(Strategy):
+    sharded_checkpoints = True
+    replicated = False
+    needs_lockstep = True  # FSDP and DTensor collectives run inside forward/backward: no join()
+
+    def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        # a collective: every rank calls it, rank 0 receives the gathered tensors
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    @staticmethod
+    def unwrap(model: nn.Module) -> nn.Module:
+        return model
+
+
+class FullyShardedDataParallel(MeshStrategy):
+    """Parameters, gradients and optimizer state sharded over all ranks (ZeRO-3 style)."""
+
+    name = "fsdp"
+
+    def wrap(self, model: nn.Module, optimizer_factory: OptimizerFactory) -> tuple[nn.Module, torch.optim.Optimizer]:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(_device_type(model), (self.world_size,))
+        model = shard_fully(model, mesh)
+        return model, optimizer_factory(model.parameters())
+
+
+class TensorParallel(MeshStrategy):
+    """Every rank holds 1/N of each attention and MLP layer; all ranks see the same batch."""
+
+    name = "tensor"
+
+    @property
+    def data_rank(self) -> int:
+        return 0
+
+    @property
+    def data_world(self) -> int:
+        return 1
+
+    @property
+    def metric_share(self) -> float:
+        return 1.0 if self.rank == 0 else 0.0
+
+    def wrap(self, model: nn.Module, optimizer_factory: OptimizerFactory) -> tuple[nn.Module, torch.optim.Optimizer]:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        mesh = init_device_mesh(_device_type(model), (self.world_size,))
+        model = parallelize_module(model, mesh, tensor_parallel_plan(model))
+        return model, optimizer_factory(model.parameters())
+
+
+class HybridParallel(MeshStrategy):
+    """A 2-D mesh (dp, tp): tensor parallel inside groups of `tensor_parallel` ranks, FSDP
+    across the groups. Rank r sits at (r // tp, r % tp)."""
+
+    name = "hybrid"
+
+    def __init__(self, world_size: int, rank: int, tensor_parallel: int):
+        super().__init__(world_size, rank)
+        self.tp = tensor_parallel
+
+    @property
+    def data_rank(self) -> int:
+        return self.rank // self.tp
+
+    @property
+    def data_world(self) -> int:
+        return self.world_size // self.tp
+
+    @property
+    def metric_share(self) -> float:
+        return 1.0 if self.rank % self.tp == 0 else 0.0
+
+    def wrap(self, model: nn.Module, optimizer_factory: OptimizerFactory) -> tuple[nn.Module, torch.optim.Optimizer]:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        mesh = init_device_mesh(_device_type(model), (self.data_world, self.tp), mesh_dim_names=("dp", "tp"))
+        model = parallelize_module(model, mesh["tp"], tensor_parallel_plan(model))
+        model = shard_fully(model, mesh["dp"])
+        return model, optimizer_factory(model.parameters())

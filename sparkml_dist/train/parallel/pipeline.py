@@ -1,0 +1,105 @@
+"""Pipeline parallelism: rank r runs stage r of the transformer (the embedding on the first,
+the head on the last, the blocks split evenly) with torch.distributed.pipelining's GPipe or
+1F1B schedule over micro-batches. All stages read the same batches.
+
+Every batch is padded to `batch_size` so micro-batch shapes never change; targets carry a
+per-row weight (m / real rows, 0 for padding), so the schedule's mean over micro-batches of
+`sum(weight x loss)` is exactly the batch mean over real rows, as in data-parallel training.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from sparkml_dist.train.strategies import OptimizerFactory, Strategy
+
+
+def weighted_bce(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return (F.binary_cross_entropy_with_logits(logits, target[:, 0], reduction="none") * target[:, 1]).sum()
+
+
+class PipelineParallel(Strategy):
+    name = "pipeline"
+    sharded_checkpoints = True
+    replicated = False
+
+    def __init__(self, world_size: int, rank: int, microbatches: int, schedule: str, batch_size: int):
+        super().__init__(world_size, rank)
+        self.microbatches = microbatches
+        self.schedule_name = schedule
+        self.batch_size = batch_size
+        self.schedule = None
+        self.hidden = (0, 0)  # (tokens, width) of the activations sent between stages
+
+    @property
+    def data_rank(self) -> int:
+        return 0
+
+    @property
+    def data_world(self) -> int:
+        return 1
+
+    @property
+    def is_last(self) -> bool:
+        return self.rank == self.world_size - 1
+
+    @property
+    def metric_share(self) -> float:
+        return 1.0 if self.is_last else 0.0
+
+    def wrap(self, model: nn.Module, optimizer_factory: OptimizerFactory) -> tuple[nn.Module, torch.optim.Optimizer]:
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+        self.hidden = (model.embed.token_ids.numel(), model.embed.values.shape[1])
+        model = model.keep_stage(self.rank, self.world_size)
+        device = next(model.parameters()).device
+        stage = PipelineStage(model, self.rank, self.world_size, device)
+        schedule_class = ScheduleGPipe if self.schedule_name == "gpipe" else Schedule1F1B
+        self.schedule = schedule_class(stage, n_microbatches=self.microbatches, loss_fn=weighted_bce)
+        return model, optimizer_factory(model.parameters())
+
+    def train_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module,
+                   accumulate: int) -> torch.Tensor | None:
+        real = len(x)
+        if self.rank == 0:
+            self.schedule.step(self._pad(x))
+            return None
+        if not self.is_last:
+            self.schedule.step()
+            return None
+        weights = torch.full((real,), self.microbatches / real, dtype=y.dtype, device=y.device)
+        target = self._pad(torch.stack([y, weights], dim=1))
+        losses: list[torch.Tensor] = []
+        self.schedule.step(target=target, losses=losses)
+        return torch.stack([loss.detach() for loss in losses]).sum() / self.microbatches
+
+    def logits(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
+        """Evaluation without the schedule: the whole batch passes stage to stage (point-to-point)."""
+        if self.rank == 0:
+            hidden = model(x)
+        else:
+            hidden = x.new_empty(len(x), *self.hidden)
+            dist.recv(hidden, src=self.rank - 1)
+            hidden = model(hidden)
+        if self.is_last:
+            return hidden
+        dist.send(hidden.contiguous(), dst=self.rank + 1)
+        return None
+
+    def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """Each stage's weights, gathered on rank 0 (a collective)."""
+        mine = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        parts = [None] * self.world_size if self.rank == 0 else None
+        dist.gather_object(mine, parts, dst=0)
+        return {k: v for part in parts for k, v in part.items()} if self.rank == 0 else {}
+
+    def _pad(self, t: torch.Tensor) -> torch.Tensor:
+        missing = self.batch_size - len(t)
+        return t if missing == 0 else torch.cat([t, t.new_zeros(missing, *t.shape[1:])])
+
+    @staticmethod
+    def unwrap(model: nn.Module) -> nn.Module:
+        return model
