@@ -1,4 +1,4 @@
-"""Shared fixtures: one local[2] Spark session, a private MLflow store per test, the real Adult
+"""Shared fixtures: one local[4] Spark session (4 slots: the 2x2 hybrid mesh; 2 cores, oversubscribed), a private MLflow store per test, the real Adult
 data preprocessed once, and a guard that fails any test that leaks environment variables."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def spark():
     from sparkml_dist.config import SparkConfig
     from sparkml_dist.spark import build_session
 
-    session = build_session(SparkConfig(master="local[2]", app_name="sparkml_dist-tests"),
+    session = build_session(SparkConfig(master="local[4]", app_name="sparkml_dist-tests"),
                             extra_conf={"spark.sql.shuffle.partitions": "4"})
     session.sparkContext.setLogLevel("ERROR")
     yield session

@@ -1,4 +1,4 @@
-"""Horovod as a training backend in the barrier stage: real Horovod (Gloo) ranks on local[2]."""
+"""Horovod as a training backend in the barrier stage: real Horovod (Gloo) ranks on local Spark."""
 
 import pytest
 

@@ -62,5 +62,5 @@ def test_a_raising_rank_is_reported_by_rank_with_its_output(spark):
 
 
 def test_too_many_ranks_fails_fast_with_the_slot_count(spark):
-    with pytest.raises(SlotError, match="2 task slots available, 5 ranks requested"):
+    with pytest.raises(SlotError, match="4 task slots available, 5 ranks requested"):
         run_barrier(spark, allreduce_rank, None, 5, TorchBackend())

@@ -65,6 +65,10 @@ class TorchBackend:
     device: str = "auto"
     timeout_s: int = 300
     name: str = "torch"
+    # fork a fresh process per rank: DTensor / DCP keep process-wide caches keyed by the mesh's
+    # shape, which a reused Spark worker that now holds another rank would hit (wrong shard
+    # offsets in a checkpoint); the model-parallel strategies ask for it, DDP does not need it
+    needs_fresh_process: bool = False
 
     def driver_start(self, num_ranks: int, driver_host: str) -> DriverHandle:
         return DriverHandle()
@@ -107,7 +111,7 @@ class TorchBackend:
 def get_backend(name: str, device: str = "auto", timeout_s: int = 300, **options) -> Backend:
     """The backend by name; `options` are backend-specific (Horovod: cycle_time_ms, fusion_threshold_mib)."""
     if name == "torch":
-        return TorchBackend(device=device, timeout_s=timeout_s)
+        return TorchBackend(device=device, timeout_s=timeout_s, **options)
     if name == "horovod":
         from sparkml_dist.launch.horovod_backend import HorovodBackend
 
@@ -117,7 +121,7 @@ def get_backend(name: str, device: str = "auto", timeout_s: int = 300, **options
 
 def backend_for(train) -> Backend:
     """The backend a TrainConfig asks for, with its options."""
-    options = {}
-    if train.backend == "horovod":
+    options = {"needs_fresh_process": train.strategy != "ddp"}
+    if train.backend == "horovod":  # always forks
         options = {"cycle_time_ms": train.horovod.cycle_time_ms, "fusion_threshold_mib": train.horovod.fusion_threshold_mib}
     return get_backend(train.backend, train.device, train.timeout_s, **options)

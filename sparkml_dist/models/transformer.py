@@ -90,7 +90,9 @@ class Head(nn.Module):
     def __init__(self, d_model: int):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.out = nn.Linear(d_model, 1)
+        # no bias: the norm's shift already gives the logit an intercept, and every parameter
+        # keeps a dimension that a power-of-two mesh splits evenly (what DCP reshards)
+        self.out = nn.Linear(d_model, 1, bias=False)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return self.out(self.norm(h[:, 0])).squeeze(-1)

@@ -109,9 +109,12 @@ def train_rank(ctx: RankContext, job: TrainJob) -> dict[str, Any]:
     for epoch in range(position.epoch, cfg.epochs):
         start = position.step if epoch == position.epoch else 0
         stats = position.stats if epoch == position.epoch else EpochStats()
-        run = EpochRun(model, optimizer, nn.BCEWithLogitsLoss(), train_loader, steps_per_epoch, strategy, device,
-                       progress, cfg.log_every_steps, cfg.checkpoint_every_steps, checkpoint, cfg.seed,
-                       lambda e, s: inject(job.faults, job.attempt, ctx.rank, e, s), heartbeat.beat)
+        run = EpochRun(model=model, optimizer=optimizer, loss_fn=nn.BCEWithLogitsLoss(), loader=train_loader,
+                       steps=steps_per_epoch, strategy=strategy, device=device, progress=progress,
+                       log_every=cfg.log_every_steps, checkpoint_every=cfg.checkpoint_every_steps,
+                       checkpoint=checkpoint, seed=cfg.seed, rank=ctx.rank,
+                       before_step=lambda e, s: inject(job.faults, job.attempt, ctx.rank, e, s),
+                       at_collective=heartbeat.beat)
         try:
             stats = run.epoch(epoch, start, stats)
         except Exception as exc:

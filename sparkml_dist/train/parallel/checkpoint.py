@@ -9,6 +9,7 @@ checkpoints, a checkpoint only becomes visible complete: ranks write into a hidd
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from pathlib import Path
@@ -18,6 +19,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.planner import LoadPlan
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from sparkml_dist.train.checkpoint import atomic_torch_save, checkpoint_name, list_checkpoints
@@ -49,6 +52,23 @@ def save_sharded(directory: str | Path, model: nn.Module, optimizer: torch.optim
     return final
 
 
+class _SkipEmptyShards(DefaultLoadPlanner):
+    """A rank whose shard of a small parameter is empty (FSDP2 splits a [1] bias over 4 ranks
+    as 1,0,0,0) reads nothing for it; the default plan asks it to read one element into zero
+    and DCP refuses (pytorch#153283)."""
+
+    def create_local_plan(self) -> LoadPlan:
+        plan = super().create_local_plan()
+        return dataclasses.replace(plan, items=[item for item in plan.items if not self._is_empty(item)])
+
+    def _is_empty(self, item) -> bool:
+        target = self.state_dict.get(item.dest_index.fqn)
+        if not torch.is_tensor(target):
+            return False
+        local = target.to_local() if hasattr(target, "to_local") else target
+        return local.numel() == 0
+
+
 def load_sharded(directory: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any] | None:
     """Load the newest sharded checkpoint into the (already parallelised) model and optimizer,
     resharding to this run's layout; returns its meta, or None when there is none."""
@@ -58,6 +78,6 @@ def load_sharded(directory: str | Path, model: nn.Module, optimizer: torch.optim
     latest = found[-1]
     model_state, optim_state = get_state_dict(model, optimizer, options=_OPTIONS)
     state = {"model": model_state, "optim": optim_state}
-    dcp.load(state, checkpoint_id=str(latest))
+    dcp.load(state, checkpoint_id=str(latest), planner=_SkipEmptyShards())
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=_OPTIONS)
     return torch.load(latest / META, map_location="cpu", weights_only=True)

@@ -13,15 +13,32 @@ def _device_type(model: nn.Module) -> str:
     return next(model.parameters()).device.type
 
 
+def even_shard_dim(mesh_size: int):
+    """FSDP2 placement: shard each parameter on its first dim the mesh divides evenly (a
+    [1, d] head weight shards on d, not on its single row). Uneven shards train correctly
+    but are not resharded by DCP on load (pytorch#153283); those load via full tensors."""
+    from torch.distributed.tensor import Shard
+
+    def place(param: torch.Tensor):
+        local = param.to_local() if hasattr(param, "to_local") else param
+        for dim, size in enumerate(local.shape):
+            if size % mesh_size == 0:
+                return Shard(dim)
+        return Shard(0)
+
+    return place
+
+
 def shard_fully(model: nn.Module, mesh) -> nn.Module:
     """FSDP2: one all-gather group per transformer block (or per Linear of an MLP), then the rest."""
     from torch.distributed.fsdp import fully_shard
 
     blocks = getattr(model, "blocks", None)
     units = list(blocks.values()) if blocks is not None else [m for m in model.modules() if isinstance(m, nn.Linear)]
+    place = even_shard_dim(mesh.size())
     for unit in units:
-        fully_shard(unit, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(unit, mesh=mesh, shard_placement_fn=place)
+    fully_shard(model, mesh=mesh, shard_placement_fn=place)
     return model
 
 
