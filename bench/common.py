@@ -31,16 +31,19 @@ def alternate(ours: Callable[[], float], baseline: Callable[[], float], rounds: 
     return statistics.median(a), statistics.median(b)
 
 
-def entry(name: str, ours: float, baseline: float, unit: str, better: str, target: float, note: str = "") -> dict:
+def entry(name: str, ours: float, baseline: float, unit: str, better: str, target: float | None,
+          note: str = "") -> dict:
+    """`target=None`: a figure reported for the record, with nothing to meet."""
     ratio = ours / baseline if baseline else float("nan")
-    met = ratio >= target if better == "higher" else ratio <= target
+    met = None if target is None else (ratio >= target if better == "higher" else ratio <= target)
     row = {"name": name, "ours": round(ours, 4), "baseline": round(baseline, 4), "unit": unit,
            "ratio": round(ratio, 4), "better": better, "target": target, "met": met}
     if note:
         row["note"] = note
-    mark = "ok " if met else "MISS"
+    mark = "info" if met is None else "ok " if met else "MISS"
+    goal = "report" if target is None else f"target {'>=' if better == 'higher' else '<='} {target}"
     print(f"[{mark}] {name:34s} ours {ours:12.2f} {unit:10s} baseline {baseline:12.2f}  ratio {ratio:6.3f} "
-          f"(target {'>=' if better == 'higher' else '<='} {target})", flush=True)
+          f"({goal})", flush=True)
     return row
 
 

@@ -21,8 +21,10 @@ def table(results: list[dict]) -> str:
     lines = ["| name | ours | baseline | unit | ratio | target | |", "|---|---:|---:|---|---:|---|---|"]
     for r in sorted(results, key=lambda r: rank.get(r["name"], len(ORDER))):
         sign = "≥" if r["better"] == "higher" else "≤"
+        goal = "report" if r["target"] is None else f"{sign} {r['target']}"
+        verdict = "" if r["met"] is None else "met" if r["met"] else "missed"
         lines.append(f"| `{r['name']}` | {r['ours']:,.2f} | {r['baseline']:,.2f} | {r['unit']} | **{r['ratio']:.3f}** "
-                     f"| {sign} {r['target']} | {'met' if r['met'] else 'missed'} |")
+                     f"| {goal} | {verdict} |")
     return "\n".join(lines)
 
 

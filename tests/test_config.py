@@ -51,3 +51,17 @@ def test_label_column_must_match_the_label_role():
 def test_missing_config_file_says_how_to_pass_one(tmp_path):
     with pytest.raises(ConfigError, match="--config"):
         load_config(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("overrides, words", [
+    (["train.strategy=tensor"], "set model.kind=transformer"),
+    (["model.kind=transformer", "train.strategy=hybrid", "train.num_ranks=3"], "4 ranks as 2x2"),
+    (["model.kind=transformer", "train.strategy=pipeline", "train.num_ranks=4"], "model.transformer.layers (2) must be >= train.num_ranks (4)"),
+    (["model.kind=transformer", "train.strategy=pipeline", "train.parallel.microbatches=3"], "divisible by train.parallel.microbatches"),
+    (["model.kind=transformer", "model.transformer.heads=3"], "model.transformer.d_model (32) must be divisible"),
+    (["train.backend=horovod", "train.strategy=fsdp"], "Horovod does data parallelism only"),
+])
+def test_impossible_parallel_layouts_are_refused_with_the_keys_to_change(adult_config_path, overrides, words):
+    with pytest.raises(ConfigError) as err:
+        load_config(adult_config_path, overrides)
+    assert words in str(err.value)

@@ -64,3 +64,16 @@ def test_a_raising_rank_is_reported_by_rank_with_its_output(spark):
 def test_too_many_ranks_fails_fast_with_the_slot_count(spark):
     with pytest.raises(SlotError, match="4 task slots available, 5 ranks requested"):
         run_barrier(spark, allreduce_rank, None, 5, TorchBackend())
+
+
+def _abort_like_gloo():
+    os.write(2, b"terminate called after throwing an instance of 'gloo::EnforceNotMet'\n")
+    os.abort()
+
+
+def test_a_forked_rank_that_aborts_in_native_code_reports_the_signal_and_its_message():
+    from sparkml_dist.launch.isolation import run_forked
+
+    with pytest.raises(RuntimeError, match="killed by SIGABRT") as info:
+        run_forked(_abort_like_gloo)
+    assert "gloo::EnforceNotMet" in str(info.value)

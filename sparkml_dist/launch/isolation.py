@@ -9,6 +9,10 @@ process at the cost of a few milliseconds, with every module the worker already 
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import signal
+import sys
+import tempfile
 import traceback
 from collections import deque
 from typing import Any, Callable
@@ -31,9 +35,12 @@ def run_forked(fn: Callable[[], Any], tail: deque | None = None) -> Any:
     The child's captured output lines (its copy of `tail`) are appended to the parent's `tail`."""
     ctx = mp.get_context("fork")
     reader, writer = ctx.Pipe(duplex=False)
+    native_stderr = tempfile.TemporaryFile()
 
     def child() -> None:
         reader.close()
+        # C++ code (gloo, NCCL) that aborts writes its reason to fd 2, past Python's capture
+        os.dup2(native_stderr.fileno(), 2)
         lines = lambda: list(tail) if tail is not None else []  # noqa: E731
         try:
             result = fn()
@@ -50,10 +57,12 @@ def run_forked(fn: Callable[[], Any], tail: deque | None = None) -> Any:
         status, payload, child_lines = reader.recv()
     except EOFError:
         process.join()
-        raise RuntimeError(f"the rank's child process died without a result (exit code {process.exitcode}); "
-                           f"a negative code is the signal that killed it") from None
+        last = _tail_of(native_stderr)
+        raise RuntimeError(f"the rank's child process died without a result ({_exit_description(process.exitcode)})"
+                           + (f"; its last native error output:\n{last}" if last else "")) from None
     finally:
         reader.close()
+        _replay(native_stderr)
     process.join()
     if tail is not None:
         tail.clear()
@@ -61,3 +70,27 @@ def run_forked(fn: Callable[[], Any], tail: deque | None = None) -> Any:
     if status == "error":
         raise ChildRankError(*payload)
     return payload
+
+
+def _exit_description(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _tail_of(stream, limit: int = 2000) -> str:
+    stream.seek(0)
+    return stream.read().decode(errors="replace")[-limit:].strip()
+
+
+def _replay(stream) -> None:
+    """What the child wrote to fd 2 goes on to the worker's own stderr (the executor log)."""
+    stream.seek(0)
+    data = stream.read()
+    stream.close()
+    if data:
+        sys.stderr.write(data.decode(errors="replace"))
+        sys.stderr.flush()

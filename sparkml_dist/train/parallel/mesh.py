@@ -20,9 +20,14 @@ def even_shard_dim(mesh_size: int):
     from torch.distributed.tensor import Shard
 
     def place(param: torch.Tensor):
-        local = param.to_local() if hasattr(param, "to_local") else param
-        for dim, size in enumerate(local.shape):
-            if size % mesh_size == 0:
+        # decided from the global shape, so every rank picks the same dim even when tensor
+        # parallelism left the local shards uneven (a 15-row table as 8 + 7 rows)
+        split = {}
+        for mesh_dim, placement in enumerate(getattr(param, "placements", ())):
+            if isinstance(placement, Shard):
+                split[placement.dim] = split.get(placement.dim, 1) * param.device_mesh.size(mesh_dim)
+        for dim, size in enumerate(param.shape):
+            if size % (mesh_size * split.get(dim, 1)) == 0:
                 return Shard(dim)
         return Shard(0)
 
@@ -63,10 +68,14 @@ class MeshStrategy(Strategy):
     needs_lockstep = True  # FSDP and DTensor collectives run inside forward/backward: no join()
 
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        # a collective: every rank calls it, rank 0 receives the gathered tensors
-        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        """A collective: every rank gathers each parameter in state_dict order and rank 0 keeps
+        them, so the other ranks never hold more than one full parameter at a time."""
+        full = {}
+        for name, value in model.state_dict().items():
+            tensor = value.full_tensor() if hasattr(value, "full_tensor") else value
+            if self.rank == 0:
+                full[name] = tensor.detach().cpu()
+        return full
 
     @staticmethod
     def unwrap(model: nn.Module) -> nn.Module:
