@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench import allreduce, inference, loader, memory, preprocess, scaling, training
+from bench import allreduce, inference, loader, memory, parallel, preprocess, scaling, training
 from bench.common import make_bench_importable
 
 
@@ -27,6 +27,7 @@ def main(full: bool = False) -> None:
     memory.main(spark=spark)
     preprocess.main((1_000_000, 10_000_000) if full else (1_000_000,), spark=spark)
     spark.stop()
+    parallel.main()  # its own local[4] session: the 2 x 2 hybrid mesh needs 4 task slots
 
 
 if __name__ == "__main__":
