@@ -11,7 +11,7 @@ import sys
 from sparkml_dist.config.loader import load_config
 from sparkml_dist.errors import SparkMLDistError
 
-STAGES = ("preprocess", "train", "evaluate", "register", "score", "pipeline")
+STAGES = ("preprocess", "train", "evaluate", "register", "score", "pipeline", "finetune")
 log = logging.getLogger("sparkml_dist.cli")
 
 
@@ -66,6 +66,8 @@ def _run_stage(args: argparse.Namespace, cfg, spark) -> str:
     paths = OutputPaths.of(cfg)
     if args.stage == "pipeline":
         return format_summary(run_pipeline(spark, cfg))
+    if args.stage == "finetune":
+        return _finetune(cfg, spark)
     if args.stage == "preprocess":
         prep = stages.preprocess(spark, cfg)
         return f"preprocess: {json.dumps(prep.manifest.inputs)} -> {prep.path} (manifest {prep.path}/manifest.json)"
@@ -99,6 +101,14 @@ def _run_stage(args: argparse.Namespace, cfg, spark) -> str:
     result = stages.score(spark, cfg, args.model_uri, args.input, args.output)
     return (f"score: {result.input_rows:,} rows in, {result.scored_rows:,} scored, {result.rejected_rows:,} rejected "
             f"-> {result.path} (model {result.model_uri})")
+
+
+def _finetune(cfg, spark) -> str:
+    from sparkml_dist.stages.finetune import finetune, result_lines
+    from sparkml_dist.tracking.client import tracked_run
+
+    with tracked_run(cfg.tracking, "finetune", cfg.flat_params()) as run:
+        return result_lines(finetune(spark, cfg, run))
 
 
 def _configure_logging() -> None:

@@ -191,6 +191,23 @@ class SparkConfig(_Strict):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
+class FinetuneConfig(_Strict):
+    """`finetune` job: continue training a registered model on new data (jobs/finetune.py)."""
+
+    base_model: str | None = Field(None, description="models:/<name>@<alias>, models:/<name>/<version> or runs:/<id>/model; "
+                                                     "default models:/<tracking.registered_model>@champion")
+    where: str | None = Field(None, description="Spark SQL predicate over the raw columns choosing the rows to fine-tune "
+                                                "on (and the subset the result is measured on), e.g. \"age < 30\"")
+    epochs: int = Field(3, ge=1)
+    learning_rate: float = Field(2e-4, gt=0.0, le=1.0, description="usually well below train.learning_rate")
+    freeze: list[str] = Field(default_factory=list, description="parameter-name prefixes kept fixed, e.g. [net.0]")
+    lora_rank: int = Field(0, ge=0, description=">0: low-rank adapters on the Linear layers, base weights frozen")
+    lora_alpha: float = Field(8.0, gt=0.0)
+    max_original_drop: float = Field(0.02, ge=0.0, le=1.0,
+                                     description="the gate metric on the original test set may fall by at most this")
+    alias: str = Field("finetuned", min_length=1, description="alias the new version gets when it passes")
+
+
 class OutputConfig(_Strict):
     root: str = "output"
 
@@ -203,6 +220,7 @@ class JobConfig(_Strict):
     tracking: TrackingConfig = TrackingConfig()
     spark: SparkConfig = SparkConfig()
     output: OutputConfig = OutputConfig()
+    finetune: FinetuneConfig = FinetuneConfig()
 
     @model_validator(mode="after")
     def _model_fits_strategy(self) -> JobConfig:

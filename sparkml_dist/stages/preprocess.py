@@ -6,6 +6,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyspark.ml import PipelineModel
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -15,6 +17,7 @@ from sparkml_dist.data.dataset import MANIFEST, Manifest, describe_split, split_
 from sparkml_dist.data.features import FEATURES, build_feature_pipeline, feature_names, to_feature_frame
 from sparkml_dist.data.ingest import IngestResult, ingest
 from sparkml_dist.data.sources import fingerprint, resolve_path
+from sparkml_dist.errors import ConfigError
 from sparkml_dist.stages.paths import OutputPaths
 
 log = logging.getLogger(__name__)
@@ -30,16 +33,20 @@ class PreprocessResult:
         return str(Path(self.path) / "feature_pipeline")
 
 
-def preprocess(spark: SparkSession, cfg: JobConfig) -> PreprocessResult:
+def preprocess(spark: SparkSession, cfg: JobConfig, fitted: PipelineModel | None = None, where: str | None = None,
+               out: Path | None = None) -> PreprocessResult:
+    """Fit the feature pipeline on the training rows (or reuse `fitted`, a model's own, when
+    fine-tuning) and write the splits; `where` keeps only the rows it matches."""
     data = cfg.data
-    out = OutputPaths.of(cfg).preprocess
+    out = out or OutputPaths.of(cfg).preprocess
     inputs = {"train": ingest(spark, data.train_path, data), "test": ingest(spark, data.test_path, data)}
     for name, result in inputs.items():
         log.info("ingest %s: %s", name, result.counts())
-    train_rows, val_rows = split_frame(inputs["train"].accepted, data.validation_fraction, data.split_seed)
-    pipeline = build_feature_pipeline(data, cfg.features).fit(train_rows)
+    accepted = {name: select_rows(r.accepted, where) for name, r in inputs.items()}
+    train_rows, val_rows = split_frame(accepted["train"], data.validation_fraction, data.split_seed)
+    pipeline = fitted or build_feature_pipeline(data, cfg.features).fit(train_rows)
     frames = {name: to_feature_frame(pipeline, df) for name, df in
-              (("train", train_rows), ("val", val_rows), ("test", inputs["test"].accepted))}
+              (("train", train_rows), ("val", val_rows), ("test", accepted["test"]))}
     dim = frames["train"].select(F.size(FEATURES)).first()[0]
     ranks = cfg.train.num_ranks
     with atomic_dir(spark, str(out)) as staging:
@@ -51,6 +58,17 @@ def preprocess(spark: SparkSession, cfg: JobConfig) -> PreprocessResult:
         manifest = _manifest(spark, cfg, Path(staging), pipeline, train_rows, dim, inputs)
         (Path(staging) / MANIFEST).write_text(manifest.to_json())
     return PreprocessResult(str(out), manifest)
+
+
+def select_rows(rows: DataFrame, where: str | None) -> DataFrame:
+    """The rows a Spark SQL predicate over the raw columns keeps; a bad predicate names the key."""
+    if not where:
+        return rows
+    try:
+        return rows.where(F.expr(where)).select(*rows.columns)
+    except AnalysisException as exc:  # ParseException is one too  # unknown column, type error: raised here, before any job
+        raise ConfigError(f"finetune.where: {where!r} is not a valid predicate over the columns "
+                          f"{[c for c in rows.columns if not c.startswith('_')]}: {str(exc).splitlines()[0]}") from None
 
 
 def _write_rejects(inputs: dict[str, IngestResult], path: str) -> None:

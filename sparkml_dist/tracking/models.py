@@ -106,6 +106,20 @@ def resolve_registry_uri(model_uri: str, tracking_uri: str) -> str:
     return client.get_model_version_download_uri(name, str(version))
 
 
+def model_version(model_uri: str, tracking_uri: str) -> str | None:
+    """The registry version a `models:/` URI points at now (None for runs:/ and paths)."""
+    if not model_uri.startswith("models:/"):
+        return None
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    ref = model_uri[len("models:/"):].rstrip("/")
+    if "@" in ref:
+        name, alias = ref.split("@", 1)
+        return str(client.get_model_version_by_alias(name, alias).version)
+    return ref.rsplit("/", 1)[1]
+
+
 def load_bundle(model_uri: str, tracking_uri: str, dst: str | None = None) -> ModelBundle:
     """Download a logged model (runs:/, models:/name@alias, models:/name/version) as a bundle."""
     import mlflow.artifacts

@@ -8,6 +8,7 @@ from typing import Any
 from sparkml_dist.config.schema import TrainConfig
 from sparkml_dist.data.dataset import RowGroup
 from sparkml_dist.tracking.client import RunHandle
+from sparkml_dist.train.adapters import AdaptSpec
 
 
 @dataclass(frozen=True)
@@ -35,3 +36,5 @@ class TrainJob:
     run: RunHandle | None = None
     attempt: int = 0
     faults: tuple[Fault, ...] = ()
+    init_weights: bytes | None = None  # fine-tuning: the base model's state_dict (torch.save bytes)
+    adapt: AdaptSpec | None = None  # fine-tuning: frozen prefixes and low-rank adapters

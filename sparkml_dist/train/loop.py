@@ -27,7 +27,8 @@ from sparkml_dist.launch.heartbeat import Heartbeat
 from sparkml_dist.launch.reports import is_peer_failure
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.tracking.client import RankTracker
-from sparkml_dist.train.checkpoint import load_latest, save_checkpoint, state_dict_to_bytes
+from sparkml_dist.train.adapters import apply_adapters, merge_adapters, trainable
+from sparkml_dist.train.checkpoint import load_latest, save_checkpoint, state_dict_from_bytes, state_dict_to_bytes
 from sparkml_dist.train.faults import inject
 from sparkml_dist.train.job import TrainJob
 from sparkml_dist.train.progress import Progress
@@ -133,6 +134,8 @@ def train_rank(ctx: RankContext, job: TrainJob) -> dict[str, Any]:
             tracker.log(metrics, epoch)
         checkpoint(epoch, steps_per_epoch, EpochStats())
 
+    if job.adapt is not None:
+        merge_adapters(strategy.unwrap(model))  # the exported model has the base model's names
     weights = strategy.full_state_dict(model)  # a collective under the model-parallel strategies
     tracker.log({"param_bytes": float(local_param_bytes(model))}, cfg.epochs - 1, per_rank=True)
     return {
@@ -148,14 +151,20 @@ def train_rank(ctx: RankContext, job: TrainJob) -> dict[str, Any]:
 
 
 def _build_and_restore(job: TrainJob, strategy: Strategy, device: torch.device):
-    """Model and optimizer placed by the strategy, restored from the newest checkpoint if any."""
+    """Model and optimizer placed by the strategy, restored from the newest checkpoint if any.
+    A fine-tuning job starts from `init_weights` with its adapters in place."""
     cfg = job.train
-    model = build_model(job.model_spec).to(device)
+    model = build_model(job.model_spec)
+    if job.init_weights is not None:
+        model.load_state_dict(state_dict_from_bytes(job.init_weights))
+    if job.adapt is not None:
+        apply_adapters(model, job.adapt)
+    model = model.to(device)
     ckpt = None if strategy.sharded_checkpoints else load_latest(job.checkpoint_dir)
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
     model, optimizer = strategy.wrap(
-        model, lambda params: torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        model, lambda params: torch.optim.AdamW(trainable(params), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     )
     if strategy.sharded_checkpoints:
         ckpt = load_sharded(job.checkpoint_dir, model, optimizer)  # reshards to this layout

@@ -1,0 +1,122 @@
+"""Fine-tuning from the registry: start from a registered model (default `@champion`), train on
+new rows (or a `where` subset) with the same launcher and backends, optionally with frozen
+layers or low-rank adapters, and register the result as a new version that names its parent.
+
+The new version keeps the base model's feature pipeline (the new rows are encoded exactly as
+the base model saw its own), spec and parameter names, so scoring needs nothing new. It gets
+`finetune.alias` only when the gate metric on the original test rows fell by at most
+`finetune.max_original_drop`; either way the reason is recorded on the version.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+
+
+from pyspark.ml import PipelineModel
+from pyspark.sql import SparkSession
+
+from sparkml_dist.config.schema import JobConfig
+from sparkml_dist.data.ingest import ingest
+from sparkml_dist.stages.evaluate import evaluate
+from sparkml_dist.stages.paths import OutputPaths
+from sparkml_dist.stages.preprocess import preprocess, select_rows
+from sparkml_dist.stages.score import check_schema
+from sparkml_dist.stages.train import make_job, run_with_recovery
+from sparkml_dist.tracking.client import RankTracker, RunHandle
+from sparkml_dist.tracking.models import load_bundle, log_model, model_version
+from sparkml_dist.tracking.models import register as create_version
+from sparkml_dist.train.adapters import AdaptSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FinetuneResult:
+    run_id: str
+    model_uri: str
+    parent: str  # the base model URI as given
+    parent_version: str | None
+    version: str
+    alias: str | None
+    reason: str
+    base_metrics: dict[str, dict[str, float]]  # {"test": ..., "subset": ...} of the base model
+    metrics: dict[str, dict[str, float]]  # the same for the fine-tuned model
+
+
+def finetune(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> FinetuneResult:
+    ft = cfg.finetune
+    base_uri = ft.base_model or f"models:/{cfg.tracking.registered_model}@champion"
+    bundle = load_bundle(base_uri, run.tracking_uri)
+    check_schema(cfg.data, bundle)
+    parent_version = model_version(base_uri, run.tracking_uri)
+    log.info("fine-tuning %s (version %s) on %s", base_uri, parent_version or "-", ft.where or "all rows")
+
+    out = OutputPaths.of(cfg).root / "finetune"
+    prep = preprocess(spark, cfg, fitted=PipelineModel.load(bundle.feature_pipeline_path), where=ft.where,
+                      out=out / "preprocess")
+    train_cfg = cfg.train.model_copy(update={"epochs": ft.epochs, "learning_rate": ft.learning_rate})
+    job = make_job(prep.path, prep.manifest, bundle.spec, cfg.model_copy(update={"train": train_cfg}),
+                   str(out / "checkpoints" / run.run_id), run)
+    job = replace(job, init_weights=bundle.weights,
+                  adapt=AdaptSpec(tuple(ft.freeze), ft.lora_rank, ft.lora_alpha))
+    chief = run_with_recovery(spark, job, cfg)[0]
+    model_uri = log_model(run, chief["state_dict"], bundle.spec, bundle.feature_pipeline_path, bundle.training_schema)
+
+    test = ingest(spark, cfg.data.test_path, cfg.data).accepted.cache()
+    sets = {"test": test, "subset": select_rows(test, ft.where)}
+    base = {k: evaluate(spark, cfg, base_uri, run.tracking_uri, rows).metrics for k, rows in sets.items()}
+    new = {k: evaluate(spark, cfg, model_uri, run.tracking_uri, rows).metrics for k, rows in sets.items()}
+    test.unpersist()
+    _log_comparison(run, base, new)
+
+    passed, reason = _guard(cfg, base["test"], new["test"])
+    tags = {"parent_model": base_uri, "parent_version": parent_version or "", "finetune.where": ft.where or "",
+            "finetune.reason": reason, "finetune.lora_rank": str(ft.lora_rank),
+            "finetune.freeze": ",".join(ft.freeze)}
+    version = create_version(run, model_uri, cfg.tracking.registered_model, tags)
+    client = run.client()
+    if passed:
+        client.set_registered_model_alias(cfg.tracking.registered_model, ft.alias, version)
+    for key, value in {**tags, "registry.version": version}.items():
+        client.set_tag(run.run_id, key, value)
+    log.info("fine-tuned version %s: %s", version, reason)
+    return FinetuneResult(run.run_id, model_uri, base_uri, parent_version, version, ft.alias if passed else None,
+                          reason, base, new)
+
+
+def _guard(cfg: JobConfig, base: dict[str, float], new: dict[str, float]) -> tuple[bool, str]:
+    metric, bound = cfg.tracking.gate.metric, cfg.finetune.max_original_drop
+    drop = base[metric] - new[metric]
+    if drop > bound:
+        return False, f"original test {metric} fell {drop:.4f} ({base[metric]:.4f} -> {new[metric]:.4f}), more than finetune.max_original_drop {bound}"
+    return True, f"original test {metric} {base[metric]:.4f} -> {new[metric]:.4f} (allowed drop {bound})"
+
+
+def _log_comparison(run: RunHandle, base: dict[str, dict[str, float]], new: dict[str, dict[str, float]]) -> None:
+    flat = {}
+    for split in base:
+        flat.update({f"base_{split}_{k}": v for k, v in base[split].items()})
+        flat.update({f"{split}_{k}": v for k, v in new[split].items()})
+    RankTracker(run, 0).log(flat, 0)
+
+
+def result_lines(result: FinetuneResult) -> str:
+    def show(m: dict[str, float]) -> str:
+        return f"accuracy {m['accuracy']:.4f}  roc_auc {m['roc_auc']:.4f}  log_loss {m['log_loss']:.4f}"
+
+    return "\n".join([
+        "=== sparkml_dist finetune ===",
+        f"parent         : {result.parent} (version {result.parent_version or '-'})",
+        f"subset  before : {show(result.base_metrics['subset'])}",
+        f"subset  after  : {show(result.metrics['subset'])}",
+        f"test    before : {show(result.base_metrics['test'])}",
+        f"test    after  : {show(result.metrics['test'])}",
+        f"registry       : version {result.version}" + (f" -> alias '{result.alias}'" if result.alias else " (no alias)"),
+        f"reason         : {result.reason}",
+        f"mlflow run     : {result.run_id}",
+    ])
+
+
+
