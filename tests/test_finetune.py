@@ -75,7 +75,7 @@ def test_finetune_from_the_champion_improves_the_subset_and_keeps_the_rest(spark
     version = client.get_model_version(cfg.tracking.registered_model, result.version)
     assert version.tags["parent_version"] == base.version, "the new version names its parent"
     assert version.tags["finetune.where"] == "relationship = 'Wife'"
-    assert client.get_model_version_by_alias(cfg.tracking.registered_model, "champion").version == base.version
+    assert str(client.get_model_version_by_alias(cfg.tracking.registered_model, "champion").version) == base.version
 
     # low-rank adapters from the same parent by version: merged back, scored like any model
     lora = cfg.model_copy(update={"finetune": cfg.finetune.model_copy(update={
