@@ -11,7 +11,7 @@ import sys
 from sparkml_dist.config.loader import load_config
 from sparkml_dist.errors import SparkMLDistError
 
-STAGES = ("preprocess", "train", "evaluate", "register", "score", "pipeline", "finetune")
+STAGES = ("preprocess", "train", "evaluate", "register", "score", "pipeline", "finetune", "contribute")
 log = logging.getLogger("sparkml_dist.cli")
 
 
@@ -26,6 +26,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--model-uri", help="evaluate/score: model to use (default: last trained / @champion)")
     parser.add_argument("--input", help="score: raw rows to score (default: data.score_path or data.test_path)")
     parser.add_argument("--output", help="score: where predictions go (default: <output.root>/predictions)")
+    parser.add_argument("--delta", help="contribute: the parameter delta, a file or an MLflow artifact URI")
+    parser.add_argument("--contributor", default="anonymous", help="contribute: who submitted the delta")
     return parser.parse_args(argv)
 
 
@@ -68,6 +70,8 @@ def _run_stage(args: argparse.Namespace, cfg, spark) -> str:
         return format_summary(run_pipeline(spark, cfg))
     if args.stage == "finetune":
         return _finetune(cfg, spark)
+    if args.stage == "contribute":
+        return _contribute(cfg, spark, args)
     if args.stage == "preprocess":
         prep = stages.preprocess(spark, cfg)
         return f"preprocess: {json.dumps(prep.manifest.inputs)} -> {prep.path} (manifest {prep.path}/manifest.json)"
@@ -109,6 +113,18 @@ def _finetune(cfg, spark) -> str:
 
     with tracked_run(cfg.tracking, "finetune", cfg.flat_params()) as run:
         return result_lines(finetune(spark, cfg, run))
+
+
+def _contribute(cfg, spark, args) -> str:
+    from sparkml_dist.stages.contribute import contribute
+    from sparkml_dist.tracking.client import tracked_run
+
+    if not args.delta:
+        raise SparkMLDistError("contribute: give the delta with --delta <file or runs:/... URI>")
+    with tracked_run(cfg.tracking, "contribute", cfg.flat_params()) as run:
+        verdict = contribute(spark, cfg, run, args.delta, args.contributor)
+    status = f"accepted as version {verdict.version}" if verdict.accepted else "REJECTED"
+    return f"contribute: {args.delta} from {args.contributor} {status}: {verdict.reason} (sha256 {verdict.sha256[:12]})"
 
 
 def _configure_logging() -> None:

@@ -64,6 +64,13 @@ def adult_config(tmp_path: Path, *overrides: str):
                                       f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", *overrides])
 
 
+@pytest.fixture(scope="module")
+def module_adult_config(tmp_path_factory):
+    """Like make_adult_config, for fixtures shared by one module's tests (one output root and store)."""
+    root = tmp_path_factory.mktemp("module")
+    return lambda *overrides: adult_config(root, *overrides)
+
+
 @pytest.fixture
 def adult_config_path() -> Path:
     return ADULT_CONFIG

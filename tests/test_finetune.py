@@ -53,20 +53,29 @@ def test_a_bad_where_predicate_names_the_key(spark):
         select_rows(rows, "salary > 3")
 
 
-@pytest.mark.spark
-@pytest.mark.slow
-def test_finetune_from_the_champion_improves_the_subset_and_keeps_the_rest(spark, make_adult_config):
+@pytest.fixture(scope="module")
+def tuned(spark, module_adult_config):
+    """A champion trained on everyone, then fine-tuned on married women ("Wife")."""
     from sparkml_dist.pipeline import run_pipeline
     from sparkml_dist.stages.finetune import finetune
     from sparkml_dist.tracking.client import tracked_run
 
-    base = run_pipeline(spark, make_adult_config("train.epochs=3"))
-    assert base.alias == "champion"
-    cfg = make_adult_config("finetune.where=relationship = 'Wife'", "finetune.epochs=4",
-                            "finetune.learning_rate=0.0005", "finetune.max_original_drop=0.01")
+    base = run_pipeline(spark, module_adult_config("train.epochs=3"))
+    cfg = module_adult_config("finetune.where=relationship = 'Wife'", "finetune.epochs=4",
+                              "finetune.learning_rate=0.0005", "finetune.max_original_drop=0.01")
     with tracked_run(cfg.tracking, "finetune", cfg.flat_params()) as run:
         result = finetune(spark, cfg, run)
+    return cfg, base, result
 
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_finetune_from_the_champion_improves_the_subset_and_keeps_the_rest(spark, tuned):
+    from sparkml_dist.stages.finetune import finetune
+    from sparkml_dist.tracking.client import tracked_run
+
+    cfg, base, result = tuned
+    assert base.alias == "champion"
     before, after = result.base_metrics, result.metrics
     assert after["subset"]["log_loss"] < before["subset"]["log_loss"], "better on the rows it was tuned on"
     assert before["test"]["accuracy"] - after["test"]["accuracy"] <= 0.01, "and not much worse on everyone"
@@ -85,3 +94,53 @@ def test_finetune_from_the_champion_improves_the_subset_and_keeps_the_rest(spark
         adapted = finetune(spark, lora, run)
     assert adapted.metrics["subset"]["log_loss"] < adapted.base_metrics["subset"]["log_loss"]
     assert adapted.parent_version == base.version
+
+
+def _submit(spark, cfg, delta_path, contributor):
+    from sparkml_dist.stages.contribute import contribute
+    from sparkml_dist.tracking.client import tracked_run
+
+    with tracked_run(cfg.tracking, "contribute", cfg.flat_params()) as run:
+        return contribute(spark, cfg, run, str(delta_path), contributor), run.run_id
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_community_contributions_accepted_poisoned_and_regressing(spark, tuned, tmp_path):
+    from sparkml_dist.stages.contribute import write_delta
+    from sparkml_dist.train.checkpoint import state_dict_from_bytes
+    from sparkml_dist.tracking.models import load_bundle
+    from sparkml_dist.train.deltas import save_delta
+
+    cfg, base, result = tuned
+    uri, name = cfg.tracking.tracking_uri, cfg.tracking.registered_model
+    client = MlflowClient(uri, registry_uri=uri)
+    versions_before = len(client.search_model_versions(f"name='{name}'"))
+    honest = write_delta(f"models:/{name}@champion", result.model_uri, uri, tmp_path / "honest.pt")
+    delta = torch.load(honest, weights_only=True)
+
+    accepted, run_id = _submit(spark, cfg, honest, "alice")
+    assert accepted.accepted, accepted.reason
+    version = client.get_model_version(name, accepted.version)
+    assert version.tags["parent_version"] == base.version and version.tags["contributor"] == "alice"
+    assert version.tags["contribution.sha256"] == accepted.sha256
+    merged = state_dict_from_bytes(load_bundle(f"models:/{name}/{accepted.version}", uri).weights)
+    parent = state_dict_from_bytes(load_bundle(f"models:/{name}/{base.version}", uri).weights)
+    assert all(torch.allclose(merged[k], parent[k] + delta[k], atol=1e-6) for k in parent), "base + delta, exactly"
+
+    poisoned, run_id = _submit(spark, cfg, save_delta({k: v * 1e4 for k, v in delta.items()}, tmp_path / "big.pt"), "mallory")
+    assert not poisoned.accepted and "exceeds community.max_delta_norm" in poisoned.reason
+    assert client.get_run(run_id).data.tags["contribution.status"] == "rejected"
+
+    # small, but it flips the output layer: within the norm bound, caught by the held-out check
+    last = [k for k in parent if k.endswith("weight")][-1]
+    flip = {k: (-2 * parent[k] if k == last else torch.zeros_like(v)) for k, v in parent.items()}
+    regressing, run_id = _submit(spark, cfg, save_delta(flip, tmp_path / "flip.pt"), "eve")
+    assert not regressing.accepted and "regression on held-out rows" in regressing.reason, regressing.reason
+    assert client.get_run(run_id).data.tags["contribution.reason"] == regressing.reason
+
+    wrong = save_delta({**delta, last: torch.zeros(3, 3)}, tmp_path / "shape.pt")
+    misshapen, _ = _submit(spark, cfg, wrong, "bob")
+    assert not misshapen.accepted and f"{last}: shape (3, 3)" in misshapen.reason
+    assert len(client.search_model_versions(f"name='{name}'")) == versions_before + 1, \
+        "rejected contributions never become versions"

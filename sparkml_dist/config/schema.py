@@ -208,6 +208,16 @@ class FinetuneConfig(_Strict):
     alias: str = Field("finetuned", min_length=1, description="alias the new version gets when it passes")
 
 
+class CommunityConfig(_Strict):
+    """`contribute` job: validate a submitted parameter delta before merging it (jobs/contribute.py)."""
+
+    base_model: str | None = Field(None, description="the model deltas apply to; default models:/<tracking.registered_model>@champion")
+    max_delta_norm: float = Field(10.0, gt=0.0, description="L2 norm bound of the whole update")
+    max_regression: float = Field(0.005, ge=0.0, le=1.0, description="the gate metric on held-out rows may fall by at most this")
+    validation_path: str | None = Field(None, description="held-out rows (raw CSV); default data.test_path")
+    alias: str | None = Field("community", description="alias an accepted contribution's version gets (null: none)")
+
+
 class OutputConfig(_Strict):
     root: str = "output"
 
@@ -221,6 +231,7 @@ class JobConfig(_Strict):
     spark: SparkConfig = SparkConfig()
     output: OutputConfig = OutputConfig()
     finetune: FinetuneConfig = FinetuneConfig()
+    community: CommunityConfig = CommunityConfig()
 
     @model_validator(mode="after")
     def _model_fits_strategy(self) -> JobConfig:
