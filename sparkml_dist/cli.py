@@ -11,7 +11,7 @@ import sys
 from sparkml_dist.config.loader import load_config
 from sparkml_dist.errors import SparkMLDistError
 
-STAGES = ("preprocess", "train", "evaluate", "register", "score", "pipeline", "finetune", "contribute")
+STAGES = ("preprocess", "train", "evaluate", "register", "score", "pipeline", "finetune", "contribute", "federated")
 log = logging.getLogger("sparkml_dist.cli")
 
 
@@ -72,6 +72,8 @@ def _run_stage(args: argparse.Namespace, cfg, spark) -> str:
         return _finetune(cfg, spark)
     if args.stage == "contribute":
         return _contribute(cfg, spark, args)
+    if args.stage == "federated":
+        return _federated(cfg, spark)
     if args.stage == "preprocess":
         prep = stages.preprocess(spark, cfg)
         return f"preprocess: {json.dumps(prep.manifest.inputs)} -> {prep.path} (manifest {prep.path}/manifest.json)"
@@ -125,6 +127,14 @@ def _contribute(cfg, spark, args) -> str:
         verdict = contribute(spark, cfg, run, args.delta, args.contributor)
     status = f"accepted as version {verdict.version}" if verdict.accepted else "REJECTED"
     return f"contribute: {args.delta} from {args.contributor} {status}: {verdict.reason} (sha256 {verdict.sha256[:12]})"
+
+
+def _federated(cfg, spark) -> str:
+    from sparkml_dist.federated.server import result_lines, run_federated
+    from sparkml_dist.tracking.client import tracked_run
+
+    with tracked_run(cfg.tracking, "federated", cfg.flat_params()) as run:
+        return result_lines(run_federated(spark, cfg, run), cfg)
 
 
 def _configure_logging() -> None:

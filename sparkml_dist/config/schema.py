@@ -218,6 +218,31 @@ class CommunityConfig(_Strict):
     alias: str | None = Field("community", description="alias an accepted contribution's version gets (null: none)")
 
 
+class FederatedConfig(_Strict):
+    """`federated` job: clients are the groups of `client_column`; rows never leave their partition."""
+
+    client_column: str | None = Field(None, description="raw column whose values are the clients, e.g. occupation")
+    rounds: int = Field(10, ge=1)
+    client_fraction: float = Field(1.0, gt=0.0, le=1.0, description="clients sampled per round")
+    min_clients: int = Field(2, ge=1, description="a round with fewer sampled or on-time clients is skipped (counted)")
+    local_epochs: int = Field(1, ge=1)
+    batch_size: int = Field(64, ge=1)
+    learning_rate: float = Field(1e-3, gt=0.0, le=1.0)
+    algorithm: Literal["fedavg", "fedprox"] = "fedavg"
+    proximal_mu: float = Field(0.01, ge=0.0, description="fedprox: weight of mu/2 ||w - w_global||^2")
+    clip_norm: float | None = Field(None, gt=0.0, description="per-client L2 bound on the update")
+    noise_multiplier: float = Field(0.0, ge=0.0, description="Gaussian noise std on the summed update = this x clip_norm")
+    secure_aggregation: bool = Field(False, description="pairwise X25519 masks: the driver sees only the sum")
+    round_timeout_s: float = Field(300.0, gt=0.0, description="a client still training after this is dropped for the round")
+    seed: int = 7
+
+    @model_validator(mode="after")
+    def _noise_needs_a_bound(self) -> FederatedConfig:
+        if self.noise_multiplier > 0 and self.clip_norm is None:
+            raise ValueError("federated.noise_multiplier > 0 needs federated.clip_norm (the noise is scaled to the bound)")
+        return self
+
+
 class OutputConfig(_Strict):
     root: str = "output"
 
@@ -232,6 +257,7 @@ class JobConfig(_Strict):
     output: OutputConfig = OutputConfig()
     finetune: FinetuneConfig = FinetuneConfig()
     community: CommunityConfig = CommunityConfig()
+    federated: FederatedConfig = FederatedConfig()
 
     @model_validator(mode="after")
     def _model_fits_strategy(self) -> JobConfig:
@@ -244,6 +270,9 @@ class JobConfig(_Strict):
             raise ValueError(f"model.transformer.heads ({t.heads}) must be divisible by the tensor-parallel size ({tp})")
         if t.mlp_hidden % tp:
             raise ValueError(f"model.transformer.mlp_hidden ({t.mlp_hidden}) must be divisible by the tensor-parallel size ({tp})")
+        client = self.federated.client_column
+        if client is not None and client not in [c.name for c in self.data.columns]:
+            raise ValueError(f"federated.client_column {client!r} is not one of data.columns")
         if strategy == "pipeline" and t.layers < self.train.num_ranks:
             raise ValueError(f"train.strategy=pipeline puts at least one block per rank: model.transformer.layers "
                              f"({t.layers}) must be >= train.num_ranks ({self.train.num_ranks})")

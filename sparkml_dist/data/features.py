@@ -61,10 +61,11 @@ def build_feature_pipeline(data: DataConfig, feats: FeatureConfig) -> Pipeline:
     return Pipeline(stages=stages)
 
 
-def to_feature_frame(model: PipelineModel, df: DataFrame, with_label: bool = True) -> DataFrame:
-    """Raw typed columns -> (row_id, features: array<float>[, label: float])."""
+def to_feature_frame(model: PipelineModel, df: DataFrame, with_label: bool = True,
+                     extra: tuple[str, ...] = ()) -> DataFrame:
+    """Raw typed columns -> (row_id, [extra...,] features: array<float>[, label: float])."""
     out = model.transform(df)
-    cols = [F.col(ROW_ID), vector_to_array(F.col(_VECTOR), "float32").alias(FEATURES)]
+    cols = [F.col(ROW_ID), *[F.col(c) for c in extra], vector_to_array(F.col(_VECTOR), "float32").alias(FEATURES)]
     if with_label:
         cols.append(F.col(LABEL).cast("float").alias(LABEL))
     return out.select(*cols)

@@ -1,0 +1,105 @@
+"""What runs on a client (inside its Spark partition): local training from the broadcast global
+weights, then clip, noise and mask the update. Only the update, its sample count and a few
+scalars leave the partition."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+import torch
+from torch import nn
+
+from sparkml_dist.federated import secure
+from sparkml_dist.models.factory import build_model
+from sparkml_dist.train.checkpoint import state_dict_from_bytes
+
+MASK_SCALE = 1e3  # masks far larger than any update: a masked update says nothing about its update
+
+
+@dataclass(frozen=True)
+class RoundTask:
+    """Everything a client needs for one round (broadcast by the driver)."""
+
+    round_index: int
+    sampled: tuple[int, ...]
+    model_spec: dict[str, Any]
+    global_weights: bytes
+    local_epochs: int
+    batch_size: int
+    learning_rate: float
+    proximal_mu: float  # 0: FedAvg
+    clip_norm: float | None
+    noise_std: float  # per client: noise_multiplier x clip_norm / sqrt(sampled clients)
+    deadline: float  # time.time() after which the client stops and sends no update
+    publics: dict[int, bytes] | None = None  # secure aggregation: every sampled client's public key
+    slow_clients: tuple[tuple[int, float], ...] = ()  # tests: (client, seconds of delay per batch)
+
+
+def client_rows(rows: Iterable) -> tuple[np.ndarray, np.ndarray]:
+    rows = list(rows)
+    x = np.asarray([r[0] for r in rows], dtype=np.float32)
+    y = np.asarray([r[1] for r in rows], dtype=np.float32)
+    return x, y
+
+
+def client_secret(x: np.ndarray, y: np.ndarray) -> bytes:
+    """A secret only this client can compute: a digest of its own rows."""
+    return hashlib.sha256(x.tobytes() + y.tobytes()).digest()
+
+
+def public_key(index: int, rows: Iterable, task: RoundTask) -> dict[str, Any]:
+    x, y = client_rows(rows)
+    return {"client": index, "public": secure.public_bytes(secure.private_key(client_secret(x, y), task.round_index))}
+
+
+def client_update(index: int, rows: Iterable, task: RoundTask) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    x, y = client_rows(rows)
+    global_state = state_dict_from_bytes(task.global_weights)
+    delta, late = _train_locally(index, x, y, global_state, task)
+    norm = float(torch.sqrt(sum((d.double() ** 2).sum() for d in delta.values())))
+    clipped = task.clip_norm is not None and norm > task.clip_norm
+    if clipped:
+        delta = {k: d * (task.clip_norm / norm) for k, d in delta.items()}
+    if task.noise_std and not late:  # local Gaussian noise on the clipped update
+        generator = torch.Generator().manual_seed(int.from_bytes(client_secret(x, y)[:8], "little") ^ task.round_index)
+        delta = {k: d + torch.randn(d.shape, generator=generator) * task.noise_std for k, d in delta.items()}
+    samples = 0 if late else len(x)
+    update = {k: d.double() * samples for k, d in delta.items()}  # sample-weighted: the driver divides by the sum
+    if task.publics is not None:  # a late client still sends its masks, so the others' cancel
+        key = secure.private_key(client_secret(x, y), task.round_index)
+        shapes = {k: tuple(v.shape) for k, v in update.items()}
+        for k, m in secure.masks(index, key, task.publics, task.round_index, shapes, MASK_SCALE).items():
+            update[k] = update[k] + m
+    return {"client": index, "samples": samples, "update": update, "late": late, "norm": norm, "clipped": clipped}
+
+
+def _train_locally(index: int, x: np.ndarray, y: np.ndarray, global_state: dict, task: RoundTask):
+    torch.manual_seed(task.round_index * 100_003 + index)
+    model = build_model(task.model_spec)
+    model.load_state_dict(global_state)
+    anchor = {k: v.detach().clone() for k, v in model.named_parameters()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=task.learning_rate)  # fresh state each round
+    loss_fn = nn.BCEWithLogitsLoss()
+    delay = dict(task.slow_clients).get(index, 0.0)
+    rng = np.random.default_rng([task.round_index, index])
+    model.train()
+    for _ in range(task.local_epochs):
+        order = rng.permutation(len(x))
+        for start in range(0, len(x), task.batch_size):
+            if time.time() > task.deadline:
+                return {k: torch.zeros_like(v) for k, v in global_state.items()}, True
+            time.sleep(delay)
+            batch = order[start:start + task.batch_size]
+            loss = loss_fn(model(torch.from_numpy(x[batch])), torch.from_numpy(y[batch]))
+            if task.proximal_mu:  # FedProx: stay near the global model on skewed clients
+                loss = loss + task.proximal_mu / 2 * sum(((p - anchor[k]) ** 2).sum() for k, p in model.named_parameters())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    local = model.state_dict()
+    return {k: (local[k] - global_state[k]).float() for k in global_state}, False
