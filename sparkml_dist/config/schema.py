@@ -233,7 +233,7 @@ class FederatedConfig(_Strict):
     clip_norm: float | None = Field(None, gt=0.0, description="per-client L2 bound on the update")
     noise_multiplier: float = Field(0.0, ge=0.0, description="Gaussian noise std on the summed update = this x clip_norm")
     secure_aggregation: bool = Field(False, description="pairwise X25519 masks: the driver sees only the sum")
-    round_timeout_s: float = Field(300.0, gt=0.0, description="a client still training after this is dropped for the round")
+    round_timeout_s: float = Field(300.0, gt=0.0, description="a client still training this long after it started is dropped for the round (counted)")
     seed: int = 7
 
     @model_validator(mode="after")

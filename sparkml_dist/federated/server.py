@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +26,7 @@ from sparkml_dist.data.ingest import LABEL, ingest
 from sparkml_dist.data.loader import features_to_numpy
 from sparkml_dist.federated.client import RoundTask, client_update, public_key
 from sparkml_dist.models.factory import build_model, model_spec
+from sparkml_dist.stages.paths import OutputPaths
 from sparkml_dist.tracking.client import RankTracker, RunHandle
 from sparkml_dist.tracking.models import log_model
 from sparkml_dist.train.checkpoint import state_dict_to_bytes
@@ -103,7 +103,9 @@ def run_federated(spark: SparkSession, cfg: JobConfig, run: RunHandle,
         log.info("round %d/%d: %d clients, %d late, %d clipped, test accuracy %.4f", round_index + 1, fed.rounds,
                  stats["clients"], stats["late"], stats["clipped"], stats["test_accuracy"])
     rdd.unpersist()
-    result.model_uri = log_model(run, state_dict_to_bytes(state), spec, None,
+    pipeline_dir = OutputPaths.of(cfg).root / "federated" / "feature_pipeline"
+    pipeline.write().overwrite().save(str(pipeline_dir))  # travels inside the model: it scores raw rows
+    result.model_uri = log_model(run, state_dict_to_bytes(state), spec, str(pipeline_dir),
                                  {c.name: f"{c.type}/{c.role}" for c in cfg.data.columns})
     return result
 
@@ -132,7 +134,7 @@ def run_round(spark, rdd, cfg: JobConfig, spec: dict, state: dict, round_index: 
     noise_std = fed.noise_multiplier * (fed.clip_norm or 0.0) / math.sqrt(len(sampled))
     task = RoundTask(round_index, sampled, spec, state_dict_to_bytes(state), fed.local_epochs, fed.batch_size,
                      fed.learning_rate, fed.proximal_mu if fed.algorithm == "fedprox" else 0.0, fed.clip_norm,
-                     noise_std, time.time() + fed.round_timeout_s, slow_clients=tuple(delays.items()))
+                     noise_std, fed.round_timeout_s, slow_clients=tuple(delays.items()))
     if fed.secure_aggregation:
         keys = _on_clients(spark, rdd, sampled, public_key, task)
         for payload in keys:
@@ -189,9 +191,10 @@ def evaluate_arrays(spec: dict, state: dict, x: np.ndarray, y: np.ndarray) -> di
     model = build_model(spec)
     model.load_state_dict(state)
     model.eval()
-    logits = model(torch.from_numpy(x))
-    loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.from_numpy(y))
-    return {"test_accuracy": float(((logits > 0).float() == torch.from_numpy(y)).float().mean()),
+    features, labels = torch.tensor(x), torch.tensor(y)  # copies: Arrow's buffers are read-only
+    logits = model(features)
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
+    return {"test_accuracy": float(((logits > 0).float() == labels).float().mean()),
             "test_loss": float(loss)}
 
 
