@@ -113,7 +113,15 @@ class ParallelConfig(_Strict):
     schedule: Literal["gpipe", "1f1b"] = "1f1b"
 
 
-Strategy = Literal["ddp", "fsdp", "pipeline", "tensor", "hybrid"]
+Strategy = Literal["ddp", "fsdp", "pipeline", "tensor", "hybrid", "async"]
+
+
+class AsyncConfig(_Strict):
+    """train.strategy=async: parameter servers and asynchronous SGD over torch RPC."""
+
+    servers: int = Field(1, ge=1, description="ranks 0..servers-1 hold the parameters (sharded by name); the rest are workers")
+    max_staleness: int = Field(4, ge=0, description="an update computed on parameters this many versions old or older is stale")
+    stale_policy: Literal["drop", "downweight"] = Field("drop", description="drop a too-stale update, or scale it by 1/(1+staleness)")
 
 
 class TrainConfig(_Strict):
@@ -136,9 +144,13 @@ class TrainConfig(_Strict):
     log_every_steps: int = Field(50, ge=1)
     horovod: HorovodConfig = HorovodConfig()
     parallel: ParallelConfig = ParallelConfig()
+    async_ps: AsyncConfig = AsyncConfig()
 
     @model_validator(mode="after")
     def _strategy_fits(self) -> TrainConfig:
+        if self.strategy == "async" and self.num_ranks <= self.async_ps.servers:
+            raise ValueError(f"train.strategy=async needs workers: train.num_ranks ({self.num_ranks}) must exceed "
+                             f"train.async_ps.servers ({self.async_ps.servers})")
         if self.backend == "horovod" and self.strategy != "ddp":
             raise ValueError(f"train.strategy={self.strategy} runs on torch.distributed; Horovod does data "
                              "parallelism only: set train.backend=torch or train.strategy=ddp")

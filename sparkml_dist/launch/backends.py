@@ -84,6 +84,7 @@ class TorchBackend:
         }
         if ctx.master_addr in ("127.0.0.1", "localhost"):
             env["GLOO_SOCKET_IFNAME"] = "lo"  # all ranks on loopback: keep gloo off other NICs
+            env["TP_SOCKET_IFNAME"] = "lo"  # and TensorPipe (torch RPC, the async strategy)
         return env
 
     def rank_init(self, ctx: RankContext) -> None:

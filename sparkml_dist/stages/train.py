@@ -20,6 +20,7 @@ from sparkml_dist.tracking import plots
 from sparkml_dist.tracking.client import RankTracker, RunHandle
 from sparkml_dist.tracking.models import log_model
 from sparkml_dist.train.job import TrainJob
+from sparkml_dist.train.async_ps import as_train_results, async_rank, log_async
 from sparkml_dist.train.loop import train_rank
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,8 @@ def train(spark: SparkSession, cfg: JobConfig, prep: PreprocessResult, run: RunH
     spec = model_spec(cfg.model, manifest.feature_dim, manifest.feature_names)
     job = make_job(prep.path, manifest, spec, cfg, str(paths.checkpoints(run.run_id)), run)
     results = run_with_recovery(spark, job, cfg)
+    if cfg.train.strategy == "async":
+        log_async(run, results)
     chief = results[0]
     model_uri = log_model(run, chief["state_dict"], spec, prep.feature_pipeline, manifest.schema)
     curve = plots.loss_curves(chief["history"], paths.plots / "loss_curves.png")
@@ -64,10 +67,14 @@ def run_with_recovery(spark: SparkSession, job: TrainJob, cfg: JobConfig) -> lis
     """Spark never retries a barrier stage, so the driver relaunches it, up to
     `train.max_attempts` times; each attempt resumes from the last complete checkpoint."""
     backend = backend_for(cfg.train)
+    asynchronous = cfg.train.strategy == "async"
+    rank_fn = async_rank if asynchronous else train_rank
     failures: list[str] = []
     for attempt in range(cfg.train.max_attempts):
         try:
-            results = run_barrier(spark, train_rank, replace(job, attempt=attempt), cfg.train.num_ranks, backend)
+            results = run_barrier(spark, rank_fn, replace(job, attempt=attempt), cfg.train.num_ranks, backend)
+            if asynchronous:
+                results = as_train_results(results, cfg.train.epochs)
         except RankFailure as failure:
             failures.append(str(failure))
             log.warning("training attempt %d/%d failed: %s", attempt + 1, cfg.train.max_attempts,

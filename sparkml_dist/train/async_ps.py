@@ -1,0 +1,237 @@
+"""Parameter servers and asynchronous SGD over torch.distributed.rpc (TensorPipe).
+
+Ranks 0..S-1 are servers: each holds a shard of the parameters (split by name) and its own
+optimizer. The other ranks are workers: each reads its own shard of the data and loops
+pull (parameters + their version) -> forward/backward -> push (gradients + the version they
+were computed on), with no barrier between workers. A server applies a push at once, unless it
+is stale (`version now - version seen > max_staleness`): then it is dropped or scaled by
+1/(1+staleness), and counted. A slow worker therefore only makes its own updates older.
+
+RPC calls a function by name in the server's process, so each server process keeps its one
+`ParameterServer` in `_SERVER`: the only module state, set in `serve()` and cleared after.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from sparkml_dist.data.loader import ShardLoader
+from sparkml_dist.launch.context import RankContext, free_port
+from sparkml_dist.models.factory import build_model
+from sparkml_dist.train.checkpoint import state_dict_to_bytes
+from sparkml_dist.train.faults import inject
+from sparkml_dist.train.job import TrainJob
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServerStats:
+    applied: int = 0
+    dropped: int = 0
+    downweighted: int = 0
+    staleness: list[int] = field(default_factory=list)
+
+
+class ParameterServer:
+    def __init__(self, params: dict[str, torch.Tensor], lr: float, weight_decay: float, max_staleness: int,
+                 policy: str):
+        self.params = {k: nn.Parameter(v.detach().clone()) for k, v in params.items()}
+        self.optimizer = torch.optim.AdamW(self.params.values(), lr=lr, weight_decay=weight_decay)
+        self.max_staleness = max_staleness
+        self.policy = policy
+        self.version = 0
+        self.stats = ServerStats()
+        self.lock = threading.Lock()
+
+    def pull(self) -> tuple[int, dict[str, torch.Tensor]]:
+        with self.lock:
+            return self.version, {k: p.detach().clone() for k, p in self.params.items()}
+
+    def push(self, grads: dict[str, torch.Tensor], seen: int) -> bool:
+        with self.lock:
+            staleness = self.version - seen
+            self.stats.staleness.append(staleness)
+            scale = 1.0
+            if staleness > self.max_staleness:
+                if self.policy == "drop":
+                    self.stats.dropped += 1
+                    return False
+                scale = 1.0 / (1 + staleness)
+                self.stats.downweighted += 1
+            for k, g in grads.items():
+                self.params[k].grad = g * scale
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+            self.version += 1
+            self.stats.applied += 1
+            return True
+
+
+_SERVER: ParameterServer | None = None
+
+
+def _pull() -> tuple[int, dict[str, torch.Tensor]]:
+    return _SERVER.pull()
+
+
+def _push(grads: dict[str, torch.Tensor], seen: int) -> bool:
+    return _SERVER.push(grads, seen)
+
+
+def shard_names(names: list[str], servers: int) -> list[list[str]]:
+    """Parameter names per server, round-robin in model order."""
+    return [names[s::servers] for s in range(servers)]
+
+
+def async_rank(ctx: RankContext, job: TrainJob) -> dict[str, Any]:
+    """The rank function for train.strategy=async (the process group is already up: gloo)."""
+    from torch.distributed import rpc
+
+    cfg = job.train
+    servers = cfg.async_ps.servers
+    torch.set_num_threads(cfg.threads_per_rank or 1)
+    torch.manual_seed(cfg.seed)
+    model = build_model(job.model_spec)
+    shards = shard_names([n for n, _ in model.named_parameters()], servers)
+    port = [free_port(ctx.host) if ctx.rank == 0 else 0]
+    dist.broadcast_object_list(port, src=0)  # the RPC store's port, over the existing gloo group
+    options = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://{ctx.master_addr}:{port[0]}",
+                                              num_worker_threads=16, rpc_timeout=cfg.timeout_s)
+    rpc.init_rpc(f"rank{ctx.rank}", rank=ctx.rank, world_size=ctx.world_size, rpc_backend_options=options)
+    try:
+        result = _serve(ctx, job, model, shards[ctx.rank]) if ctx.rank < servers else _work(ctx, job, model, shards)
+    except BaseException:
+        rpc.shutdown(graceful=False)  # a graceful shutdown would wait for the ranks this one failed
+        raise
+    rpc.shutdown()
+    return result
+
+
+def _serve(ctx: RankContext, job: TrainJob, model: nn.Module, names: list[str]) -> dict[str, Any]:
+    global _SERVER
+    cfg = job.train
+    state = dict(model.named_parameters())
+    _SERVER = ParameterServer({n: state[n] for n in names}, cfg.learning_rate, cfg.weight_decay,
+                              cfg.async_ps.max_staleness, cfg.async_ps.stale_policy)
+    try:
+        dist.barrier()  # servers are up
+        dist.barrier()  # every worker is done
+        stats = _SERVER.stats
+        _, params = _SERVER.pull()
+    finally:
+        _SERVER = None
+    shards = [None] * ctx.world_size
+    dist.all_gather_object(shards, params)
+    result = {"rank": ctx.rank, "role": "server", "applied": stats.applied, "dropped": stats.dropped,
+              "downweighted": stats.downweighted, "staleness": _staleness_summary(stats.staleness)}
+    if ctx.rank == 0:
+        model.load_state_dict({k: v for shard in shards if shard for k, v in shard.items()}, strict=False)
+        result.update(_final(job, model))
+    return result
+
+
+def _work(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[str]]) -> dict[str, Any]:
+    from torch.distributed import rpc
+
+    cfg = job.train
+    servers = cfg.async_ps.servers
+    worker, workers = ctx.rank - servers, ctx.world_size - servers
+    dist.barrier()  # servers are up
+    loader = ShardLoader(job.data_root, list(job.train_groups), worker, workers, cfg.batch_size, cfg.seed)
+    loss_fn, params = nn.BCEWithLogitsLoss(), dict(model.named_parameters())
+    steps, samples, loss_sum, start = 0, 0, 0.0, time.perf_counter()
+    for epoch in range(cfg.epochs):
+        for step, (x, y) in enumerate(loader.epoch(epoch)):
+            inject(job.faults, job.attempt, ctx.rank, epoch, step)
+            pulls = [rpc.rpc_async(f"rank{s}", _pull) for s in range(servers)]
+            seen = []
+            with torch.no_grad():
+                for future in pulls:
+                    version, values = future.wait()
+                    seen.append(version)
+                    for k, v in values.items():
+                        params[k].copy_(v)
+            model.zero_grad()
+            loss = loss_fn(model(torch.from_numpy(x)), torch.from_numpy(y))
+            loss.backward()
+            pushes = [rpc.rpc_async(f"rank{s}", _push, args=({k: params[k].grad for k in shards[s]}, seen[s]))
+                      for s in range(servers)]
+            torch.futures.wait_all(pushes)
+            steps, samples, loss_sum = steps + 1, samples + len(x), loss_sum + float(loss) * len(x)
+    seconds = time.perf_counter() - start
+    dist.barrier()  # this worker is done
+    dist.all_gather_object([None] * ctx.world_size, None)  # the servers gather their shards
+    return {"rank": ctx.rank, "role": "worker", "steps": steps, "samples": samples, "seconds": seconds,
+            "samples_per_s": samples / max(seconds, 1e-9), "train_loss": loss_sum / max(samples, 1)}
+
+
+@torch.no_grad()
+def _final(job: TrainJob, model: nn.Module) -> dict[str, Any]:
+    """Rank 0: validation of the final parameters over all validation rows."""
+    loader = ShardLoader(job.data_root, list(job.val_groups), 0, 1, 4096, job.train.seed, shuffle=False)
+    model.eval()
+    loss_fn = nn.BCEWithLogitsLoss(reduction="sum")
+    loss_sum, correct, count = 0.0, 0.0, 0
+    for x, y in loader.epoch(0):
+        logits = model(torch.from_numpy(x))
+        yb = torch.from_numpy(y)
+        loss_sum += float(loss_fn(logits, yb))
+        correct += float(((logits > 0).float() == yb).sum())
+        count += len(x)
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    return {"val_loss": loss_sum / max(count, 1), "val_accuracy": correct / max(count, 1),
+            "state_dict": state_dict_to_bytes(state)}
+
+
+def _staleness_summary(values: list[int]) -> dict[str, float]:
+    if not values:
+        return {"mean": 0.0, "p95": 0.0, "max": 0.0}
+    arr = np.asarray(values)
+    return {"mean": float(arr.mean()), "p95": float(np.percentile(arr, 95)), "max": float(arr.max())}
+
+
+def as_train_results(results: list[dict[str, Any]], epochs: int) -> list[dict[str, Any]]:
+    """The async ranks' results in the shape the train stage expects of train_rank's."""
+    workers = [r for r in results if r["role"] == "worker"]
+    servers = [r for r in results if r["role"] == "server"]
+    samples = sum(w["samples"] for w in workers)
+    chief = results[0]
+    history = [{"epoch": epochs - 1, "train_loss": sum(w["train_loss"] * w["samples"] for w in workers) / max(samples, 1),
+                "samples": float(samples) / epochs, "samples_per_s": sum(w["samples_per_s"] for w in workers),
+                "val_loss": chief["val_loss"], "val_accuracy": chief["val_accuracy"],
+                "updates_applied": float(sum(s["applied"] for s in servers)),
+                "updates_dropped": float(sum(s["dropped"] for s in servers)),
+                "updates_downweighted": float(sum(s["downweighted"] for s in servers)),
+                "staleness_mean": float(np.mean([s["staleness"]["mean"] for s in servers])),
+                "staleness_max": float(max(s["staleness"]["max"] for s in servers))}]
+    out = []
+    for r in results:
+        out.append({**r, "history": history, "samples": r.get("samples", 0) // max(epochs, 1), "stragglers": [],
+                    "param_checksum": None, "full_checksum": None, "state_dict": r.get("state_dict")})
+    return out
+
+
+
+
+
+def log_async(run, results: list[dict[str, Any]]) -> None:
+    """The run's async metrics: the final entry, and each worker's throughput and steps."""
+    from sparkml_dist.tracking.client import RankTracker
+
+    entry = results[0]["history"][-1]
+    RankTracker(run, 0).log({k: v for k, v in entry.items() if k != "epoch"}, int(entry["epoch"]))
+    for r in results:
+        if r["role"] == "worker":
+            RankTracker(run, r["rank"]).log({"samples_per_s": r["samples_per_s"], "steps": r["steps"]},
+                                            int(entry["epoch"]), per_rank=True)
