@@ -102,3 +102,18 @@ def test_secure_aggregation_with_a_late_client_clipping_noise_and_fedprox(spark,
     assert result.received.largest_value > 100, "no single masked update says what it is"
     params = MlflowClient(cfg.tracking.tracking_uri).get_run(run_id).data.params
     assert params["federated.noise_multiplier"] == "0.05" and params["federated.clip_norm"] == "2.0"
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_federated_is_a_train_strategy_of_the_same_pipeline(spark, make_adult_config):
+    from mlflow.tracking import MlflowClient
+
+    from sparkml_dist.pipeline import run_pipeline
+
+    cfg = make_adult_config("train.strategy=federated", "federated.client_column=occupation", "federated.rounds=4")
+    summary = run_pipeline(spark, cfg)
+    assert summary.test_metrics["accuracy"] >= 0.84
+    assert summary.rows["scored"] == 16281 and summary.alias == "champion"
+    losses = MlflowClient(cfg.tracking.tracking_uri).get_metric_history(summary.run_id, "train_loss")
+    assert len(losses) == 4 and losses[-1].value < losses[0].value, "the clients' local loss falls round by round"

@@ -113,7 +113,7 @@ class ParallelConfig(_Strict):
     schedule: Literal["gpipe", "1f1b"] = "1f1b"
 
 
-Strategy = Literal["ddp", "fsdp", "pipeline", "tensor", "hybrid", "async"]
+Strategy = Literal["ddp", "fsdp", "pipeline", "tensor", "hybrid", "async", "federated"]
 
 
 class AsyncConfig(_Strict):
@@ -283,6 +283,9 @@ class JobConfig(_Strict):
         if t.mlp_hidden % tp:
             raise ValueError(f"model.transformer.mlp_hidden ({t.mlp_hidden}) must be divisible by the tensor-parallel size ({tp})")
         client = self.federated.client_column
+        if strategy == "federated" and client is None:
+            raise ValueError("train.strategy=federated needs federated.client_column: the column whose values are "
+                             "the clients, e.g. occupation")
         if client is not None and client not in [c.name for c in self.data.columns]:
             raise ValueError(f"federated.client_column {client!r} is not one of data.columns")
         if strategy == "pipeline" and t.layers < self.train.num_ranks:

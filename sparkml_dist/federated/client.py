@@ -60,7 +60,7 @@ def client_update(index: int, rows: Iterable, task: RoundTask) -> dict[str, Any]
     torch.set_num_threads(1)
     x, y = client_rows(rows)
     global_state = state_dict_from_bytes(task.global_weights)
-    delta, late = _train_locally(index, x, y, global_state, task)
+    delta, late, loss = _train_locally(index, x, y, global_state, task)
     norm = float(torch.sqrt(sum((d.double() ** 2).sum() for d in delta.values())))
     clipped = task.clip_norm is not None and norm > task.clip_norm
     if clipped:
@@ -75,7 +75,8 @@ def client_update(index: int, rows: Iterable, task: RoundTask) -> dict[str, Any]
         shapes = {k: tuple(v.shape) for k, v in update.items()}
         for k, m in secure.masks(index, key, task.publics, task.round_index, shapes, MASK_SCALE).items():
             update[k] = update[k] + m
-    return {"client": index, "samples": samples, "update": update, "late": late, "norm": norm, "clipped": clipped}
+    return {"client": index, "samples": samples, "update": update, "late": late, "norm": norm, "clipped": clipped,
+            "loss": loss}
 
 
 def _train_locally(index: int, x: np.ndarray, y: np.ndarray, global_state: dict, task: RoundTask):
@@ -91,11 +92,12 @@ def _train_locally(index: int, x: np.ndarray, y: np.ndarray, global_state: dict,
     deadline = time.time() + task.time_budget_s
     rng = np.random.default_rng([task.round_index, index])
     model.train()
+    loss_sum, seen = 0.0, 0
     for _ in range(task.local_epochs):
         order = rng.permutation(len(x))
         for start in range(0, len(x), task.batch_size):
             if time.time() > deadline:
-                return {k: torch.zeros_like(v) for k, v in global_state.items()}, True
+                return {k: torch.zeros_like(v) for k, v in global_state.items()}, True, 0.0
             time.sleep(delay)
             batch = order[start:start + task.batch_size]
             loss = loss_fn(model(torch.from_numpy(x[batch])), torch.from_numpy(y[batch]))
@@ -104,5 +106,6 @@ def _train_locally(index: int, x: np.ndarray, y: np.ndarray, global_state: dict,
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            loss_sum, seen = loss_sum + float(loss) * len(batch), seen + len(batch)
     local = model.state_dict()
-    return {k: (local[k] - global_state[k]).float() for k in global_state}, False
+    return {k: (local[k] - global_state[k]).float() for k in global_state}, False, loss_sum / max(seen, 1)

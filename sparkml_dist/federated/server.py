@@ -48,7 +48,7 @@ class ReceivedLog:
     largest_value: float = 0.0  # the largest |entry| of any single update seen (masked ones are huge)
 
     def check(self, payload: dict[str, Any]) -> None:
-        allowed = {"client", "samples", "update", "late", "norm", "clipped", "public"}
+        allowed = {"client", "samples", "update", "late", "norm", "clipped", "loss", "public"}
         if set(payload) - allowed:
             raise UnexpectedPayload(f"client {payload.get('client')}: unexpected fields {sorted(set(payload) - allowed)}")
         update = payload.get("update")
@@ -70,6 +70,11 @@ class FederatedResult:
     @property
     def accuracy(self) -> float:
         return self.history[-1]["test_accuracy"]
+
+    def epoch_history(self) -> list[dict[str, float]]:
+        """Rounds as the train stage's epochs: val_* is the driver's own held-out rows (the test file)."""
+        return [{"epoch": h["round"], "train_loss": h["train_loss"], "val_loss": h["test_loss"],
+                 "val_accuracy": h["test_accuracy"], "samples": float(sum(self.clients.values()))} for h in self.history]
 
 
 def run_federated(spark: SparkSession, cfg: JobConfig, run: RunHandle,
@@ -127,7 +132,8 @@ def client_partitions(pipeline, rows: DataFrame, column: str):
 def run_round(spark, rdd, cfg: JobConfig, spec: dict, state: dict, round_index: int, sampled: tuple[int, ...],
               received: ReceivedLog, delays: dict[int, float]) -> tuple[dict, dict[str, float]]:
     fed = cfg.federated
-    stats = {"clients": float(len(sampled)), "late": 0.0, "clipped": 0.0, "skipped": 0.0, "update_norm": 0.0}
+    stats = {"clients": float(len(sampled)), "late": 0.0, "clipped": 0.0, "skipped": 0.0, "update_norm": 0.0,
+             "train_loss": float("nan")}
     if len(sampled) < fed.min_clients:
         stats["skipped"] = 1.0
         return state, stats
@@ -142,10 +148,11 @@ def run_round(spark, rdd, cfg: JobConfig, spec: dict, state: dict, round_index: 
         task = RoundTask(**{**task.__dict__, "publics": {p["client"]: p["public"] for p in keys}})
     payloads = _on_clients(spark, rdd, sampled, client_update, task)
     total = {k: torch.zeros(v.shape, dtype=torch.float64) for k, v in state.items()}
-    samples = 0
+    samples, loss_sum = 0, 0.0
     for payload in payloads:
         received.check(payload)
         samples += payload["samples"]
+        loss_sum += payload["loss"] * payload["samples"]
         stats["late"] += payload["late"]
         stats["clipped"] += payload["clipped"]
         stats["update_norm"] = max(stats["update_norm"], payload["norm"])
@@ -156,6 +163,7 @@ def run_round(spark, rdd, cfg: JobConfig, spec: dict, state: dict, round_index: 
         stats["skipped"] = 1.0
         return state, stats
     new_state = {k: (v + (total[k] / samples).to(v.dtype)) if v.is_floating_point() else v for k, v in state.items()}
+    stats["train_loss"] = loss_sum / samples  # the clients' local training loss, sample-weighted
     stats["noise_std_per_client"] = noise_std
     return new_state, stats
 

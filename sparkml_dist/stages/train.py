@@ -42,6 +42,8 @@ class TrainResult:
 
 
 def train(spark: SparkSession, cfg: JobConfig, prep: PreprocessResult, run: RunHandle) -> TrainResult:
+    if cfg.train.strategy == "federated":
+        return _train_federated(spark, cfg, run)
     manifest = prep.manifest
     paths = OutputPaths.of(cfg)
     spec = model_spec(cfg.model, manifest.feature_dim, manifest.feature_names)
@@ -61,6 +63,22 @@ def train(spark: SparkSession, cfg: JobConfig, prep: PreprocessResult, run: RunH
     paths.last_train.write_text(json.dumps({"run_id": run.run_id, "model_uri": model_uri,
                                             "tracking_uri": run.tracking_uri, "history": chief["history"]}))
     return result
+
+
+def _train_federated(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> TrainResult:
+    """train.strategy=federated: the rounds run over the raw rows kept in client partitions (not
+    the preprocessed splits); the model carries the pipeline fitted from Spark aggregates."""
+    from sparkml_dist.federated.server import run_federated
+
+    fed = run_federated(spark, cfg, run)
+    history = fed.epoch_history()
+    paths = OutputPaths.of(cfg)
+    curve = plots.loss_curves(history, paths.plots / "loss_curves.png")
+    run.client().log_artifact(run.run_id, str(curve), "plots")
+    paths.last_train.parent.mkdir(parents=True, exist_ok=True)
+    paths.last_train.write_text(json.dumps({"run_id": run.run_id, "model_uri": fed.model_uri,
+                                            "tracking_uri": run.tracking_uri, "history": history}))
+    return TrainResult(run.run_id, fed.model_uri, history, list(fed.clients.values()), [None])
 
 
 def run_with_recovery(spark: SparkSession, job: TrainJob, cfg: JobConfig) -> list[dict[str, Any]]:
