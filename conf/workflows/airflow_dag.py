@@ -13,7 +13,11 @@ import shlex
 from datetime import datetime
 
 from airflow import DAG
-from airflow.operators.bash import BashOperator
+
+try:  # Airflow 3: operators live in the standard provider
+    from airflow.providers.standard.operators.bash import BashOperator
+except ImportError:  # Airflow 2
+    from airflow.operators.bash import BashOperator
 
 from sparkml_dist.workflow import WORKFLOW, spark_submit_command
 
