@@ -92,32 +92,28 @@ def resolve_registry_uri(model_uri: str, tracking_uri: str) -> str:
     """`models:/name@alias` or `models:/name/version` -> the version's artifact location, looked
     up in *this* tracking server's registry (MLflow would otherwise use the process-global
     registry URI, i.e. whatever ./mlflow.db the working directory holds)."""
-    if not model_uri.startswith("models:/"):
+    version = model_version(model_uri, tracking_uri)
+    if version is None:
         return model_uri
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-    ref = model_uri[len("models:/"):].rstrip("/")
-    if "@" in ref:
-        name, alias = ref.split("@", 1)
-        version = client.get_model_version_by_alias(name, alias).version
-    else:
-        name, version = ref.rsplit("/", 1)
-    return client.get_model_version_download_uri(name, str(version))
+    name = model_uri[len("models:/"):].rstrip("/").split("@", 1)[0].rsplit("/", 1)[0]
+    return _registry_client(tracking_uri).get_model_version_download_uri(name, version)
 
 
 def model_version(model_uri: str, tracking_uri: str) -> str | None:
     """The registry version a `models:/` URI points at now (None for runs:/ and paths)."""
     if not model_uri.startswith("models:/"):
         return None
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
     ref = model_uri[len("models:/"):].rstrip("/")
     if "@" in ref:
         name, alias = ref.split("@", 1)
-        return str(client.get_model_version_by_alias(name, alias).version)
+        return str(_registry_client(tracking_uri).get_model_version_by_alias(name, alias).version)
     return ref.rsplit("/", 1)[1]
+
+
+def _registry_client(tracking_uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
 
 
 def load_bundle(model_uri: str, tracking_uri: str, dst: str | None = None) -> ModelBundle:

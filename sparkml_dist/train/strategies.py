@@ -98,6 +98,18 @@ class Strategy:
         return model.module if hasattr(model, "module") else model
 
 
+class SharedBatch:
+    """Mixin for strategies whose ranks split one model and so read the same batch."""
+
+    @property
+    def data_rank(self) -> int:
+        return 0
+
+    @property
+    def data_world(self) -> int:
+        return 1
+
+
 def local_param_bytes(model: nn.Module) -> int:
     """Bytes of parameters this rank holds (a DTensor counts its local shard only)."""
     total = 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from sparkml_dist.train.strategies import OptimizerFactory, Strategy
+from sparkml_dist.train.strategies import OptimizerFactory, SharedBatch, Strategy
 
 
 def _device_type(model: nn.Module) -> str:
@@ -95,18 +95,10 @@ class FullyShardedDataParallel(MeshStrategy):
         return model, optimizer_factory(model.parameters())
 
 
-class TensorParallel(MeshStrategy):
+class TensorParallel(SharedBatch, MeshStrategy):
     """Every rank holds 1/N of each attention and MLP layer; all ranks see the same batch."""
 
     name = "tensor"
-
-    @property
-    def data_rank(self) -> int:
-        return 0
-
-    @property
-    def data_world(self) -> int:
-        return 1
 
     @property
     def metric_share(self) -> float:

@@ -14,14 +14,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from sparkml_dist.train.strategies import OptimizerFactory, Strategy
+from sparkml_dist.train.strategies import OptimizerFactory, SharedBatch, Strategy
 
 
 def weighted_bce(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return (F.binary_cross_entropy_with_logits(logits, target[:, 0], reduction="none") * target[:, 1]).sum()
 
 
-class PipelineParallel(Strategy):
+class PipelineParallel(SharedBatch, Strategy):
     name = "pipeline"
     sharded_checkpoints = True
     replicated = False
@@ -33,14 +33,6 @@ class PipelineParallel(Strategy):
         self.batch_size = batch_size
         self.schedule = None
         self.hidden = (0, 0)  # (tokens, width) of the activations sent between stages
-
-    @property
-    def data_rank(self) -> int:
-        return 0
-
-    @property
-    def data_world(self) -> int:
-        return 1
 
     @property
     def is_last(self) -> bool:
