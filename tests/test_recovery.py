@@ -49,6 +49,14 @@ def test_sigkill_under_horovod_resumes(spark, adult_prep, tmp_path, uninterrupte
     assert abs(chief["history"][-1]["val_accuracy"] - uninterrupted["history"][-1]["val_accuracy"]) <= 0.01
 
 
+def test_sigkill_under_fsdp_resumes_from_the_sharded_checkpoint(spark, adult_prep, tmp_path, uninterrupted):
+    cfg, job, rows = recovery_job(adult_prep, tmp_path, [Fault(rank=1, epoch=0, step=23)], strategy="fsdp")
+    chief = run_with_recovery(spark, job, cfg)[0]
+    assert [int(h["samples"]) for h in chief["history"]] == [rows] * EPOCHS, "exact resume from DCP shards"
+    assert abs(chief["history"][-1]["val_accuracy"] - uninterrupted["history"][-1]["val_accuracy"]) <= 0.01
+    assert all(p.suffix == ".dcp" and p.is_dir() for p in list_checkpoints(tmp_path / "ckpt"))
+
+
 def test_exhausted_attempts_end_with_a_clear_error(spark, adult_prep, tmp_path):
     faults = [Fault(rank=0, epoch=0, step=3, attempt=a) for a in range(2)]
     cfg, job, _ = recovery_job(adult_prep, tmp_path, faults, max_attempts=2)
