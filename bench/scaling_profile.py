@@ -50,12 +50,16 @@ def profile_rank(ctx, mode: str) -> dict:
     x, y = torch.randn(BATCH, COMPUTE_BOUND["input_dim"]), (torch.rand(BATCH) > 0.5).float()
     _steps(model, optimizer, x, y, sync=True)  # warm-up (DDP buckets, allocator)
     result = {"rank": ctx.rank, "step_s": _steps(model, optimizer, x, y, sync=mode == "ddp")}
-    if mode == "ddp" and ctx.rank == 0:
+    if mode == "ddp":  # both ranks step (the allreduces must match); rank 0 records the profile
+        import contextlib
+
         from torch.profiler import ProfilerActivity, profile
 
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        recorder = profile(activities=[ProfilerActivity.CPU]) if ctx.rank == 0 else contextlib.nullcontext()
+        with recorder:
             _steps(model, optimizer, x, y, sync=True)
-        result["profile"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)
+        if ctx.rank == 0:
+            result["profile"] = recorder.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)
     return result
 
 
