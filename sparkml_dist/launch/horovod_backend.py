@@ -36,6 +36,7 @@ class HorovodBackend:
     timeout_s: int = 300
     cycle_time_ms: float = 1.0
     fusion_threshold_mib: int = 64
+    timeline: bool = False  # HOROVOD_TIMELINE=DYNAMIC: ranks may hvd.start_timeline() (profiling)
     name: str = "horovod"
     # hvd.init() segfaults in a reused Spark Python worker: each rank runs in a forked child
     needs_fresh_process: bool = True
@@ -59,7 +60,7 @@ class HorovodBackend:
             "HOROVOD_LOCAL_SIZE": str(ctx.local_size),
             "HOROVOD_CROSS_RANK": str(ctx.cross_rank),
             "HOROVOD_CROSS_SIZE": str(ctx.cross_size),
-        }
+        } | ({"HOROVOD_TIMELINE": "DYNAMIC"} if self.timeline else {})
 
     def rank_init(self, ctx: RankContext) -> None:
         import horovod.torch as hvd
