@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
+from typing import Iterator
 
 from sparkml_dist.config.schema import SparkConfig
 from sparkml_dist.errors import PrerequisiteError
@@ -112,3 +114,15 @@ def _current_slots(sc) -> int:
         executor_gpus = float(conf.get("spark.executor.resource.gpu.amount", "0"))
         slots = min(slots, int(executors * executor_gpus // task_gpus))
     return slots
+
+
+@contextmanager
+def job_phase(spark, description: str) -> Iterator[None]:
+    """Label the Spark jobs started in the block (Spark UI, event logs, bench/preprocess_profile.py)."""
+    context = spark.sparkContext
+    previous = context.getLocalProperty("spark.job.description")
+    context.setJobDescription(description)
+    try:
+        yield
+    finally:
+        context.setLocalProperty("spark.job.description", previous)

@@ -18,6 +18,7 @@ from sparkml_dist.data.features import FEATURES, build_feature_pipeline, feature
 from sparkml_dist.data.ingest import IngestResult, ingest
 from sparkml_dist.data.sources import fingerprint, resolve_path
 from sparkml_dist.errors import ConfigError
+from sparkml_dist.spark.session import job_phase
 from sparkml_dist.stages.paths import OutputPaths
 
 log = logging.getLogger(__name__)
@@ -39,23 +40,28 @@ def preprocess(spark: SparkSession, cfg: JobConfig, fitted: PipelineModel | None
     fine-tuning) and write the splits; `where` keeps only the rows it matches."""
     data = cfg.data
     out = out or OutputPaths.of(cfg).preprocess
-    inputs = {"train": ingest(spark, data.train_path, data), "test": ingest(spark, data.test_path, data)}
-    for name, result in inputs.items():
-        log.info("ingest %s: %s", name, result.counts())
+    inputs = {}
+    for name, location in (("train", data.train_path), ("test", data.test_path)):
+        with job_phase(spark, f"preprocess: ingest {name}"):
+            inputs[name] = ingest(spark, location, data)
+        log.info("ingest %s: %s", name, inputs[name].counts())
     accepted = {name: select_rows(r.accepted, where) for name, r in inputs.items()}
     train_rows, val_rows = split_frame(accepted["train"], data.validation_fraction, data.split_seed)
-    pipeline = fitted or build_feature_pipeline(data, cfg.features).fit(train_rows)
-    frames = {name: to_feature_frame(pipeline, df) for name, df in
-              (("train", train_rows), ("val", val_rows), ("test", accepted["test"]))}
-    dim = frames["train"].select(F.size(FEATURES)).first()[0]
+    with job_phase(spark, "preprocess: fit features"):
+        pipeline = fitted or build_feature_pipeline(data, cfg.features).fit(train_rows)
+        frames = {name: to_feature_frame(pipeline, df) for name, df in
+                  (("train", train_rows), ("val", val_rows), ("test", accepted["test"]))}
+        dim = frames["train"].select(F.size(FEATURES)).first()[0]
     ranks = cfg.train.num_ranks
     with atomic_dir(spark, str(out)) as staging:
         pipeline.save(f"{staging}/feature_pipeline")
         for name, frame in frames.items():
             files = ranks * data.files_per_rank if name == "train" else ranks
-            write_split(frame, f"{staging}/{name}", files, data.row_group_rows, dim)
-        _write_rejects(inputs, f"{staging}/rejects")
-        manifest = _manifest(spark, cfg, Path(staging), pipeline, train_rows, dim, inputs)
+            with job_phase(spark, f"preprocess: write {name}"):
+                write_split(frame, f"{staging}/{name}", files, data.row_group_rows, dim)
+        with job_phase(spark, "preprocess: rejects and manifest"):
+            _write_rejects(inputs, f"{staging}/rejects")
+            manifest = _manifest(spark, cfg, Path(staging), pipeline, train_rows, dim, inputs)
         (Path(staging) / MANIFEST).write_text(manifest.to_json())
     return PreprocessResult(str(out), manifest)
 
