@@ -1,5 +1,7 @@
 """Parameter server + asynchronous SGD (torch RPC) in the barrier stage, on the real Adult data."""
 
+from dataclasses import replace
+
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -61,15 +63,15 @@ def test_async_sgd_reaches_synchronous_ddp_accuracy_and_logs_staleness(spark, ad
 @pytest.mark.slow
 def test_a_slowed_worker_does_not_slow_the_others(spark, adult_prep, tmp_path):
     cfg, prep = adult_prep
-    job, _ = job_for(cfg, prep, tmp_path, "even", epochs=1, strategy="async", num_ranks=4,
+    job, _ = job_for(cfg, prep, tmp_path, "even", epochs=2, strategy="async", num_ranks=4,
                      async_ps=cfg.train.async_ps.model_copy(update={"stale_policy": "downweight"}))
-    even = run_barrier(spark, async_rank, job, 4, FRESH)
-    slowed = run_barrier(spark, async_rank, job.__class__(**{**job.__dict__, "checkpoint_dir": str(tmp_path / "s"),
-                                                             "faults": (Fault(rank=3, kind="slow", seconds=0.05),)}),
-                         4, FRESH)
-    fast = lambda results: sum(r["samples_per_s"] for r in results if r["rank"] in (1, 2))  # noqa: E731
-    slow_worker = next(r for r in slowed if r["rank"] == 3)["samples_per_s"]
-    assert slow_worker < 0.5 * next(r for r in even if r["rank"] == 3)["samples_per_s"], "the fault slowed rank 3"
-    assert fast(slowed) >= 0.7 * fast(even), f"fast workers {fast(slowed):.0f} vs {fast(even):.0f} samples/s"
-    server = slowed[0]
-    assert server["staleness"]["max"] >= 1 and server["applied"] + server["dropped"] > 0
+    even = {r["rank"]: r for r in run_barrier(spark, async_rank, job, 4, FRESH)}
+    slowed_job = replace(job, checkpoint_dir=str(tmp_path / "s"), faults=(Fault(rank=3, kind="slow", seconds=0.05),))
+    slowed = {r["rank"]: r for r in run_barrier(spark, async_rank, slowed_job, 4, FRESH)}
+    assert slowed[3]["step_ms"] >= 50, "the fault slowed rank 3"
+    for rank in (1, 2):
+        # median step times: warm-up and scheduling noise on 2 shared cores do not decide it
+        assert slowed[rank]["step_ms"] < 0.5 * slowed[3]["step_ms"], "not held to the slow worker's pace"
+        assert slowed[rank]["step_ms"] <= even[rank]["step_ms"] / 0.7, (
+            f"rank {rank}: {slowed[rank]['step_ms']:.1f} ms a step beside a slow peer, {even[rank]['step_ms']:.1f} without")
+    assert slowed[0]["staleness"]["max"] >= 1 and slowed[0]["applied"] + slowed[0]["dropped"] > 0

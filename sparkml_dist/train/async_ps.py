@@ -151,8 +151,10 @@ def _work(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[s
     loader = ShardLoader(job.data_root, list(job.train_groups), worker, workers, cfg.batch_size, cfg.seed)
     loss_fn, params = nn.BCEWithLogitsLoss(), dict(model.named_parameters())
     steps, samples, loss_sum, start = 0, 0, 0.0, time.perf_counter()
+    step_times = []
     for epoch in range(cfg.epochs):
         for step, (x, y) in enumerate(loader.epoch(epoch)):
+            t0 = time.perf_counter()
             inject(job.faults, job.attempt, ctx.rank, epoch, step)
             pulls = [rpc.rpc_async(f"rank{s}", _pull) for s in range(servers)]
             seen = []
@@ -169,11 +171,13 @@ def _work(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[s
                       for s in range(servers)]
             torch.futures.wait_all(pushes)
             steps, samples, loss_sum = steps + 1, samples + len(x), loss_sum + float(loss) * len(x)
+            step_times.append(time.perf_counter() - t0)
     seconds = time.perf_counter() - start
     dist.barrier()  # this worker is done
     dist.all_gather_object([None] * ctx.world_size, None)  # the servers gather their shards
     return {"rank": ctx.rank, "role": "worker", "steps": steps, "samples": samples, "seconds": seconds,
-            "samples_per_s": samples / max(seconds, 1e-9), "train_loss": loss_sum / max(samples, 1)}
+            "samples_per_s": samples / max(seconds, 1e-9), "train_loss": loss_sum / max(samples, 1),
+            "step_ms": 1000 * float(np.median(step_times)) if step_times else 0.0}
 
 
 @torch.no_grad()
