@@ -180,22 +180,16 @@ def _work(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[s
             "step_ms": 1000 * float(np.median(step_times)) if step_times else 0.0}
 
 
-@torch.no_grad()
 def _final(job: TrainJob, model: nn.Module) -> dict[str, Any]:
-    """Rank 0: validation of the final parameters over all validation rows."""
+    """Rank 0: validation of the final parameters over all validation rows (the loop's own
+    evaluation, as one process), and the weights to log."""
+    from sparkml_dist.train.loop import evaluate
+    from sparkml_dist.train.strategies import Strategy
+
     loader = ShardLoader(job.data_root, list(job.val_groups), 0, 1, 4096, job.train.seed, shuffle=False)
-    model.eval()
-    loss_fn = nn.BCEWithLogitsLoss(reduction="sum")
-    loss_sum, correct, count = 0.0, 0.0, 0
-    for x, y in loader.epoch(0):
-        logits = model(torch.from_numpy(x))
-        yb = torch.from_numpy(y)
-        loss_sum += float(loss_fn(logits, yb))
-        correct += float(((logits > 0).float() == yb).sum())
-        count += len(x)
+    metrics = evaluate(model, loader, Strategy(1), torch.device("cpu"))
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    return {"val_loss": loss_sum / max(count, 1), "val_accuracy": correct / max(count, 1),
-            "state_dict": state_dict_to_bytes(state)}
+    return {**metrics, "state_dict": state_dict_to_bytes(state)}
 
 
 def _staleness_summary(values: list[int]) -> dict[str, float]:
