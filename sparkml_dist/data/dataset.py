@@ -1,7 +1,8 @@
 """The training dataset on disk: Parquet splits laid out for N ranks, plus a manifest.
 
 Layout under a preprocess output directory:
-  train/ val/ test/   Parquet, columns row_id, features (array<float>), label
+  train/ val/ test/   Parquet: row_id, one column per feature block (manifest feature_layout,
+                      see data/layout.py), label; or, with no layout, features (array<float>)
   rejects/            quarantined input lines with a reason
   feature_pipeline/   the fitted Spark ML PipelineModel
   manifest.json       schema, feature dims, per-split and per-file row counts, label balance
@@ -48,6 +49,7 @@ class Manifest:
     inputs: dict[str, dict[str, int]]  # source -> {input, accepted, rejected}
     schema: dict[str, str]
     layout: dict[str, int]
+    feature_layout: list[dict] | None = None  # FeatureLayout.to_json(); None: a dense `features` column
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -63,14 +65,14 @@ class Manifest:
             for name, s in raw["splits"].items()
         }
         return Manifest(raw["feature_dim"], raw["feature_names"], splits, raw["input_fingerprint"],
-                        raw["inputs"], raw["schema"], raw["layout"])
+                        raw["inputs"], raw["schema"], raw["layout"], raw.get("feature_layout"))
 
 
-def write_split(df: DataFrame, path: str, num_files: int, row_group_rows: int, feature_dim: int) -> None:
+def write_split(df: DataFrame, path: str, num_files: int, row_group_rows: int, feature_bytes: int) -> None:
     """Write one split as `num_files` balanced files with row groups of about `row_group_rows`."""
     # parquet.block.size is in bytes of the in-memory buffer; size it from the row width so
     # each file holds several row groups that ranks can share out.
-    row_bytes = feature_dim * 4 + 32
+    row_bytes = feature_bytes + 32
     block = max(row_group_rows * row_bytes, 64 * 1024)
     (df.repartition(num_files).write.mode("overwrite")
        .option("parquet.block.size", str(block))
@@ -78,17 +80,23 @@ def write_split(df: DataFrame, path: str, num_files: int, row_group_rows: int, f
        .parquet(path))
 
 
-def describe_split(df: DataFrame, local_dir: Path) -> SplitInfo:
-    """Row and label counts (one Spark aggregation) plus per-file row groups (Parquet footers)."""
-    labels = {str(int(r[LABEL])): r["count"] for r in df.groupBy(LABEL).count().collect()}
+def describe_split(local_dir: Path) -> SplitInfo:
+    """Row and label counts and per-file row groups, from the written files themselves (their
+    footers and label column: a few MB read locally instead of a Spark job per split)."""
     files: dict[str, int] = {}
     groups: list[RowGroup] = []
+    labels: dict[str, int] = {}
     for f in sorted(local_dir.glob("*.parquet")):
-        meta = pq.ParquetFile(f).metadata
+        parquet = pq.ParquetFile(f)
+        meta = parquet.metadata
         rel = f"{local_dir.name}/{f.name}"
         files[rel] = meta.num_rows
         groups.extend(RowGroup(rel, i, meta.row_group(i).num_rows) for i in range(meta.num_row_groups))
-    return SplitInfo(sum(files.values()), labels, files, groups)
+        counts = parquet.read(columns=[LABEL]).column(LABEL).value_counts()
+        for value, count in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()):
+            key = str(int(value))
+            labels[key] = labels.get(key, 0) + count
+    return SplitInfo(sum(files.values()), dict(sorted(labels.items())), files, groups)
 
 
 def split_frame(df: DataFrame, fraction: float, seed: int) -> tuple[DataFrame, DataFrame]:

@@ -6,21 +6,28 @@ starts from raw columns exactly as training did.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pyspark.ml import Pipeline, PipelineModel
 from pyspark.ml.feature import (
     Imputer,
+    ImputerModel,
     OneHotEncoder,
+    OneHotEncoderModel,
     SQLTransformer,
     StandardScaler,
+    StandardScalerModel,
     StringIndexer,
+    StringIndexerModel,
     VectorAssembler,
 )
 from pyspark.ml.functions import vector_to_array
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from sparkml_dist.config.schema import DataConfig, FeatureConfig
 from sparkml_dist.data.ingest import LABEL, ROW_ID
+from sparkml_dist.data.layout import ONEHOT, VALUE, FeatureBlock, FeatureLayout
 
 FEATURES = "features"
 MISSING_CATEGORY = "__missing__"
@@ -80,3 +87,81 @@ def feature_names(model: PipelineModel, sample: DataFrame) -> list[str]:
     if slots:
         return [name for _, name in sorted(slots)]
     return [f"f{i}" for i in range(meta.get("num_attrs", 0))]
+
+
+@dataclass(frozen=True)
+class CompiledFeatures:
+    """A fitted feature pipeline as plain SQL expressions, one per layout block."""
+
+    layout: FeatureLayout
+    columns: tuple[Column, ...]
+
+    def frame(self, df: DataFrame) -> DataFrame:
+        """Raw typed columns -> row_id, one column per block, label (float)."""
+        return df.select(F.col(ROW_ID), *self.columns, F.col(LABEL).cast("float").alias(LABEL))
+
+
+def compile_features(model: PipelineModel) -> CompiledFeatures | None:
+    """What `to_feature_frame` computes, stored compactly (see data/layout.py): the fitted stages
+    become SQL expressions that reproduce Spark ML's arithmetic exactly (tests/test_features.py
+    compares every slot), and skip the vector type's per-row conversions. None when the
+    pipeline is not one `build_feature_pipeline` made."""
+    kinds = [type(s) for s in model.stages]
+    stages = {type(s): s for s in model.stages if kinds.count(type(s)) == 1}  # each fitted stage once
+    assembler = model.stages[-1]
+    if not isinstance(assembler, VectorAssembler):
+        return None
+    blocks: list[FeatureBlock] = []
+    cols: list[Column] = []
+    for part in assembler.getInputCols():
+        if part in ("_num_scaled", "_num_vec") and ImputerModel in stages:
+            scaler = stages.get(StandardScalerModel) if part == "_num_scaled" else None
+            for name, value in _numeric_slots(stages[ImputerModel], scaler):
+                blocks.append(FeatureBlock(name, VALUE, 1))
+                cols.append(value.cast("float").alias(name))
+        elif part.endswith(("__onehot", "__index")) and StringIndexerModel in stages:
+            source = part.rsplit("__", 1)[0]
+            index = _category_index(stages[StringIndexerModel], source)
+            if index is None:
+                return None
+            name = f"{source}__index"
+            if part.endswith("__onehot"):
+                encoder = stages.get(OneHotEncoderModel)
+                if encoder is None:
+                    return None
+                size = encoder.categorySizes[encoder.getInputCols().index(name)]
+                blocks.append(FeatureBlock(name, ONEHOT, size))
+                cols.append(index.cast("int").alias(name))
+            else:
+                blocks.append(FeatureBlock(name, VALUE, 1))
+                cols.append(index.cast("float").alias(name))
+        else:
+            return None
+    return CompiledFeatures(FeatureLayout(tuple(blocks)), tuple(cols))
+
+
+def _numeric_slots(imputer: ImputerModel, scaler: StandardScalerModel | None) -> list[tuple[str, Column]]:
+    """Imputer then StandardScaler, as Spark ML computes them: missing (null or NaN) becomes the
+    surrogate; scaled is (x - mean) * (1 / std), and 0 where std is 0."""
+    surrogates = imputer.surrogateDF.first().asDict()
+    slots = []
+    for i, (source, out) in enumerate(zip(imputer.getInputCols(), imputer.getOutputCols())):
+        x = F.col(source).cast("double")
+        value = F.when(x.isNull() | F.isnan(x), F.lit(float(surrogates[source]))).otherwise(x)
+        if scaler is not None:
+            std = float(scaler.std[i])
+            value = (value - F.lit(float(scaler.mean[i]))) * F.lit(0.0 if std == 0 else 1.0 / std)
+        slots.append((f"{source}__scaled" if scaler is not None else out, value))
+    return slots
+
+
+def _category_index(indexer: StringIndexerModel, source: str) -> Column | None:
+    """StringIndexer (handleInvalid=keep) over the filled column: the label's position, and
+    len(labels) for a value never seen in training."""
+    filled = f"{source}__filled"
+    if filled not in indexer.getInputCols() or indexer.getHandleInvalid() != "keep":
+        return None
+    labels = indexer.labelsArray[indexer.getInputCols().index(filled)]
+    lookup = F.create_map(*[x for i, label in enumerate(labels) for x in (F.lit(label), F.lit(i))])
+    value = F.coalesce(F.col(source).cast("string"), F.lit(MISSING_CATEGORY))
+    return F.coalesce(F.try_element_at(lookup, value), F.lit(len(labels)))

@@ -32,6 +32,13 @@ class IngestResult:
     input_rows: int
     accepted_rows: int
     rejected_rows: int
+    cached: DataFrame | None = None  # what `accepted` and `rejects` read from; `release` frees it
+
+    def release(self) -> None:
+        """Drop the cached rows once both outputs are written (a later ingest of the same input
+        would otherwise be served stale from Spark's cache)."""
+        if self.cached is not None:
+            self.cached.unpersist()
 
     def reconcile(self) -> None:
         if self.input_rows != self.accepted_rows + self.rejected_rows:
@@ -50,9 +57,14 @@ def ingest(spark: SparkSession, location: str, cfg: DataConfig, require_label: b
     lines = _read_lines(spark, path, cfg)
     parsed = _parse(lines, cfg)
     reason = _reject_reason(parsed, cfg, require_label)
-    checked = parsed.withColumn(REASON, reason).cache()
+    bad = reason.isNotNull()
+    # Cache typed values, and the raw line and file only where a row is rejected: the accepted
+    # rows' strings would make the cache several times larger and slower to build.
+    typed = _typed_columns(cfg, require_label)
+    checked = parsed.select(*typed, F.when(bad, F.col(SOURCE_FILE)).alias(SOURCE_FILE),
+                            F.when(bad, F.col(RAW_LINE)).alias(RAW_LINE), reason.alias(REASON)).cache()
     rejects = checked.where(F.col(REASON).isNotNull()).select(SOURCE_FILE, ROW_ID, RAW_LINE, REASON)
-    accepted = checked.where(F.col(REASON).isNull()).select(*_typed_columns(cfg, require_label))
+    accepted = checked.where(F.col(REASON).isNull()).select(*_typed_names(cfg, require_label))
     counts = checked.agg(
         F.count(F.lit(1)).alias("n"), F.count(F.col(REASON)).alias("bad")
     ).first()
@@ -60,7 +72,7 @@ def ingest(spark: SparkSession, location: str, cfg: DataConfig, require_label: b
         raise DataError(f"{location}: no input rows (the file is empty or holds only blank lines)")
     if counts["n"] == counts["bad"]:
         _raise_if_structural(rejects, location, cfg)
-    result = IngestResult(accepted, rejects, counts["n"], counts["n"] - counts["bad"], counts["bad"])
+    result = IngestResult(accepted, rejects, counts["n"], counts["n"] - counts["bad"], counts["bad"], checked)
     result.reconcile()
     return result
 
@@ -185,3 +197,9 @@ def _typed_columns(cfg: DataConfig, with_label: bool) -> list[Column]:
     if with_label:
         cols.append((normalized_label(cfg) == cfg.label.positive).cast("double").alias(LABEL))
     return cols
+
+
+def _typed_names(cfg: DataConfig, with_label: bool) -> list[str]:
+    """The names `_typed_columns` gives, in its order."""
+    names = [ROW_ID, *[c.name for c in cfg.columns if c.role in ("numeric", "categorical", "id")]]
+    return [*names, LABEL] if with_label else names

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparkml_dist.data.dataset import RowGroup
+from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.errors import DataError
 
 
@@ -46,7 +47,7 @@ class ShardLoader:
 
     def __init__(self, root: str | Path, groups: list[RowGroup], rank: int, world: int,
                  batch_size: int, seed: int, shuffle: bool = True, buffer_row_groups: int = 4,
-                 with_label: bool = True, decode_threads: int = 2):
+                 with_label: bool = True, decode_threads: int = 2, layout: FeatureLayout | None = None):
         self.root = Path(root)
         self.pieces = shard_pieces(groups, rank, world)
         self.rank = rank
@@ -54,7 +55,8 @@ class ShardLoader:
         self.seed = seed
         self.shuffle = shuffle
         self.buffer_row_groups = buffer_row_groups
-        self.columns = ["features", "label"] if with_label else ["features"]
+        self.layout = layout  # None: the files hold a dense `features` list column
+        self.columns = [*(layout.columns if layout is not None else ["features"]), *(["label"] if with_label else [])]
         self._local = threading.local()  # ParquetFile readers are not thread-safe: one set per thread
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader-prefetch")
         self._decoders = ThreadPoolExecutor(max_workers=decode_threads, thread_name_prefix="loader-decode")
@@ -65,7 +67,9 @@ class ShardLoader:
 
     @property
     def feature_dim(self) -> int:
-        """Width of the feature vectors (read from this shard's first row)."""
+        """Width of the feature vectors (the layout's, or read from this shard's first row)."""
+        if self.layout is not None:
+            return self.layout.dim
         if not self.pieces:
             raise DataError(f"{self.root}: rank {self.rank} has no rows; use fewer ranks than rows")
         first = self.pieces[0]
@@ -126,7 +130,10 @@ class ShardLoader:
         except (OSError, pa.ArrowException) as exc:
             raise DataError(f"{self.root / p.file}: row group {p.row_group} is unreadable ({exc}); re-run the "
                             f"preprocess stage to rewrite the dataset") from None
-        x = features_to_numpy(table.column("features"))
+        if self.layout is not None:
+            x = self.layout.to_dense(table, where=f"{self.root / p.file} row group {p.row_group}")
+        else:
+            x = features_to_numpy(table.column("features"))
         y = table.column("label").to_numpy().astype(np.float32, copy=False) if "label" in self.columns else None
         return x, y
 

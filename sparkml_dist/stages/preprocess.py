@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,8 +15,15 @@ from pyspark.sql import functions as F
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.atomic import atomic_dir
 from sparkml_dist.data.dataset import MANIFEST, Manifest, describe_split, split_frame, write_split
-from sparkml_dist.data.features import FEATURES, build_feature_pipeline, feature_names, to_feature_frame
+from sparkml_dist.data.features import (
+    FEATURES,
+    build_feature_pipeline,
+    compile_features,
+    feature_names,
+    to_feature_frame,
+)
 from sparkml_dist.data.ingest import IngestResult, ingest
+from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.sources import fingerprint, resolve_path
 from sparkml_dist.errors import ConfigError
 from sparkml_dist.spark.session import job_phase
@@ -40,30 +48,68 @@ def preprocess(spark: SparkSession, cfg: JobConfig, fitted: PipelineModel | None
     fine-tuning) and write the splits; `where` keeps only the rows it matches."""
     data = cfg.data
     out = out or OutputPaths.of(cfg).preprocess
-    inputs = {}
-    for name, location in (("train", data.train_path), ("test", data.test_path)):
-        with job_phase(spark, f"preprocess: ingest {name}"):
-            inputs[name] = ingest(spark, location, data)
-        log.info("ingest %s: %s", name, inputs[name].counts())
-    accepted = {name: select_rows(r.accepted, where) for name, r in inputs.items()}
-    train_rows, val_rows = split_frame(accepted["train"], data.validation_fraction, data.split_seed)
-    with job_phase(spark, "preprocess: fit features"):
-        pipeline = fitted or build_feature_pipeline(data, cfg.features).fit(train_rows)
-        frames = {name: to_feature_frame(pipeline, df) for name, df in
-                  (("train", train_rows), ("val", val_rows), ("test", accepted["test"]))}
-        dim = frames["train"].select(F.size(FEATURES)).first()[0]
-    ranks = cfg.train.num_ranks
-    with atomic_dir(spark, str(out)) as staging:
-        pipeline.save(f"{staging}/feature_pipeline")
-        for name, frame in frames.items():
-            files = ranks * data.files_per_rank if name == "train" else ranks
-            with job_phase(spark, f"preprocess: write {name}"):
-                write_split(frame, f"{staging}/{name}", files, data.row_group_rows, dim)
-        with job_phase(spark, "preprocess: rejects and manifest"):
-            _write_rejects(inputs, f"{staging}/rejects")
-            manifest = _manifest(spark, cfg, Path(staging), pipeline, train_rows, dim, inputs)
-        (Path(staging) / MANIFEST).write_text(manifest.to_json())
+    inputs = _ingest_inputs(spark, cfg)
+    try:
+        accepted = {name: select_rows(r.accepted, where) for name, r in inputs.items()}
+        train_rows, val_rows = split_frame(accepted["train"], data.validation_fraction, data.split_seed)
+        with job_phase(spark, "preprocess: fit features"):
+            pipeline = fitted or build_feature_pipeline(data, cfg.features).fit(train_rows)
+            encoded = _encode(pipeline, {"train": train_rows, "val": val_rows, "test": accepted["test"]})
+        with atomic_dir(spark, str(out)) as staging, ThreadPoolExecutor(1, "preprocess-save") as background:
+            # Spark ML's save is a dozen tiny jobs, latency not work: overlap it with the writes
+            saved = background.submit(pipeline.save, f"{staging}/feature_pipeline")
+            _write_splits(spark, cfg, encoded, staging)
+            with job_phase(spark, "preprocess: rejects and manifest"):
+                _write_rejects(inputs, f"{staging}/rejects")
+                manifest = _manifest(cfg, Path(staging), pipeline, train_rows, encoded, inputs)
+            saved.result()
+            (Path(staging) / MANIFEST).write_text(manifest.to_json())
+    finally:
+        for result in inputs.values():
+            result.release()
     return PreprocessResult(str(out), manifest)
+
+
+def _ingest_inputs(spark: SparkSession, cfg: JobConfig) -> dict[str, IngestResult]:
+    inputs: dict[str, IngestResult] = {}
+    try:
+        for name, location in (("train", cfg.data.train_path), ("test", cfg.data.test_path)):
+            with job_phase(spark, f"preprocess: ingest {name}"):
+                inputs[name] = ingest(spark, location, cfg.data)
+            log.info("ingest %s: %s", name, inputs[name].counts())
+    except BaseException:
+        for result in inputs.values():
+            result.release()
+        raise
+    return inputs
+
+
+def _write_splits(spark: SparkSession, cfg: JobConfig, encoded: "_Encoded", staging: str) -> None:
+    ranks = cfg.train.num_ranks
+    for name, frame in encoded.frames.items():
+        files = ranks * cfg.data.files_per_rank if name == "train" else ranks
+        with job_phase(spark, f"preprocess: write {name}"):
+            write_split(frame, f"{staging}/{name}", files, cfg.data.row_group_rows, encoded.row_bytes)
+
+
+@dataclass
+class _Encoded:
+    frames: dict[str, DataFrame]
+    layout: FeatureLayout | None  # None: a dense `features` column
+    dim: int
+
+    @property
+    def row_bytes(self) -> int:
+        return self.layout.row_bytes if self.layout is not None else 4 * self.dim
+
+
+def _encode(pipeline: PipelineModel, rows: dict[str, DataFrame]) -> _Encoded:
+    """Each split's rows as stored features: compact when the pipeline compiles, else dense."""
+    compiled = compile_features(pipeline)
+    if compiled is not None:
+        return _Encoded({name: compiled.frame(df) for name, df in rows.items()}, compiled.layout, compiled.layout.dim)
+    frames = {name: to_feature_frame(pipeline, df) for name, df in rows.items()}
+    return _Encoded(frames, None, frames["train"].select(F.size(FEATURES)).first()[0])
 
 
 def select_rows(rows: DataFrame, where: str | None) -> DataFrame:
@@ -85,13 +131,12 @@ def _write_rejects(inputs: dict[str, IngestResult], path: str) -> None:
     union.coalesce(1).write.mode("overwrite").parquet(path)
 
 
-def _manifest(spark, cfg: JobConfig, staging: Path, pipeline, train_rows, dim: int,
+def _manifest(cfg: JobConfig, staging: Path, pipeline, train_rows, encoded: _Encoded,
               inputs: dict[str, IngestResult]) -> Manifest:
-    splits = {name: describe_split(spark.read.parquet(str(staging / name)), staging / name)
-              for name in ("train", "val", "test")}
+    splits = {name: describe_split(staging / name) for name in ("train", "val", "test")}
     schema = {c.name: f"{c.type}/{c.role}" for c in cfg.data.columns}
     return Manifest(
-        feature_dim=dim,
+        feature_dim=encoded.dim,
         feature_names=feature_names(pipeline, train_rows),
         splits=splits,
         input_fingerprint=fingerprint([resolve_path(cfg.data.train_path), resolve_path(cfg.data.test_path)]),
@@ -99,4 +144,5 @@ def _manifest(spark, cfg: JobConfig, staging: Path, pipeline, train_rows, dim: i
         schema=schema,
         layout={"num_ranks": cfg.train.num_ranks, "files_per_rank": cfg.data.files_per_rank,
                 "row_group_rows": cfg.data.row_group_rows},
+        feature_layout=encoded.layout.to_json() if encoded.layout is not None else None,
     )

@@ -11,6 +11,7 @@ from pyspark.sql import SparkSession
 
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.dataset import Manifest
+from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.errors import RankFailure, TrainingFailed
 from sparkml_dist.launch import backend_for, run_barrier
 from sparkml_dist.models.factory import model_spec
@@ -116,4 +117,5 @@ def make_job(data_root: str, manifest: Manifest, spec: dict[str, Any], cfg: JobC
         train=cfg.train,
         checkpoint_dir=checkpoint_dir,
         run=run,
+        feature_layout=FeatureLayout.from_json(manifest.feature_layout),
     )

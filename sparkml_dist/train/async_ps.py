@@ -25,7 +25,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from sparkml_dist.data.loader import ShardLoader
 from sparkml_dist.launch.context import RankContext, free_port
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.train.checkpoint import state_dict_to_bytes
@@ -148,7 +147,7 @@ def _work(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[s
     servers = cfg.async_ps.servers
     worker, workers = ctx.rank - servers, ctx.world_size - servers
     dist.barrier()  # servers are up
-    loader = ShardLoader(job.data_root, list(job.train_groups), worker, workers, cfg.batch_size, cfg.seed)
+    loader = job.loader("train", worker, workers, cfg.batch_size, cfg.seed)
     loss_fn, params = nn.BCEWithLogitsLoss(), dict(model.named_parameters())
     steps, samples, loss_sum, start = 0, 0, 0.0, time.perf_counter()
     step_times = []
@@ -186,7 +185,7 @@ def _final(job: TrainJob, model: nn.Module) -> dict[str, Any]:
     from sparkml_dist.train.loop import evaluate
     from sparkml_dist.train.strategies import Strategy
 
-    loader = ShardLoader(job.data_root, list(job.val_groups), 0, 1, 4096, job.train.seed, shuffle=False)
+    loader = job.loader("val", 0, 1, 4096, job.train.seed, shuffle=False)
     metrics = evaluate(model, loader, Strategy(1), torch.device("cpu"))
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     return {**metrics, "state_dict": state_dict_to_bytes(state)}

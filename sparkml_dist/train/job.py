@@ -7,6 +7,8 @@ from typing import Any
 
 from sparkml_dist.config.schema import TrainConfig
 from sparkml_dist.data.dataset import RowGroup
+from sparkml_dist.data.layout import FeatureLayout
+from sparkml_dist.data.loader import ShardLoader
 from sparkml_dist.tracking.client import RunHandle
 from sparkml_dist.train.adapters import AdaptSpec
 
@@ -38,3 +40,10 @@ class TrainJob:
     faults: tuple[Fault, ...] = ()
     init_weights: bytes | None = None  # fine-tuning: the base model's state_dict (torch.save bytes)
     adapt: AdaptSpec | None = None  # fine-tuning: frozen prefixes and low-rank adapters
+    feature_layout: FeatureLayout | None = None  # how the splits store features (None: dense column)
+
+    def loader(self, split: str, rank: int, world: int, batch_size: int, seed: int, **options) -> ShardLoader:
+        """A rank's streaming reader over the `split` ("train" or "val") row groups."""
+        groups = self.train_groups if split == "train" else self.val_groups
+        return ShardLoader(self.data_root, list(groups), rank, world, batch_size, seed,
+                           layout=self.feature_layout, **options)

@@ -83,10 +83,9 @@ def train_rank(ctx: RankContext, job: TrainJob) -> dict[str, Any]:
     strategy = make_strategy(cfg.backend, ctx.world_size, ctx.rank, **_strategy_options(cfg))
     model, optimizer, ckpt = _build_and_restore(job, strategy, device)
 
-    train_loader = ShardLoader(job.data_root, list(job.train_groups), strategy.data_rank, strategy.data_world,
-                               cfg.batch_size, cfg.seed, shuffle=True, buffer_row_groups=cfg.shuffle_buffer_row_groups)
-    val_loader = ShardLoader(job.data_root, list(job.val_groups), strategy.data_rank, strategy.data_world, 4096,
-                             cfg.seed, shuffle=False)
+    train_loader = job.loader("train", strategy.data_rank, strategy.data_world, cfg.batch_size, cfg.seed,
+                              shuffle=True, buffer_row_groups=cfg.shuffle_buffer_row_groups)
+    val_loader = job.loader("val", strategy.data_rank, strategy.data_world, 4096, cfg.seed, shuffle=False)
     steps_per_epoch = _steps_per_epoch(strategy, train_loader)
     position = resume_position(ckpt, steps_per_epoch, strategy.data_world)
     history: list[dict[str, float]] = list(ckpt.get("history", [])) if ckpt is not None else []
