@@ -101,7 +101,7 @@ def main(spark=None) -> list[dict]:
             runs_base.append(throughput(raw_gloo()))
             return 0.0
 
-        alternate(run_ours, run_base, rounds=5)
+        alternate(run_ours, run_base, rounds=3)
         for mib in SIZES_MIB:
             o = statistics.median(r[mib] for r in runs_ours)
             b = statistics.median(r[mib] for r in runs_base)

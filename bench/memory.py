@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bench.common import entry, record
 
-BASE_ROWS = 400_000
+BASE_ROWS = 200_000
 
 
 def _peak_rss_mib() -> float:

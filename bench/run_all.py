@@ -1,15 +1,25 @@
-"""Run every benchmark in this folder and write bench/results.json (see docs/benchmarks.md).
+"""Run the benchmarks in this folder and write bench/results.json (see docs/benchmarks.md).
 
-    make bench                                  # ~8 minutes on 2 cores
-    .venv/bin/python -m bench.run_all --full    # adds preprocessing of 10M generated rows
+    make bench                                  # the issue's list, a few minutes on 2 cores
+    .venv/bin/python -m bench.run_all --full    # adds 10M-row preprocessing and the model-parallel suite
 """
 
 from __future__ import annotations
 
 import argparse
+import time
+from contextlib import contextmanager
 
 from bench import allreduce, inference, loader, memory, parallel, preprocess, scaling, training
 from bench.common import make_bench_importable
+
+
+@contextmanager
+def timed(name: str):
+    start = time.perf_counter()
+    print(f"== bench.{name}", flush=True)
+    yield
+    print(f"== bench.{name}: {time.perf_counter() - start:.0f} s", flush=True)
 
 
 def main(full: bool = False) -> None:
@@ -17,20 +27,32 @@ def main(full: bool = False) -> None:
     from sparkml_dist.spark import build_session
 
     make_bench_importable()
-    loader.main()
-    training.main()
+    start = time.perf_counter()
+    with timed("loader"):
+        loader.main()
+    with timed("training"):
+        training.main()
     spark = build_session(SparkConfig(master="local[2]", app_name="sparkml_dist-bench"))
     spark.sparkContext.setLogLevel("ERROR")
-    inference.main(spark=spark)
-    allreduce.main(spark=spark)
-    scaling.main(spark=spark)
-    memory.main(spark=spark)
-    preprocess.main((1_000_000, 10_000_000) if full else (1_000_000,), spark=spark)
+    with timed("inference"):
+        inference.main(spark=spark)
+    with timed("allreduce"):
+        allreduce.main(spark=spark)
+    with timed("scaling"):
+        scaling.main(spark=spark)
+    with timed("memory"):
+        memory.main(spark=spark)
+    with timed("preprocess"):
+        preprocess.main((1_000_000, 10_000_000) if full else (1_000_000,), spark=spark)
     spark.stop()
-    parallel.main()  # its own local[4] session: the 2 x 2 hybrid mesh needs 4 task slots
+    if full:
+        with timed("parallel"):
+            parallel.main()  # its own local[4] session: the 2 x 2 hybrid mesh needs 4 task slots
+    print(f"all benchmarks: {time.perf_counter() - start:.0f} s; results in bench/results.json", flush=True)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--full", action="store_true", help="also preprocess 10M generated rows")
+    parser.add_argument("--full", action="store_true",
+                        help="also preprocess 10M generated rows and run the model-parallel suite")
     main(parser.parse_args().full)

@@ -30,9 +30,8 @@ def test_the_driver_refuses_anything_but_parameter_shaped_updates():
 
 def centralized_accuracy(adult_prep, tmp_path, epochs: int) -> float:
     """The same MLP trained on all rows in one process, scored on the same test rows."""
-    import pyarrow.parquet as pq
 
-    from sparkml_dist.data.loader import features_to_numpy
+    from sparkml_dist.data.loader import read_split
     from sparkml_dist.launch.context import RankContext
     from sparkml_dist.models.factory import build_model, model_spec
     from sparkml_dist.stages.train import make_job
@@ -47,8 +46,7 @@ def centralized_accuracy(adult_prep, tmp_path, epochs: int) -> float:
     result = train_rank(ctx, make_job(prep.path, prep.manifest, spec, cfg, str(tmp_path / "central"), None))
     model = build_model(spec)
     model.load_state_dict(state_dict_from_bytes(result["state_dict"]))
-    table = pq.read_table(f"{prep.path}/test")
-    x, y = features_to_numpy(table.column("features")), table.column("label").to_numpy()
+    x, y = read_split(prep.path, "test")
     with torch.no_grad():
         return float(((model(torch.tensor(x)) > 0).numpy() == (y > 0.5)).mean())
 

@@ -157,3 +157,14 @@ def features_to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
         return np.empty((0, 0), np.float32)
     flat = arr.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
     return flat.reshape(rows, -1)
+
+
+def read_split(root: str | Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """A whole split of a preprocess output in memory as (features [rows, dim], labels), for
+    notebooks and checks on small data; training streams with `ShardLoader` instead."""
+    from sparkml_dist.data.dataset import Manifest
+
+    layout = FeatureLayout.from_json(Manifest.load(root).feature_layout)
+    table = pq.read_table(Path(root) / split)
+    x = layout.to_dense(table, where=f"{root}/{split}") if layout is not None else features_to_numpy(table.column("features"))
+    return x, table.column("label").to_numpy().astype(np.float32, copy=False)
