@@ -105,10 +105,13 @@ def main(spark=None) -> list[dict]:
     rows_out = [entry("memory_stream_train", big, small, "MiB", "lower", 1.2,
                       note=f"peak RSS of a rank training one epoch on {10 * BASE_ROWS:,} vs {BASE_ROWS:,} rows "
                            f"(features alone: {10 * BASE_ROWS * 32 * 4 / 2**20:.0f} vs {BASE_ROWS * 32 * 4 / 2**20:.0f} MiB)")]
+    own = spark is None
     spark = spark or build_session(SparkConfig(master="local[2]", app_name="bench-memory"))
     spark.sparkContext.setLogLevel("ERROR")
     one = score_peak(spark, 1_000_000)
     ten = score_peak(spark, 10_000_000)
+    if own:
+        spark.stop()
     rows_out.append(entry("memory_score_10m", ten, one, "MiB", "lower", 1.2,
                           note="largest Python worker RSS (sampled) while scoring 10M vs 1M rows x 32 floats"))
     record(rows_out)

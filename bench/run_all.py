@@ -32,6 +32,8 @@ def main(full: bool = False) -> None:
         loader.main()
     with timed("training"):
         training.main()
+    with timed("memory"):
+        memory.main()  # its own session: Python workers that no other benchmark has grown
     spark = build_session(SparkConfig(master="local[2]", app_name="sparkml_dist-bench"))
     spark.sparkContext.setLogLevel("ERROR")
     with timed("inference"):
@@ -40,8 +42,6 @@ def main(full: bool = False) -> None:
         allreduce.main(spark=spark)
     with timed("scaling"):
         scaling.main(spark=spark)
-    with timed("memory"):
-        memory.main(spark=spark)
     with timed("preprocess"):
         preprocess.main((1_000_000, 10_000_000) if full else (1_000_000,), spark=spark)
     spark.stop()

@@ -57,7 +57,7 @@ def preprocess(spark: SparkSession, cfg: JobConfig, fitted: PipelineModel | None
             encoded = _encode(pipeline, {"train": train_rows, "val": val_rows, "test": accepted["test"]})
         with atomic_dir(spark, str(out)) as staging, ThreadPoolExecutor(1, "preprocess-save") as background:
             # Spark ML's save is a dozen tiny jobs, latency not work: overlap it with the writes
-            saved = background.submit(pipeline.save, f"{staging}/feature_pipeline")
+            saved = background.submit(_save_pipeline, spark, pipeline, f"{staging}/feature_pipeline")
             _write_splits(spark, cfg, encoded, staging)
             with job_phase(spark, "preprocess: rejects and manifest"):
                 _write_rejects(inputs, f"{staging}/rejects")
@@ -82,6 +82,11 @@ def _ingest_inputs(spark: SparkSession, cfg: JobConfig) -> dict[str, IngestResul
             result.release()
         raise
     return inputs
+
+
+def _save_pipeline(spark: SparkSession, pipeline: PipelineModel, path: str) -> None:
+    with job_phase(spark, "preprocess: save feature pipeline"):
+        pipeline.save(path)
 
 
 def _write_splits(spark: SparkSession, cfg: JobConfig, encoded: "_Encoded", staging: str) -> None:
