@@ -52,12 +52,12 @@ def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:
         prep = preprocess(spark, cfg)
     with timer("train"):
         trained = train(spark, cfg, prep, run)
-    with timer("evaluate"):
-        test_rows = ingest(spark, cfg.data.test_path, cfg.data).accepted
-        report = evaluate(spark, cfg, trained.model_uri, run.tracking_uri, test_rows)
-        log_report(run, report, cfg)
-    with timer("register"):
-        decision = register(spark, cfg, run, trained.model_uri, report.metrics, test_rows)
+    with ingest(spark, cfg.data.test_path, cfg.data) as test_input:
+        with timer("evaluate"):
+            report = evaluate(spark, cfg, trained.model_uri, run.tracking_uri, test_input.accepted)
+            log_report(run, report, cfg)
+        with timer("register"):
+            decision = register(spark, cfg, run, trained.model_uri, report.metrics, test_input.accepted)
     with timer("score"):
         scored = score(spark, cfg)
     manifest = prep.manifest

@@ -85,3 +85,18 @@ def test_real_adult_test_file_quarantines_its_banner_line(spark, make_adult_conf
     (reject,) = result.rejects.collect()
     assert reject["raw_line"].startswith("|1x3 Cross validator")
     assert "malformed line" in reject["reason"]
+
+
+def test_released_input_is_read_afresh_on_the_next_run(spark, tmp_path):
+    """A notebook re-runs a stage after the input file changed: the second run must count the new
+    rows, not be served the first run's cached ones (and nothing stays cached in between)."""
+    path = tmp_path / "data.csv"
+    path.write_text("\n".join(LINES[:3]) + "\n")
+    cfg = small_config(path)
+    with ingest(spark, str(path), cfg) as first:
+        assert first.counts() == {"input": 3, "accepted": 3, "rejected": 0}
+    cache = spark._jsparkSession.sharedState().cacheManager()
+    assert not cache.lookupCachedData(first.cached._jdf).isDefined(), "the ingest cache outlived its use"
+    path.write_text("\n".join(LINES[:5]) + "\n")
+    with ingest(spark, str(path), cfg) as second:
+        assert second.counts() == {"input": 5, "accepted": 3, "rejected": 2}

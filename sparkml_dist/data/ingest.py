@@ -34,6 +34,12 @@ class IngestResult:
     rejected_rows: int
     cached: DataFrame | None = None  # what `accepted` and `rejects` read from; `release` frees it
 
+    def __enter__(self) -> "IngestResult":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
     def release(self) -> None:
         """Drop the cached rows once both outputs are written (a later ingest of the same input
         would otherwise be served stale from Spark's cache)."""

@@ -85,7 +85,8 @@ def run_federated(spark: SparkSession, cfg: JobConfig, run: RunHandle,
         from sparkml_dist.errors import ConfigError
 
         raise ConfigError("federated.client_column: name the column whose values are the clients, e.g. occupation")
-    train_rows = ingest(spark, cfg.data.train_path, cfg.data).accepted
+    train_input = ingest(spark, cfg.data.train_path, cfg.data)
+    train_rows = train_input.accepted
     fit_rows, _ = split_frame(train_rows, cfg.data.validation_fraction, cfg.data.split_seed)
     pipeline = build_feature_pipeline(cfg.data, cfg.features).fit(fit_rows)
     clients, rdd = client_partitions(pipeline, train_rows, fed.client_column)
@@ -108,6 +109,7 @@ def run_federated(spark: SparkSession, cfg: JobConfig, run: RunHandle,
         log.info("round %d/%d: %d clients, %d late, %d clipped, test accuracy %.4f", round_index + 1, fed.rounds,
                  stats["clients"], stats["late"], stats["clipped"], stats["test_accuracy"])
     rdd.unpersist()
+    train_input.release()
     pipeline_dir = OutputPaths.of(cfg).root / "federated" / "feature_pipeline"
     pipeline.write().overwrite().save(str(pipeline_dir))  # travels inside the model: it scores raw rows
     result.model_uri = log_model(run, state_dict_to_bytes(state), spec, str(pipeline_dir),
@@ -190,7 +192,8 @@ def _sample(rng: np.random.Generator, n: int, fraction: float) -> tuple[int, ...
 
 def _test_arrays(spark, cfg: JobConfig, pipeline) -> tuple[np.ndarray, np.ndarray]:
     """The driver's own held-out rows (the test file), as arrays for per-round evaluation."""
-    table = to_feature_frame(pipeline, ingest(spark, cfg.data.test_path, cfg.data).accepted).toArrow()
+    with ingest(spark, cfg.data.test_path, cfg.data) as test_input:
+        table = to_feature_frame(pipeline, test_input.accepted).toArrow()
     return features_to_numpy(table.column(FEATURES)), table.column(LABEL).to_numpy().astype(np.float32)
 
 

@@ -78,11 +78,10 @@ def _check_and_merge(spark, cfg: JobConfig, run: RunHandle, bundle, blob: bytes,
     verdict.norm = check_norm(delta, community.max_delta_norm)
     merged = state_dict_to_bytes(apply_delta(base, delta))
     merged_uri = log_model(run, merged, bundle.spec, bundle.feature_pipeline_path, bundle.training_schema)
-    rows = ingest(spark, community.validation_path or cfg.data.test_path, cfg.data).accepted.cache()
     metric = cfg.tracking.gate.metric
-    verdict.metric_before = evaluate(spark, cfg, bundle.uri, run.tracking_uri, rows).metrics[metric]
-    verdict.metric_after = evaluate(spark, cfg, merged_uri, run.tracking_uri, rows).metrics[metric]
-    rows.unpersist()
+    with ingest(spark, community.validation_path or cfg.data.test_path, cfg.data) as held_out:
+        verdict.metric_before = evaluate(spark, cfg, bundle.uri, run.tracking_uri, held_out.accepted).metrics[metric]
+        verdict.metric_after = evaluate(spark, cfg, merged_uri, run.tracking_uri, held_out.accepted).metrics[metric]
     RankTracker(run, 0).log({"delta_norm": verdict.norm, f"base_{metric}": verdict.metric_before,
                              metric: verdict.metric_after}, 0)
     drop = verdict.metric_before - verdict.metric_after

@@ -19,7 +19,8 @@ def evaluate(spark: SparkSession, cfg: JobConfig, model_uri: str, tracking_uri: 
     model's own feature pipeline and weights, and aggregate the metrics in Spark."""
     bundle = load_bundle(model_uri, tracking_uri)
     if test_rows is None:
-        test_rows = ingest(spark, cfg.data.test_path, cfg.data).accepted
+        with ingest(spark, cfg.data.test_path, cfg.data) as test_input:
+            return evaluate(spark, cfg, model_uri, tracking_uri, test_input.accepted)
     features = to_feature_frame(PipelineModel.load(bundle.feature_pipeline_path), test_rows, with_label=True)
     scored = score_features(features, bundle, passthrough=(ROW_ID, LABEL))
     return binary_report(scored)

@@ -64,11 +64,10 @@ def finetune(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> FinetuneRes
     chief = run_with_recovery(spark, job, cfg)[0]
     model_uri = log_model(run, chief["state_dict"], bundle.spec, bundle.feature_pipeline_path, bundle.training_schema)
 
-    test = ingest(spark, cfg.data.test_path, cfg.data).accepted.cache()
-    sets = {"test": test, "subset": select_rows(test, ft.where)}
-    base = {k: evaluate(spark, cfg, base_uri, run.tracking_uri, rows).metrics for k, rows in sets.items()}
-    new = {k: evaluate(spark, cfg, model_uri, run.tracking_uri, rows).metrics for k, rows in sets.items()}
-    test.unpersist()
+    with ingest(spark, cfg.data.test_path, cfg.data) as test_input:
+        sets = {"test": test_input.accepted, "subset": select_rows(test_input.accepted, ft.where)}
+        base = {k: evaluate(spark, cfg, base_uri, run.tracking_uri, rows).metrics for k, rows in sets.items()}
+        new = {k: evaluate(spark, cfg, model_uri, run.tracking_uri, rows).metrics for k, rows in sets.items()}
     _log_comparison(run, base, new)
 
     passed, reason = _guard(cfg, base["test"], new["test"])

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from sparkml_dist.config.schema import DataConfig, JobConfig
 from sparkml_dist.data.atomic import atomic_dir
 from sparkml_dist.data.features import to_feature_frame
-from sparkml_dist.data.ingest import ROW_ID, ingest
+from sparkml_dist.data.ingest import ROW_ID, IngestResult, ingest
 from sparkml_dist.errors import DataError
 from sparkml_dist.inference.bundle import ModelBundle
 from sparkml_dist.inference.udf import PREDICTION, PROBABILITY, score_features
@@ -35,7 +35,12 @@ def score(spark: SparkSession, cfg: JobConfig, model_uri: str | None = None, inp
     uri = model_uri or f"models:/{cfg.tracking.registered_model}@champion"
     bundle = load_bundle(uri, resolve_tracking_uri(cfg.tracking))
     check_schema(cfg.data, bundle)
-    raw = ingest(spark, input_path or cfg.data.score_path or cfg.data.test_path, cfg.data, require_label=False)
+    with ingest(spark, input_path or cfg.data.score_path or cfg.data.test_path, cfg.data, require_label=False) as raw:
+        return _score_rows(spark, cfg, uri, bundle, raw, output_path)
+
+
+def _score_rows(spark: SparkSession, cfg: JobConfig, uri: str, bundle: ModelBundle, raw: IngestResult,
+                output_path: str | None) -> ScoreResult:
     features = to_feature_frame(PipelineModel.load(bundle.feature_pipeline_path), raw.accepted, with_label=False)
     label = cfg.data.label
     scored = score_features(features, bundle).select(
