@@ -1,7 +1,8 @@
 """Run the benchmarks in this folder and write bench/results.json (see docs/benchmarks.md).
 
     make bench                                  # the issue's list, a few minutes on 2 cores
-    .venv/bin/python -m bench.run_all --full    # adds 10M-row preprocessing and the model-parallel suite
+    .venv/bin/python -m bench.run_all --full    # adds 10M-row preprocessing, raw-row scoring and the
+                                                # model-parallel suite
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import time
 from contextlib import contextmanager
 
-from bench import allreduce, inference, loader, memory, parallel, preprocess, scaling, training
+from bench import allreduce, inference, loader, memory, parallel, preprocess, scaling, scoring_raw, training
 from bench.common import make_bench_importable
 
 
@@ -46,6 +47,8 @@ def main(full: bool = False) -> None:
         preprocess.main((1_000_000, 10_000_000) if full else (1_000_000,), spark=spark)
     spark.stop()
     if full:
+        with timed("scoring_raw"):
+            scoring_raw.main()
         with timed("parallel"):
             parallel.main()  # its own local[4] session: the 2 x 2 hybrid mesh needs 4 task slots
     print(f"all benchmarks: {time.perf_counter() - start:.0f} s; results in bench/results.json", flush=True)
@@ -54,5 +57,5 @@ def main(full: bool = False) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--full", action="store_true",
-                        help="also preprocess 10M generated rows and run the model-parallel suite")
+                        help="also preprocess 10M generated rows, score raw rows, and run the model-parallel suite")
     main(parser.parse_args().full)

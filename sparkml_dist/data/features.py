@@ -96,9 +96,21 @@ class CompiledFeatures:
     layout: FeatureLayout
     columns: tuple[Column, ...]
 
-    def frame(self, df: DataFrame) -> DataFrame:
-        """Raw typed columns -> row_id, one column per block, label (float)."""
-        return df.select(F.col(ROW_ID), *self.columns, F.col(LABEL).cast("float").alias(LABEL))
+    def frame(self, df: DataFrame, with_label: bool = True, extra: tuple[str, ...] = ()) -> DataFrame:
+        """Raw typed columns -> row_id, [extra...,] one column per block[, label (float)]."""
+        label = [F.col(LABEL).cast("float").alias(LABEL)] if with_label else []
+        return df.select(F.col(ROW_ID), *[F.col(c) for c in extra], *self.columns, *label)
+
+
+def scoring_frame(model: PipelineModel, rows: DataFrame, with_label: bool = True,
+                  extra: tuple[str, ...] = ()) -> tuple[DataFrame, FeatureLayout | None]:
+    """Raw rows -> what `score_features` reads: the compiled per-feature columns with their
+    layout (14 narrow columns cross to Python instead of a 116-float array), or, for a pipeline
+    that does not compile, the dense `features` column and None."""
+    compiled = compile_features(model)
+    if compiled is None:
+        return to_feature_frame(model, rows, with_label=with_label, extra=extra), None
+    return compiled.frame(rows, with_label=with_label, extra=extra), compiled.layout
 
 
 def compile_features(model: PipelineModel) -> CompiledFeatures | None:

@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
+from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.inference.bundle import ModelBundle
 
 PROBABILITY = "probability"
@@ -15,8 +16,11 @@ PREDICTION = "prediction"
 
 
 def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int = 1,
-                   threshold: float = 0.5, passthrough: tuple[str, ...] = ("row_id",)) -> DataFrame:
-    """(passthrough..., features array<float>) -> (passthrough..., probability, prediction)."""
+                   threshold: float = 0.5, passthrough: tuple[str, ...] = ("row_id",),
+                   layout: FeatureLayout | None = None) -> DataFrame:
+    """(passthrough..., features array<float>) -> (passthrough..., probability, prediction).
+    With a `layout`, the features arrive as its per-feature columns (`scoring_frame`) and each
+    Arrow batch is made dense in the worker."""
     spark = df.sparkSession
     weights = spark.sparkContext.broadcast(bundle.weights)
     key, spec = bundle.key, bundle.spec
@@ -33,9 +37,11 @@ def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int =
         torch.set_num_threads(threads_per_worker)
         model = MODEL_CACHE.get(key, spec, lambda: weights.value)
         for batch in batches:
-            proba = predict_proba(model, features_to_numpy(batch.column("features")))
+            x = layout.to_dense(batch, where="a scoring batch") if layout is not None else features_to_numpy(batch.column("features"))
+            proba = predict_proba(model, x)
             arrays = [batch.column(c) for c in keep]
             arrays += [pa.array(proba, pa.float64()), pa.array((proba >= threshold).astype(np.int32), pa.int32())]
             yield pa.RecordBatch.from_arrays(arrays, names=names)
 
-    return df.select(*keep, "features").mapInArrow(score_batches, schema)
+    features = layout.columns if layout is not None else ["features"]
+    return df.select(*keep, *features).mapInArrow(score_batches, schema)

@@ -6,7 +6,7 @@ from pyspark.ml import PipelineModel
 from pyspark.sql import DataFrame, SparkSession
 
 from sparkml_dist.config.schema import JobConfig
-from sparkml_dist.data.features import to_feature_frame
+from sparkml_dist.data.features import scoring_frame
 from sparkml_dist.data.ingest import LABEL, ROW_ID, ingest
 from sparkml_dist.inference.udf import score_features
 from sparkml_dist.tracking.models import load_bundle
@@ -21,6 +21,6 @@ def evaluate(spark: SparkSession, cfg: JobConfig, model_uri: str, tracking_uri: 
     if test_rows is None:
         with ingest(spark, cfg.data.test_path, cfg.data) as test_input:
             return evaluate(spark, cfg, model_uri, tracking_uri, test_input.accepted)
-    features = to_feature_frame(PipelineModel.load(bundle.feature_pipeline_path), test_rows, with_label=True)
-    scored = score_features(features, bundle, passthrough=(ROW_ID, LABEL))
+    features, layout = scoring_frame(PipelineModel.load(bundle.feature_pipeline_path), test_rows, with_label=True)
+    scored = score_features(features, bundle, passthrough=(ROW_ID, LABEL), layout=layout)
     return binary_report(scored)

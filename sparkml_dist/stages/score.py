@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from sparkml_dist.config.schema import DataConfig, JobConfig
 from sparkml_dist.data.atomic import atomic_dir
-from sparkml_dist.data.features import to_feature_frame
+from sparkml_dist.data.features import scoring_frame
 from sparkml_dist.data.ingest import ROW_ID, IngestResult, ingest
 from sparkml_dist.errors import DataError
 from sparkml_dist.inference.bundle import ModelBundle
@@ -41,9 +41,9 @@ def score(spark: SparkSession, cfg: JobConfig, model_uri: str | None = None, inp
 
 def _score_rows(spark: SparkSession, cfg: JobConfig, uri: str, bundle: ModelBundle, raw: IngestResult,
                 output_path: str | None) -> ScoreResult:
-    features = to_feature_frame(PipelineModel.load(bundle.feature_pipeline_path), raw.accepted, with_label=False)
+    features, layout = scoring_frame(PipelineModel.load(bundle.feature_pipeline_path), raw.accepted, with_label=False)
     label = cfg.data.label
-    scored = score_features(features, bundle).select(
+    scored = score_features(features, bundle, layout=layout).select(
         ROW_ID, PROBABILITY, PREDICTION,
         F.when(F.col(PREDICTION) == 1, F.lit(label.positive)).otherwise(F.lit(label.negative)).alias("predicted_label"),
     )
