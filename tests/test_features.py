@@ -115,3 +115,24 @@ def test_scoring_from_compiled_columns_gives_the_same_predictions(spark, tmp_pat
     compiled = score_features(frame, bundle, layout=layout).orderBy("row_id").toPandas()
     vectors = score_features(to_feature_frame(model, rows, with_label=False), bundle).orderBy("row_id").toPandas()
     assert len(compiled) == 3 and compiled["probability"].tolist() == vectors["probability"].tolist()
+
+
+def test_a_pipeline_that_does_not_compile_falls_back_to_dense_vectors(spark, tmp_path):
+    """A pipeline the compiler does not know (here a one-hot encoder that drops its last slot)
+    keeps the Spark ML vector path rather than being compiled wrongly."""
+    from pyspark.ml.feature import OneHotEncoder
+
+    from sparkml_dist.data.features import compile_features, scoring_frame
+
+    train = tmp_path / "train.csv"
+    train.write_text("30, 1.0, Paris, yes\n40, 2.0, Rome, no\n50, 4.0, Rome, yes\n")
+    cfg = small_config(train)
+    pipeline = build_feature_pipeline(cfg, FeatureConfig())
+    for stage in pipeline.getStages():
+        if isinstance(stage, OneHotEncoder):
+            stage.setDropLast(True)
+    rows = ingest(spark, str(train), cfg).accepted
+    model = pipeline.fit(rows)
+    assert compile_features(model) is None
+    frame, layout = scoring_frame(model, rows)
+    assert layout is None and len(frame.first()["features"]) == len(feature_names(model, rows))

@@ -6,6 +6,7 @@ starts from raw columns exactly as training did.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pyspark.ml import Pipeline, PipelineModel
@@ -127,6 +128,8 @@ def compile_features(model: PipelineModel) -> CompiledFeatures | None:
     cols: list[Column] = []
     for part in assembler.getInputCols():
         if part in ("_num_scaled", "_num_vec") and ImputerModel in stages:
+            if not math.isnan(stages[ImputerModel].getMissingValue()):
+                return None  # the expressions treat null and NaN as missing, Imputer's default
             scaler = stages.get(StandardScalerModel) if part == "_num_scaled" else None
             for name, value in _numeric_slots(stages[ImputerModel], scaler):
                 blocks.append(FeatureBlock(name, VALUE, 1))
@@ -139,7 +142,7 @@ def compile_features(model: PipelineModel) -> CompiledFeatures | None:
             name = f"{source}__index"
             if part.endswith("__onehot"):
                 encoder = stages.get(OneHotEncoderModel)
-                if encoder is None:
+                if encoder is None or encoder.getDropLast():
                     return None
                 size = encoder.categorySizes[encoder.getInputCols().index(name)]
                 blocks.append(FeatureBlock(name, ONEHOT, size))
