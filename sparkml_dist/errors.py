@@ -35,6 +35,10 @@ class SlotError(SparkMLDistError, RuntimeError):
         return (SlotError, (self.available, self.requested))
 
 
+# A rank that raised one of these met bad data or a bad config: a relaunch would meet it again.
+NOT_RETRIED = frozenset({"DataError", "ConfigError"})
+
+
 class RankFailure(SparkMLDistError, RuntimeError):
     """One or more ranks of a barrier stage raised. Carries each rank's report."""
 
@@ -66,6 +70,11 @@ class RankFailure(SparkMLDistError, RuntimeError):
     def ranks(self) -> list[int]:
         return [r["rank"] for r in self.reports]
 
+    @property
+    def retryable(self) -> bool:
+        """False when a rank failed on the data or the config (the others then fail waiting for it)."""
+        return not any(r["exc_type"] in NOT_RETRIED for r in self.reports)
+
     def __reduce__(self):
         return (RankFailure, (self.reports, self.stage_error))
 
@@ -73,13 +82,17 @@ class RankFailure(SparkMLDistError, RuntimeError):
 class TrainingFailed(SparkMLDistError, RuntimeError):
     """Training failed on every attempt; carries the last attempt's rank failure."""
 
-    def __init__(self, attempts: int, last_failure: str):
+    def __init__(self, attempts: int, last_failure: str, retryable: bool = True):
         self.attempts = attempts
         self.last_failure = last_failure
+        self.retryable = retryable
+        advice = ("raise train.max_attempts or fix the cause" if retryable else
+                  "not relaunched: a rank failed on the data or the config, which a relaunch would meet "
+                  "again; fix the cause")
         super().__init__(
             f"training failed after {attempts} attempt(s), each resumed from the last checkpoint; "
-            f"raise train.max_attempts or fix the cause. Last failure:\n{last_failure}"
+            f"{advice}. Last failure:\n{last_failure}"
         )
 
     def __reduce__(self):
-        return (TrainingFailed, (self.attempts, self.last_failure))
+        return (TrainingFailed, (self.attempts, self.last_failure, self.retryable))

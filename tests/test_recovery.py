@@ -79,3 +79,20 @@ def test_a_hung_rank_times_out_and_is_named(spark, adult_prep, tmp_path):
         run_with_recovery(spark, job, cfg)
     text = err.value.last_failure
     assert "missing rank(s) [1]: last allreduce joined: rank 1 at epoch 1 batch 11" in text
+
+
+def test_a_data_error_in_a_rank_is_not_relaunched(spark, adult_prep, tmp_path):
+    """Unreadable training files fail the same way on every attempt: one attempt, not
+    max_attempts, and the error names the file."""
+    import shutil
+    from dataclasses import replace
+
+    cfg, job, _ = recovery_job(adult_prep, tmp_path, max_attempts=3)
+    copy = tmp_path / "prep"
+    shutil.copytree(job.data_root, copy)
+    for f in (copy / "train").glob("*.parquet"):
+        f.write_bytes(b"not parquet")
+    with pytest.raises(TrainingFailed, match=r"after 1 attempt\(s\).*not relaunched") as err:
+        run_with_recovery(spark, replace(job, data_root=str(copy)), cfg)
+    assert "DataError" in err.value.last_failure and "not a readable Parquet file" in err.value.last_failure
+    assert list_checkpoints(tmp_path / "ckpt") == [], "nothing was trained"

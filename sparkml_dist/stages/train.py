@@ -98,6 +98,8 @@ def run_with_recovery(spark: SparkSession, job: TrainJob, cfg: JobConfig) -> lis
             failures.append(str(failure))
             log.warning("training attempt %d/%d failed: %s", attempt + 1, cfg.train.max_attempts,
                         str(failure).splitlines()[0])
+            if not failure.retryable:
+                raise TrainingFailed(attempt + 1, failures[-1], retryable=False) from None
             continue
         if job.run is not None:
             RankTracker(job.run, 0).log({"train_attempts": attempt + 1}, 0)
