@@ -70,7 +70,7 @@ def ingest(spark: SparkSession, location: str, cfg: DataConfig, require_label: b
     checked = parsed.select(*typed, F.when(bad, F.col(SOURCE_FILE)).alias(SOURCE_FILE),
                             F.when(bad, F.col(RAW_LINE)).alias(RAW_LINE), reason.alias(REASON)).cache()
     rejects = checked.where(F.col(REASON).isNotNull()).select(SOURCE_FILE, ROW_ID, RAW_LINE, REASON)
-    accepted = checked.where(F.col(REASON).isNull()).select(*_typed_names(cfg, require_label))
+    accepted = checked.where(F.col(REASON).isNull()).select(*checked.columns[:len(typed)])
     counts = checked.agg(
         F.count(F.lit(1)).alias("n"), F.count(F.col(REASON)).alias("bad")
     ).first()
@@ -204,8 +204,3 @@ def _typed_columns(cfg: DataConfig, with_label: bool) -> list[Column]:
         cols.append((normalized_label(cfg) == cfg.label.positive).cast("double").alias(LABEL))
     return cols
 
-
-def _typed_names(cfg: DataConfig, with_label: bool) -> list[str]:
-    """The names `_typed_columns` gives, in its order."""
-    names = [ROW_ID, *[c.name for c in cfg.columns if c.role in ("numeric", "categorical", "id")]]
-    return [*names, LABEL] if with_label else names

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sparkml_dist.data.dataset import RowGroup
+from sparkml_dist.data.dataset import Manifest, RowGroup
 from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.errors import DataError
 
@@ -56,7 +56,7 @@ class ShardLoader:
         self.shuffle = shuffle
         self.buffer_row_groups = buffer_row_groups
         self.layout = layout  # None: the files hold a dense `features` list column
-        self.columns = [*(layout.columns if layout is not None else ["features"]), *(["label"] if with_label else [])]
+        self.columns = [*feature_columns(layout), *(["label"] if with_label else [])]
         self._local = threading.local()  # ParquetFile readers are not thread-safe: one set per thread
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader-prefetch")
         self._decoders = ThreadPoolExecutor(max_workers=decode_threads, thread_name_prefix="loader-decode")
@@ -130,10 +130,7 @@ class ShardLoader:
         except (OSError, pa.ArrowException) as exc:
             raise DataError(f"{self.root / p.file}: row group {p.row_group} is unreadable ({exc}); re-run the "
                             f"preprocess stage to rewrite the dataset") from None
-        if self.layout is not None:
-            x = self.layout.to_dense(table, where=f"{self.root / p.file} row group {p.row_group}")
-        else:
-            x = features_to_numpy(table.column("features"))
+        x = dense_features(table, self.layout, where=f"{self.root / p.file} row group {p.row_group}")
         y = table.column("label").to_numpy().astype(np.float32, copy=False) if "label" in self.columns else None
         return x, y
 
@@ -149,6 +146,18 @@ class ShardLoader:
         return files[rel]
 
 
+def feature_columns(layout: FeatureLayout | None) -> list[str]:
+    """The columns that hold the features: the layout's, or the one dense `features` column."""
+    return layout.columns if layout is not None else ["features"]
+
+
+def dense_features(table: pa.Table | pa.RecordBatch, layout: FeatureLayout | None, where: str) -> np.ndarray:
+    """The float32 [rows, dim] matrix the model reads, from `feature_columns(layout)`."""
+    if layout is not None:
+        return layout.to_dense(table, where=where)
+    return features_to_numpy(table.column("features"))
+
+
 def features_to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """A list<float> Arrow column -> a [rows, dim] float32 array without a Python loop."""
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
@@ -162,9 +171,6 @@ def features_to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
 def read_split(root: str | Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     """A whole split of a preprocess output in memory as (features [rows, dim], labels), for
     notebooks and checks on small data; training streams with `ShardLoader` instead."""
-    from sparkml_dist.data.dataset import Manifest
-
     layout = FeatureLayout.from_json(Manifest.load(root).feature_layout)
     table = pq.read_table(Path(root) / split)
-    x = layout.to_dense(table, where=f"{root}/{split}") if layout is not None else features_to_numpy(table.column("features"))
-    return x, table.column("label").to_numpy().astype(np.float32, copy=False)
+    return dense_features(table, layout, where=f"{root}/{split}"), table.column("label").to_numpy().astype(np.float32, copy=False)

@@ -85,36 +85,44 @@ def run_federated(spark: SparkSession, cfg: JobConfig, run: RunHandle,
         from sparkml_dist.errors import ConfigError
 
         raise ConfigError("federated.client_column: name the column whose values are the clients, e.g. occupation")
-    train_input = ingest(spark, cfg.data.train_path, cfg.data)
-    train_rows = train_input.accepted
-    fit_rows, _ = split_frame(train_rows, cfg.data.validation_fraction, cfg.data.split_seed)
-    pipeline = build_feature_pipeline(cfg.data, cfg.features).fit(fit_rows)
-    clients, rdd = client_partitions(pipeline, train_rows, fed.client_column)
-    names = feature_names(pipeline, fit_rows)
-    spec = model_spec(cfg.model, len(names), names)
-    torch.manual_seed(cfg.train.seed)
-    state = build_model(spec).state_dict()
-    received = ReceivedLog({k: tuple(v.shape) for k, v in state.items()})
-    x_test, y_test = _test_arrays(spark, cfg, pipeline)
-    result = FederatedResult(run.run_id, "", clients, received=received)
-    delays = {list(clients).index(c): s for c, s in (slow_clients or {}).items()}
-    tracker = RankTracker(run, 0)
-    rng = np.random.default_rng(fed.seed)
-    for round_index in range(fed.rounds):
-        sampled = _sample(rng, len(clients), fed.client_fraction)
-        state, stats = run_round(spark, rdd, cfg, spec, state, round_index, sampled, received, delays)
-        stats.update(evaluate_arrays(spec, state, x_test, y_test))
-        result.history.append({"round": round_index, **stats})
-        tracker.log(stats, round_index)
-        log.info("round %d/%d: %d clients, %d late, %d clipped, test accuracy %.4f", round_index + 1, fed.rounds,
-                 stats["clients"], stats["late"], stats["clipped"], stats["test_accuracy"])
-    rdd.unpersist()
-    train_input.release()
+    with ingest(spark, cfg.data.train_path, cfg.data) as train_input:
+        fit_rows, _ = split_frame(train_input.accepted, cfg.data.validation_fraction, cfg.data.split_seed)
+        pipeline = build_feature_pipeline(cfg.data, cfg.features).fit(fit_rows)
+        names = feature_names(pipeline, fit_rows)
+        spec = model_spec(cfg.model, len(names), names)
+        clients, rdd = client_partitions(pipeline, train_input.accepted, fed.client_column)
+        try:
+            state, result = _run_rounds(spark, cfg, run, spec, clients, rdd, _test_arrays(spark, cfg, pipeline),
+                                        slow_clients or {})
+        finally:
+            rdd.unpersist()
     pipeline_dir = OutputPaths.of(cfg).root / "federated" / "feature_pipeline"
     pipeline.write().overwrite().save(str(pipeline_dir))  # travels inside the model: it scores raw rows
     result.model_uri = log_model(run, state_dict_to_bytes(state), spec, str(pipeline_dir),
                                  {c.name: f"{c.type}/{c.role}" for c in cfg.data.columns})
     return result
+
+
+def _run_rounds(spark, cfg: JobConfig, run: RunHandle, spec: dict, clients: dict[str, int], rdd,
+                test: tuple[np.ndarray, np.ndarray], slow_clients: dict[str, float]) -> tuple[dict, FederatedResult]:
+    """The rounds from a fresh model: sample clients, aggregate their updates, evaluate on `test`."""
+    fed = cfg.federated
+    torch.manual_seed(cfg.train.seed)
+    state = build_model(spec).state_dict()
+    received = ReceivedLog({k: tuple(v.shape) for k, v in state.items()})
+    result = FederatedResult(run.run_id, "", clients, received=received)
+    delays = {list(clients).index(c): s for c, s in slow_clients.items()}
+    tracker = RankTracker(run, 0)
+    rng = np.random.default_rng(fed.seed)
+    for round_index in range(fed.rounds):
+        sampled = _sample(rng, len(clients), fed.client_fraction)
+        state, stats = run_round(spark, rdd, cfg, spec, state, round_index, sampled, received, delays)
+        stats.update(evaluate_arrays(spec, state, *test))
+        result.history.append({"round": round_index, **stats})
+        tracker.log(stats, round_index)
+        log.info("round %d/%d: %d clients, %d late, %d clipped, test accuracy %.4f", round_index + 1, fed.rounds,
+                 stats["clients"], stats["late"], stats["clipped"], stats["test_accuracy"])
+    return state, result
 
 
 def client_partitions(pipeline, rows: DataFrame, column: str):

@@ -9,6 +9,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from sparkml_dist.data.layout import FeatureLayout
+from sparkml_dist.data.loader import feature_columns
 from sparkml_dist.inference.bundle import ModelBundle
 
 PROBABILITY = "probability"
@@ -31,17 +32,15 @@ def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int =
     def score_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import torch
 
-        from sparkml_dist.data.loader import features_to_numpy
+        from sparkml_dist.data.loader import dense_features
         from sparkml_dist.inference.predict import MODEL_CACHE, predict_proba
 
         torch.set_num_threads(threads_per_worker)
         model = MODEL_CACHE.get(key, spec, lambda: weights.value)
         for batch in batches:
-            x = layout.to_dense(batch, where="a scoring batch") if layout is not None else features_to_numpy(batch.column("features"))
-            proba = predict_proba(model, x)
+            proba = predict_proba(model, dense_features(batch, layout, where="a scoring batch"))
             arrays = [batch.column(c) for c in keep]
             arrays += [pa.array(proba, pa.float64()), pa.array((proba >= threshold).astype(np.int32), pa.int32())]
             yield pa.RecordBatch.from_arrays(arrays, names=names)
 
-    features = layout.columns if layout is not None else ["features"]
-    return df.select(*keep, *features).mapInArrow(score_batches, schema)
+    return df.select(*keep, *feature_columns(layout)).mapInArrow(score_batches, schema)
