@@ -23,11 +23,12 @@ CASES = [("ddp", 2, {}), ("fsdp", 2, {}), ("tensor", 2, {}), ("pipeline", 2, {"s
 GLOBAL_BATCH, MICROBATCHES, STEPS = 64, 4, 12
 
 
-def spec() -> dict:
+def spec():
+    from sparkml_dist.models.spec import ModelSpec, TransformerShape
     from sparkml_dist.models.transformer import token_layout
 
-    return {"kind": "transformer", "input_dim": len(NAMES), "layout": token_layout(NAMES), "d_model": 128,
-            "heads": 8, "layers": 4, "mlp_hidden": 512, "dropout": 0.0}
+    shape = TransformerShape(tuple(token_layout(NAMES)), d_model=128, heads=8, layers=4, mlp_hidden=512)
+    return ModelSpec("transformer", len(NAMES), dropout=0.0, transformer=shape)
 
 
 def expected_bytes(strategy: str, ranks: int, params: float, activation: float, tp: int = 2) -> float:
@@ -35,7 +36,7 @@ def expected_bytes(strategy: str, ranks: int, params: float, activation: float, 
     FSDP 3(n-1)/n S, tensor parallel 4 allreduces of the activations per block (Megatron's f/g
     in forward and backward), pipeline one activation forward or one gradient back."""
     ring = lambda n: 2 * (n - 1) / n  # noqa: E731 - an allreduce's send volume per byte
-    blocks = spec()["layers"]
+    blocks = spec().transformer.layers
     if strategy == "ddp":
         return ring(ranks) * params
     if strategy == "fsdp":
@@ -52,28 +53,27 @@ def expected_bytes(strategy: str, ranks: int, params: float, activation: float, 
 
 def run_case(spark, strategy: str, ranks: int, options: dict) -> dict:
     from sparkml_dist.launch import TorchBackend, run_barrier
-    from sparkml_dist.train.parallel.probe import Probe, probe_rank
+    from bench.probe import Probe, probe_rank
 
     probe = Probe(spec(), strategy=strategy, steps=STEPS, global_batch=GLOBAL_BATCH, microbatches=MICROBATCHES,
                   **options)
     results = run_barrier(spark, probe_rank, probe, ranks, TorchBackend(timeout_s=300, needs_fresh_process=True))
-    s = spec()
-    tokens = len(set(s["layout"])) + 1
+    shape = spec().transformer
     data_world = {"tensor": 1, "pipeline": 1, "hybrid": ranks // options.get("tensor_parallel", 2)}.get(strategy, ranks)
-    activation = GLOBAL_BATCH / data_world * tokens * s["d_model"] * 4
+    activation = GLOBAL_BATCH / data_world * shape.tokens * shape.d_model * 4
     row = {
         "strategy": strategy + (f"-{options['schedule']}" if "schedule" in options else ""),
         "ranks": ranks,
-        "step_ms": 1000 * max(r["step_s"] for r in results),
-        "state_mib_per_rank": max(r["state_bytes"] for r in results) / 2**20,
-        "peak_rss_mib": max(r["peak_rss_mib"] for r in results),
-        "sent_kib_per_rank": max(r["bytes_sent_per_step"] for r in results) / 1024,
-        "formula_kib": expected_bytes(strategy, ranks, results[0]["full_param_bytes"], activation) / 1024,
-        "model_mib": results[0]["full_param_bytes"] / 2**20,
+        "step_ms": 1000 * max(r.step_s for r in results),
+        "state_mib_per_rank": max(r.state_bytes for r in results) / 2**20,
+        "peak_rss_mib": max(r.peak_rss_mib for r in results),
+        "sent_kib_per_rank": max(r.bytes_sent_per_step for r in results) / 1024,
+        "formula_kib": expected_bytes(strategy, ranks, results[0].full_param_bytes, activation) / 1024,
+        "model_mib": results[0].full_param_bytes / 2**20,
     }
     if strategy == "pipeline":
-        busy = [MICROBATCHES * r["stage_microbatch_s"] for r in results]
-        row["bubble"] = 1 - sum(busy) / len(busy) / max(r["step_s"] for r in results)
+        busy = [MICROBATCHES * r.stage_microbatch_s for r in results]
+        row["bubble"] = 1 - sum(busy) / len(busy) / max(r.step_s for r in results)
         row["bubble_formula"] = (ranks - 1) / (MICROBATCHES + ranks - 1)
     print(json.dumps(row), flush=True)
     return row

@@ -47,21 +47,21 @@ from sparkml_dist.tracking.client import end_run, start_run
 
 run = start_run(cfg.tracking, "notebook", cfg.flat_params(), tags={"sparkml_dist.stage": "notebook"})
 trained = train(spark, cfg, prep, run)
-for h in trained.history:
-    print(f"epoch {h['epoch'] + 1}: train_loss {h['train_loss']:.4f} val_accuracy {h['val_accuracy']:.4f}")
+for r in trained.records:
+    print(f"epoch {r.epoch + 1}: train_loss {r.train_loss:.4f} val_accuracy {r.evaluation.accuracy:.4f}")
 print("ranks ended with identical parameters:", trained.ranks_in_step)
 
 # COMMAND ----------
 
-from sparkml_dist.stages.paths import OutputPaths
+from sparkml_dist.storage.paths import OutputPaths
 
 plots = OutputPaths.of(cfg).plots
 try:  # show the plot inline in Jupyter / Databricks; plain scripts print the path
     from IPython.display import Image, display
 
-    display(Image(filename=str(plots / "loss_curves.png")))
+    display(Image(filename=f"{plots}/loss_curves.png"))
 except ImportError:
-    print("loss curves:", plots / "loss_curves.png")
+    print("loss curves:", f"{plots}/loss_curves.png")
 
 # COMMAND ----------
 
@@ -69,11 +69,10 @@ except ImportError:
 
 # COMMAND ----------
 
-from sparkml_dist.pipeline import log_report
-from sparkml_dist.stages import evaluate, register, score
+from sparkml_dist.stages import evaluate, log_report, register, score
 
 report = evaluate(spark, cfg, trained.model_uri, run.tracking_uri)
-log_report(run, report, cfg)
+log_report(run, report, cfg, step=trained.records[-1].epoch)
 decision = register(spark, cfg, run, trained.model_uri, report.metrics)
 scored = score(spark, cfg)
 end_run(run, ok=True)
@@ -86,4 +85,6 @@ summary = {
     "predictions": scored.path,
 }
 print(json.dumps(summary, indent=1))
-(OutputPaths.of(cfg).root / "notebook_summary.json").write_text(json.dumps(summary, indent=1))
+from sparkml_dist import storage
+
+storage.write_json(OutputPaths.of(cfg).under("notebook_summary.json"), summary)

@@ -1,7 +1,96 @@
 """sparkml_dist: the distributed ML lifecycle on Apache Spark.
 
-Stages (`preprocess`, `train`, `evaluate`, `register`, `score`) are plain functions
-`stage(spark, cfg) -> artifact reference`; jobs, notebooks and the CLI call the same ones.
+The public API is what this module exports; every other module is internal and may change
+(docs/architecture.md says which is which):
+
+    import sparkml_dist as sd
+
+    cfg = sd.load_config("conf/adult.yaml", ["train.epochs=3"])
+    spark = sd.build_session(cfg.spark)
+    summary = sd.run_pipeline(spark, cfg)               # or the stages one by one:
+    prep = sd.preprocess(spark, cfg)                    # sd.train, sd.evaluate, sd.register, sd.score
+    results = sd.run_barrier(spark, my_rank_fn, payload, 2, sd.get_backend("torch"))
+
+Names are imported on first use, so `import sparkml_dist` does not start Spark or import torch.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+# public name -> the module that defines it
+_EXPORTS: dict[str, str] = {
+    # configuration
+    "load_config": "sparkml_dist.config.loader",
+    "parse_config": "sparkml_dist.config.loader",
+    "JobConfig": "sparkml_dist.config.schema",
+    "TrainConfig": "sparkml_dist.config.schema",
+    "Section": "sparkml_dist.config.schema",
+    # Spark
+    "build_session": "sparkml_dist.spark.session",
+    # stages and the pipeline
+    "preprocess": "sparkml_dist.stages.preprocess",
+    "train": "sparkml_dist.stages.train",
+    "evaluate": "sparkml_dist.stages.evaluate",
+    "register": "sparkml_dist.stages.register",
+    "score": "sparkml_dist.stages.score",
+    "finetune": "sparkml_dist.stages.finetune",
+    "contribute": "sparkml_dist.stages.contribute",
+    "run_pipeline": "sparkml_dist.pipeline",
+    "PreprocessResult": "sparkml_dist.data.dataset",
+    "TrainResult": "sparkml_dist.stages.train",
+    "Summary": "sparkml_dist.pipeline",
+    # tracking
+    "start_run": "sparkml_dist.tracking.client",
+    "end_run": "sparkml_dist.tracking.client",
+    "tracked_run": "sparkml_dist.tracking.client",
+    "RunHandle": "sparkml_dist.tracking.client",
+    # the launcher
+    "run_barrier": "sparkml_dist.launch.launcher",
+    "run_with_relaunch": "sparkml_dist.launch.relaunch",
+    "get_backend": "sparkml_dist.launch.backends",
+    "RankContext": "sparkml_dist.launch.context",
+    # training methods
+    "TrainMethod": "sparkml_dist.methods.base",
+    "TrainRequest": "sparkml_dist.methods.base",
+    "register_method": "sparkml_dist.methods.base",
+    "get_method": "sparkml_dist.methods.base",
+    "LoopMethod": "sparkml_dist.methods.loop",
+    "Strategy": "sparkml_dist.train.strategies",
+    "TrainOutcome": "sparkml_dist.train.records",
+    "EpochRecord": "sparkml_dist.train.records",
+    "Evaluation": "sparkml_dist.train.records",
+    "RankStats": "sparkml_dist.train.records",
+    "RankResult": "sparkml_dist.train.records",
+    "TrainedModel": "sparkml_dist.train.records",
+    "ModelSpec": "sparkml_dist.models.spec",
+    # storage
+    "register_scheme": "sparkml_dist.storage.store",
+    "Scheme": "sparkml_dist.storage.store",
+    # errors
+    "SparkMLDistError": "sparkml_dist.errors",
+    "ConfigError": "sparkml_dist.errors",
+    "DataError": "sparkml_dist.errors",
+    "StorageError": "sparkml_dist.errors",
+    "SlotError": "sparkml_dist.errors",
+    "RankFailure": "sparkml_dist.errors",
+    "TrainingFailed": "sparkml_dist.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sparkml_dist' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

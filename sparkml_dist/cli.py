@@ -1,29 +1,133 @@
-"""Command line: `sparkml-dist <stage> --config conf/adult.yaml [--set key=value ...]`.
-The jobs/ scripts call this same entry, so spark-submit and the console script agree."""
+"""Command line: `sparkml-dist <command> --config conf/adult.yaml [--set key=value ...]`.
+The jobs/ scripts call this same entry, so spark-submit and the console script agree.
+
+Each command is one row of `COMMANDS`: a stage function that does the work and writes its own
+outputs and records, and a line that reports what it did. The CLI itself writes nothing.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import re
 import sys
+from dataclasses import dataclass
+from typing import Callable
 
 from sparkml_dist.config.loader import load_config
+from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.errors import SparkMLDistError
 
-STAGES = ("preprocess", "train", "evaluate", "register", "score", "pipeline", "finetune", "contribute", "federated")
 log = logging.getLogger("sparkml_dist.cli")
 
 
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    run: Callable[[object, JobConfig, argparse.Namespace], str]  # (spark, cfg, args) -> report
+
+
+def _preprocess(spark, cfg: JobConfig, args) -> str:
+    from sparkml_dist.stages.preprocess import preprocess
+
+    prep = preprocess(spark, cfg)
+    return f"preprocess: {json.dumps(prep.manifest.inputs)} -> {prep.path} (manifest {prep.path}/manifest.json)"
+
+
+def _train(spark, cfg: JobConfig, args) -> str:
+    from sparkml_dist.stages.train import train_preprocessed
+
+    result = train_preprocessed(spark, cfg)
+    last = result.records[-1]
+    held_out = (f"{last.evaluation.rows}_accuracy {last.evaluation.accuracy:.4f}" if last.evaluation else "")
+    return (f"train: run {result.run_id} ({result.outcome.method}), model {result.model_uri}, rows per rank "
+            f"{[r.samples for r in result.outcome.ranks]}, {held_out}, ranks in step: {result.ranks_in_step}")
+
+
+def _evaluate(spark, cfg: JobConfig, args) -> str:
+    from sparkml_dist.stages.evaluate import evaluate_trained
+
+    return "evaluate: " + json.dumps(evaluate_trained(spark, cfg, args.model_uri).metrics, indent=1)
+
+
+def _register(spark, cfg: JobConfig, args) -> str:
+    from sparkml_dist.stages.register import register_evaluated
+
+    decision = register_evaluated(spark, cfg, args.model_uri)
+    return f"register: {decision.name} version {decision.version} -> {decision.alias} ({decision.reason})"
+
+
+def _score(spark, cfg: JobConfig, args) -> str:
+    from sparkml_dist.stages.score import score
+
+    result = score(spark, cfg, args.model_uri, args.input, args.output)
+    return (f"score: {result.input_rows:,} rows in, {result.scored_rows:,} scored, {result.rejected_rows:,} rejected "
+            f"-> {result.path} (model {result.model_uri})")
+
+
+def _pipeline(spark, cfg: JobConfig, args) -> str:
+    from sparkml_dist.pipeline import format_summary, run_pipeline
+
+    return format_summary(run_pipeline(spark, cfg))
+
+
+def _finetune(spark, cfg: JobConfig, args) -> str:
+    from sparkml_dist.stages.finetune import finetune, result_lines
+    from sparkml_dist.tracking.client import tracked_run
+
+    with tracked_run(cfg.tracking, "finetune", cfg.flat_params()) as run:
+        return result_lines(finetune(spark, cfg, run))
+
+
+def _contribute(spark, cfg: JobConfig, args) -> str:
+    from sparkml_dist.stages.contribute import contribute
+    from sparkml_dist.tracking.client import tracked_run
+
+    if not args.delta:
+        raise SparkMLDistError("contribute: give the delta with --delta <file or runs:/... URI>")
+    with tracked_run(cfg.tracking, "contribute", cfg.flat_params()) as run:
+        verdict = contribute(spark, cfg, run, args.delta, args.contributor)
+    status = f"accepted as version {verdict.version}" if verdict.accepted else "REJECTED"
+    return f"contribute: {args.delta} from {args.contributor} {status}: {verdict.reason} (sha256 {verdict.sha256[:12]})"
+
+
+def _federated(spark, cfg: JobConfig, args) -> str:
+    from sparkml_dist.federated.server import result_lines
+    from sparkml_dist.stages.train import train
+    from sparkml_dist.tracking.client import tracked_run
+
+    with tracked_run(cfg.tracking, "federated", cfg.flat_params()) as run:
+        result = train(spark, cfg, None, run, method_name="federated")
+    return result_lines(result.outcome.detail, cfg, result.model_uri)
+
+
+COMMANDS: dict[str, Command] = {c.name: c for c in (
+    Command("preprocess", "ingest, quarantine bad rows, fit features, write the Parquet splits", _preprocess),
+    Command("train", "train on the preprocessed splits with train.strategy's method", _train),
+    Command("evaluate", "score the test rows with the last trained model (or --model-uri)", _evaluate),
+    Command("register", "register the evaluated model; champion only through the gate", _register),
+    Command("score", "score raw rows with models:/<name>@champion (or --model-uri)", _score),
+    Command("pipeline", "preprocess -> train -> evaluate -> register -> score in one MLflow run", _pipeline),
+    Command("finetune", "continue training a registered model on new rows", _finetune),
+    Command("contribute", "validate a contributor's parameter delta and merge it if it passes", _contribute),
+    Command("federated", "federated rounds over client partitions (federated.client_column)", _federated),
+)}
+STAGES = tuple(COMMANDS)
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="sparkml-dist", description=__doc__)
-    parser.add_argument("stage", choices=STAGES)
+    parser = argparse.ArgumentParser(prog="sparkml-dist", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="commands:\n" + "\n".join(f"  {c.name:11s} {c.help}" for c in COMMANDS.values()))
+    parser.add_argument("stage", choices=STAGES, metavar="command")
     parser.add_argument("--config", required=True, help="YAML job config, e.g. conf/adult.yaml")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override one config key, e.g. --set train.epochs=3 (repeatable)")
     parser.add_argument("--run-date", help="scope outputs to <output.root>/run_date=<date>; a re-run for the same "
                                            "date replaces them (scheduled workflows pass their logical date)")
-    parser.add_argument("--model-uri", help="evaluate/score: model to use (default: last trained / @champion)")
+    parser.add_argument("--model-uri", help="evaluate/register/score: model to use (default: last trained / @champion)")
     parser.add_argument("--input", help="score: raw rows to score (default: data.score_path or data.test_path)")
     parser.add_argument("--output", help="score: where predictions go (default: <output.root>/predictions)")
     parser.add_argument("--delta", help="contribute: the parameter delta, a file or an MLflow artifact URI")
@@ -43,98 +147,18 @@ def main(argv: list[str] | None = None) -> int:
         spark = build_session(cfg.spark)
         spark.sparkContext.setLogLevel("ERROR")
         log.info("Spark %s, master %s", spark.version, spark.sparkContext.master)
-        print(_run_stage(args, cfg, spark))
+        print(COMMANDS[args.stage].run(spark, cfg, args))
         return 0
     except SparkMLDistError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
 
-def scoped_to_run_date(cfg, run_date: str):
-    import re
-
+def scoped_to_run_date(cfg: JobConfig, run_date: str) -> JobConfig:
     if not re.fullmatch(r"[0-9A-Za-z_.:-]+", run_date):
         raise SparkMLDistError(f"--run-date {run_date!r}: use a date like 2026-11-29 (letters, digits, '-', '_', '.', ':')")
-    output = cfg.output.model_copy(update={"root": f"{cfg.output.root}/run_date={run_date}"})
+    output = cfg.output.model_copy(update={"root": f"{cfg.output.root.rstrip('/')}/run_date={run_date}"})
     return cfg.model_copy(update={"output": output})
-
-
-def _run_stage(args: argparse.Namespace, cfg, spark) -> str:
-    from sparkml_dist import stages
-    from sparkml_dist.pipeline import format_summary, log_report, run_pipeline
-    from sparkml_dist.stages.paths import OutputPaths
-    from sparkml_dist.tracking.client import RunHandle, resolve_tracking_uri, tracked_run
-
-    paths = OutputPaths.of(cfg)
-    if args.stage == "pipeline":
-        return format_summary(run_pipeline(spark, cfg))
-    if args.stage == "finetune":
-        return _finetune(cfg, spark)
-    if args.stage == "contribute":
-        return _contribute(cfg, spark, args)
-    if args.stage == "federated":
-        return _federated(cfg, spark)
-    if args.stage == "preprocess":
-        prep = stages.preprocess(spark, cfg)
-        return f"preprocess: {json.dumps(prep.manifest.inputs)} -> {prep.path} (manifest {prep.path}/manifest.json)"
-    if args.stage == "train":
-        from sparkml_dist.data.dataset import Manifest
-
-        prep = stages.PreprocessResult(str(paths.preprocess), Manifest.load(paths.preprocess))
-        with tracked_run(cfg.tracking, "train", cfg.flat_params()) as run:
-            result = stages.train(spark, cfg, prep, run)
-        last = result.history[-1]
-        return (f"train: run {result.run_id}, model {result.model_uri}, rows per rank {result.rank_samples}, "
-                f"val_accuracy {last['val_accuracy']:.4f}, ranks in step: {result.ranks_in_step}")
-    if args.stage in ("evaluate", "register"):
-        last = json.loads(paths.last_train.read_text()) if paths.last_train.exists() else {}
-        uri = args.model_uri or last.get("model_uri")
-        if not uri:
-            raise SparkMLDistError(f"{args.stage}: no --model-uri given and no train stage output under "
-                                   f"{paths.root}; run the train stage first")
-        uri_tracking = resolve_tracking_uri(cfg.tracking)
-        if args.stage == "evaluate":
-            report = stages.evaluate(spark, cfg, uri, uri_tracking)
-            paths.last_evaluate.write_text(json.dumps({"model_uri": uri, "metrics": report.metrics}))
-            if last.get("run_id") and not args.model_uri:
-                log_report(RunHandle(uri_tracking, last["run_id"], ""), report, cfg)
-            return "evaluate: " + json.dumps(report.metrics, indent=1)
-        evaluated = json.loads(paths.last_evaluate.read_text()) if paths.last_evaluate.exists() else {}
-        if evaluated.get("model_uri") != uri:
-            raise SparkMLDistError(f"register: {uri} has not been evaluated; run the evaluate stage first")
-        decision = stages.register(spark, cfg, RunHandle(uri_tracking, last["run_id"], ""), uri, evaluated["metrics"])
-        return f"register: {decision.name} version {decision.version} -> {decision.alias} ({decision.reason})"
-    result = stages.score(spark, cfg, args.model_uri, args.input, args.output)
-    return (f"score: {result.input_rows:,} rows in, {result.scored_rows:,} scored, {result.rejected_rows:,} rejected "
-            f"-> {result.path} (model {result.model_uri})")
-
-
-def _finetune(cfg, spark) -> str:
-    from sparkml_dist.stages.finetune import finetune, result_lines
-    from sparkml_dist.tracking.client import tracked_run
-
-    with tracked_run(cfg.tracking, "finetune", cfg.flat_params()) as run:
-        return result_lines(finetune(spark, cfg, run))
-
-
-def _contribute(cfg, spark, args) -> str:
-    from sparkml_dist.stages.contribute import contribute
-    from sparkml_dist.tracking.client import tracked_run
-
-    if not args.delta:
-        raise SparkMLDistError("contribute: give the delta with --delta <file or runs:/... URI>")
-    with tracked_run(cfg.tracking, "contribute", cfg.flat_params()) as run:
-        verdict = contribute(spark, cfg, run, args.delta, args.contributor)
-    status = f"accepted as version {verdict.version}" if verdict.accepted else "REJECTED"
-    return f"contribute: {args.delta} from {args.contributor} {status}: {verdict.reason} (sha256 {verdict.sha256[:12]})"
-
-
-def _federated(cfg, spark) -> str:
-    from sparkml_dist.federated.server import result_lines, run_federated
-    from sparkml_dist.tracking.client import tracked_run
-
-    with tracked_run(cfg.tracking, "federated", cfg.flat_params()) as run:
-        return result_lines(run_federated(spark, cfg, run), cfg)
 
 
 def _configure_logging() -> None:

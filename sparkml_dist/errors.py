@@ -1,22 +1,43 @@
-"""Typed, picklable errors. Each one says what is wrong and what to do about it."""
+"""Typed, picklable errors. Each one says what is wrong and what to do about it.
+
+Whether a failure is worth another attempt is a property of its type (`retryable`), not of its
+name: a rank that met bad data or a bad config would meet it again on every relaunch.
+"""
 
 from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 
 class SparkMLDistError(Exception):
     """Base class for every error this library raises on purpose."""
 
+    retryable: ClassVar[bool] = True  # may another attempt of the same job succeed?
+
 
 class ConfigError(SparkMLDistError, ValueError):
     """A config value is missing, unknown or out of range. The message names the key path."""
+
+    retryable = False
 
 
 class PrerequisiteError(SparkMLDistError, RuntimeError):
     """Something the machine must provide (Java 17, a package) is missing."""
 
+    retryable = False
+
 
 class DataError(SparkMLDistError, ValueError):
     """Input data is structurally unusable (missing columns, empty input, schema drift)."""
+
+    retryable = False
+
+
+class StorageError(SparkMLDistError, OSError):
+    """A location cannot be read or written (unknown scheme, missing file system support)."""
+
+    retryable = False
 
 
 class SlotError(SparkMLDistError, RuntimeError):
@@ -35,45 +56,61 @@ class SlotError(SparkMLDistError, RuntimeError):
         return (SlotError, (self.available, self.requested))
 
 
-# A rank that raised one of these met bad data or a bad config: a relaunch would meet it again.
-NOT_RETRIED = frozenset({"DataError", "ConfigError"})
+def is_retryable(exc: BaseException) -> bool:
+    """An exception's own verdict; errors that are not ours (a lost peer, a crash) may pass on retry."""
+    return bool(getattr(exc, "retryable", True))
+
+
+@dataclass(frozen=True)
+class RankReport:
+    """What one failed rank says about itself; travels from the rank to the driver as JSON."""
+
+    rank: int
+    host: str
+    exc_type: str
+    message: str
+    traceback: str = ""
+    output_tail: str = ""
+    retryable: bool = True
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(raw: dict) -> "RankReport":
+        return RankReport(**{k: raw[k] for k in RankReport.__dataclass_fields__ if k in raw})
 
 
 class RankFailure(SparkMLDistError, RuntimeError):
     """One or more ranks of a barrier stage raised. Carries each rank's report."""
 
-    def __init__(self, reports: list[dict], stage_error: str = ""):
-        self.reports = reports
+    def __init__(self, reports: list[RankReport], stage_error: str = ""):
+        self.reports = list(reports)
         self.stage_error = stage_error
-        super().__init__(self._describe(reports, stage_error))
+        super().__init__(self._describe(self.reports, stage_error))
 
     @staticmethod
-    def _describe(reports: list[dict], stage_error: str) -> str:
+    def _describe(reports: list[RankReport], stage_error: str) -> str:
         if not reports:
             return ("the barrier stage failed before any rank could report (rank code did not start: "
                     f"look for an import or pickling problem): {stage_error}")
         lines = []
         for r in reports:
-            lines.append(
-                f"rank {r['rank']} (host {r.get('host', '?')}) failed: "
-                f"{r['exc_type']}: {r['message']}"
-            )
-            tail = r.get("output_tail") or ""
-            if tail:
-                lines.append(f"--- last output of rank {r['rank']} ---\n{tail.rstrip()}")
-            tb = r.get("traceback") or ""
-            if tb:
-                lines.append(f"--- traceback of rank {r['rank']} ---\n{tb.rstrip()}")
+            lines.append(f"rank {r.rank} (host {r.host}) failed: {r.exc_type}: {r.message}")
+            if r.output_tail:
+                lines.append(f"--- last output of rank {r.rank} ---\n{r.output_tail.rstrip()}")
+            if r.traceback:
+                lines.append(f"--- traceback of rank {r.rank} ---\n{r.traceback.rstrip()}")
         return "\n".join(lines)
 
     @property
     def ranks(self) -> list[int]:
-        return [r["rank"] for r in self.reports]
+        return [r.rank for r in self.reports]
 
     @property
-    def retryable(self) -> bool:
+    def retryable(self) -> bool:  # type: ignore[override]  # per instance: decided by the ranks' own errors
         """False when a rank failed on the data or the config (the others then fail waiting for it)."""
-        return not any(r["exc_type"] in NOT_RETRIED for r in self.reports)
+        return all(r.retryable for r in self.reports)
 
     def __reduce__(self):
         return (RankFailure, (self.reports, self.stage_error))
@@ -85,7 +122,7 @@ class TrainingFailed(SparkMLDistError, RuntimeError):
     def __init__(self, attempts: int, last_failure: str, retryable: bool = True):
         self.attempts = attempts
         self.last_failure = last_failure
-        self.retryable = retryable
+        self.retryable = retryable  # type: ignore[misc]  # per instance: was the last failure worth retrying
         advice = ("raise train.max_attempts or fix the cause" if retryable else
                   "not relaunched: a rank failed on the data or the config, which a relaunch would meet "
                   "again; fix the cause")

@@ -12,11 +12,11 @@ from typing import Any, Iterator
 
 from pyspark.sql import SparkSession
 
+from sparkml_dist import storage
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.ingest import ingest
-from sparkml_dist.stages import evaluate, preprocess, register, score, train
-from sparkml_dist.stages.paths import OutputPaths
-from sparkml_dist.tracking import plots
+from sparkml_dist.stages import evaluate, log_report, preprocess, register, score, train
+from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tracking.client import RunHandle, tracked_run
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:
     with ingest(spark, cfg.data.test_path, cfg.data) as test_input:
         with timer("evaluate"):
             report = evaluate(spark, cfg, trained.model_uri, run.tracking_uri, test_input.accepted)
-            log_report(run, report, cfg)
+            log_report(run, report, cfg, step=trained.outcome.last.epoch)
         with timer("register"):
             decision = register(spark, cfg, run, trained.model_uri, report.metrics, test_input.accepted)
     with timer("score"):
@@ -80,26 +80,14 @@ def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:
         alias=decision.alias,
         gate_reason=decision.reason,
         outputs={"preprocess": prep.path, "predictions": scored.path, "model_uri": trained.model_uri,
-                 "registered": f"models:/{decision.name}/{decision.version}", "plots": str(paths.plots),
-                 "summary": str(paths.summary)},
+                 "registered": f"models:/{decision.name}/{decision.version}", "plots": paths.plots,
+                 "summary": paths.summary},
         seconds=timer.seconds,
     )
-    paths.summary.write_text(summary.to_json())
-    run.client().log_artifact(run.run_id, str(paths.summary))
+    storage.write_text(paths.summary, summary.to_json())
+    with storage.local_copy(paths.summary) as local:
+        run.client().log_artifact(run.run_id, str(local))
     return summary
-
-
-def log_report(run: RunHandle, report, cfg: JobConfig) -> None:
-    client = run.client()
-    from mlflow.entities import Metric
-
-    now = int(time.time() * 1000)
-    client.log_batch(run.run_id, metrics=[Metric(f"test_{k}", float(v), now, 0) for k, v in report.metrics.items()])
-    label = cfg.data.label
-    for png in (plots.roc(*report.roc, report.metrics["roc_auc"], OutputPaths.of(cfg).plots / "roc.png"),
-                plots.confusion(report.confusion, (label.negative, label.positive),
-                                OutputPaths.of(cfg).plots / "confusion_matrix.png")):
-        client.log_artifact(run.run_id, str(png), "plots")
 
 
 class _Timer:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from sparkml_dist.data.atomic import HadoopFS, atomic_dir, recover
+from sparkml_dist.storage.hadoop import HadoopFS, atomic_dir, recover
 
 pytestmark = pytest.mark.spark
 
@@ -39,7 +39,7 @@ def test_crash_between_the_two_renames_is_recovered(spark, tmp_path):
 KILLED_WRITER = r"""
 import os, signal, sys
 from sparkml_dist.config import SparkConfig
-from sparkml_dist.data.atomic import atomic_dir
+from sparkml_dist.storage.hadoop import atomic_dir
 from sparkml_dist.spark import build_session
 
 spark = build_session(SparkConfig(master="local[1]"))

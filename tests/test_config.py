@@ -69,3 +69,37 @@ def test_impossible_parallel_layouts_are_refused_with_the_keys_to_change(adult_c
     with pytest.raises(ConfigError) as err:
         load_config(adult_config_path, overrides)
     assert words in str(err.value)
+
+
+def test_an_unknown_training_method_lists_the_known_ones(adult_config_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(adult_config_path, ["train.strategy=zero3"])
+    text = str(err.value)
+    assert "unknown training method 'zero3'" in text
+    assert "ddp, federated, fsdp, hybrid, pipeline, tensor" in text.replace("async, ", "")
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["train.strategy=fsdp", "train.async_ps.servers=2"], "train.async_ps"),
+    (["model.kind=transformer", "train.strategy=hybrid", "train.num_ranks=4", "train.parallel.microbatches=2"],
+     "train.parallel.microbatches"),
+    (["train.strategy=fsdp", "train.horovod.compression=fp16"], "train.horovod"),
+])
+def test_a_key_of_another_method_is_an_unknown_key_named_in_full(adult_config_path, overrides, key):
+    with pytest.raises(ConfigError) as err:
+        load_config(adult_config_path, overrides)
+    assert f"  {key}: unknown key" in str(err.value)
+
+
+def test_each_method_validates_the_train_section_as_its_own_class(adult_config_path):
+    from sparkml_dist.methods import get_method
+
+    cfg = load_config(adult_config_path)
+    assert type(cfg.train) is get_method("ddp").config
+    switched = cfg.with_overrides("train.strategy=async", "train.num_ranks=3", "train.async_ps.servers=2")
+    assert type(switched.train) is get_method("async").config
+    assert switched.train.async_ps.servers == 2 and switched.train.epochs == cfg.train.epochs
+    params = switched.flat_params()
+    assert params["train.async_ps.servers"] == "2", "the method's own keys are logged as params"
+    assert "train.horovod.compression" not in params, "another method's keys are not"
+    assert parse_config(switched.model_dump(mode="json")) == switched, "a dump validates back to the same config"

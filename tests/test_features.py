@@ -97,7 +97,8 @@ def test_scoring_from_compiled_columns_gives_the_same_predictions(spark, tmp_pat
     from sparkml_dist.inference.bundle import ModelBundle
     from sparkml_dist.inference.udf import score_features
     from sparkml_dist.models.factory import build_model
-    from sparkml_dist.train.checkpoint import state_dict_to_bytes
+    from sparkml_dist.models.spec import ModelSpec
+    from sparkml_dist.models.weights import state_dict_to_bytes
 
     train = tmp_path / "train.csv"
     train.write_text("".join(f"{20 + i}, {i % 5}.5, {['Paris', 'Rome', '?'][i % 3]}, yes\n" for i in range(40)))
@@ -105,8 +106,7 @@ def test_scoring_from_compiled_columns_gives_the_same_predictions(spark, tmp_pat
     score.write_text("35, 2.5, Tokyo, yes\n?, 1.5, Paris, no\n33, ?, ?, no\n")
     cfg = small_config(train)
     model = build_feature_pipeline(cfg, FeatureConfig()).fit(ingest(spark, str(train), cfg).accepted)
-    spec = {"kind": "mlp", "input_dim": len(feature_names(model, ingest(spark, str(train), cfg).accepted)),
-            "hidden": [8], "dropout": 0.0}
+    spec = ModelSpec("mlp", len(feature_names(model, ingest(spark, str(train), cfg).accepted)), hidden=(8,))
     torch.manual_seed(0)
     bundle = ModelBundle(spec=spec, weights=state_dict_to_bytes(build_model(spec).state_dict()))
     rows = ingest(spark, str(score), cfg, require_label=False).accepted

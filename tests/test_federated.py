@@ -32,31 +32,31 @@ def centralized_accuracy(adult_prep, tmp_path, epochs: int) -> float:
     """The same MLP trained on all rows in one process, scored on the same test rows."""
 
     from sparkml_dist.data.loader import read_split
-    from sparkml_dist.launch.context import RankContext
-    from sparkml_dist.models.factory import build_model, model_spec
-    from sparkml_dist.stages.train import make_job
-    from sparkml_dist.train.checkpoint import state_dict_from_bytes
+    from sparkml_dist.models.factory import build_model
+    from sparkml_dist.models.weights import state_dict_from_bytes
     from sparkml_dist.train.loop import train_rank
+    from test_training import ONE_RANK, job_for
 
     cfg, prep = adult_prep
-    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"epochs": epochs})})
-    spec = model_spec(cfg.model, prep.manifest.feature_dim)
-    ctx = RankContext(rank=0, world_size=1, local_rank=0, local_size=1, cross_rank=0, cross_size=1,
-                      host="127.0.0.1", master_addr="127.0.0.1", master_port=0)
-    result = train_rank(ctx, make_job(prep.path, prep.manifest, spec, cfg, str(tmp_path / "central"), None))
-    model = build_model(spec)
-    model.load_state_dict(state_dict_from_bytes(result["state_dict"]))
+    job = job_for(cfg, prep, tmp_path / "central", f"epochs={epochs}")
+    result = train_rank(ONE_RANK, job)
+    model = build_model(job.model_spec)
+    model.load_state_dict(state_dict_from_bytes(result.weights))
     x, y = read_split(prep.path, "test")
     with torch.no_grad():
         return float(((model(torch.tensor(x)) > 0).numpy() == (y > 0.5)).mean())
 
 
-def run(spark, cfg, **kwargs):
-    from sparkml_dist.federated.server import run_federated
-    from sparkml_dist.tracking.client import tracked_run
+def run(spark, cfg, slow_clients=None):
+    """The federated method through the train stage's own logging (as the `federated` job runs it)."""
+    from sparkml_dist.methods import TrainRequest, get_method
+    from sparkml_dist.stages.train import record
+    from sparkml_dist.tracking.client import EpochLogger, tracked_run
 
     with tracked_run(cfg.tracking, "federated", cfg.flat_params()) as handle:
-        return run_federated(spark, cfg, handle, **kwargs), handle.run_id
+        request = TrainRequest(spark, cfg, None, "", sink=EpochLogger(handle))
+        trained = record(handle, cfg, get_method("federated").run(request, slow_clients=slow_clients))
+        return trained, trained.outcome.detail, handle.run_id
 
 
 @pytest.mark.spark
@@ -65,7 +65,7 @@ def test_fedavg_over_occupations_comes_within_2pc_of_centralized(spark, make_adu
     from mlflow.tracking import MlflowClient
 
     cfg = make_adult_config("federated.client_column=occupation", "federated.rounds=5")
-    result, run_id = run(spark, cfg)
+    trained, result, run_id = run(spark, cfg)
     central = centralized_accuracy(adult_prep, tmp_path, epochs=3)
     assert result.accuracy >= central - 0.02, f"federated {result.accuracy:.4f} vs centralized {central:.4f}"
 
@@ -75,11 +75,13 @@ def test_fedavg_over_occupations_comes_within_2pc_of_centralized(spark, make_adu
     # 15 clients x 5 rounds, and nothing but parameter-shaped updates ever reached the driver
     assert result.received.payloads == 75
     history = MlflowClient(cfg.tracking.tracking_uri).get_metric_history(run_id, "test_accuracy")
-    assert [m.step for m in history] == [0, 1, 2, 3, 4]
+    assert [m.step for m in history] == [0, 1, 2, 3, 4], "each round measured on the driver's test rows, named so"
+    assert all(r.evaluation.rows == "test" for r in result.records)
+    assert [r.role for r in trained.outcome.ranks] == ["client"] * 15
     # the logged model carries its feature pipeline: the Spark UDF scores raw test rows with it
     from sparkml_dist.stages.evaluate import evaluate
 
-    scored = evaluate(spark, cfg, result.model_uri, cfg.tracking.tracking_uri).metrics
+    scored = evaluate(spark, cfg, trained.model_uri, cfg.tracking.tracking_uri).metrics
     assert scored["accuracy"] == pytest.approx(result.accuracy, abs=1e-3)
 
 
@@ -92,9 +94,9 @@ def test_secure_aggregation_with_a_late_client_clipping_noise_and_fedprox(spark,
                             "federated.secure_aggregation=true", "federated.algorithm=fedprox",
                             "federated.clip_norm=2.0", "federated.noise_multiplier=0.05",
                             "federated.round_timeout_s=4", "federated.client_fraction=0.8")
-    result, run_id = run(spark, cfg, slow_clients={"Prof-specialty": 0.25})
-    late = [h["late"] for h in result.history]
-    sampled_slow = sum(1 for h in result.history if h["late"])
+    _, result, run_id = run(spark, cfg, slow_clients={"Prof-specialty": 0.25})
+    late = [r.counters["late"] for r in result.records]
+    sampled_slow = sum(1 for r in result.records if r.counters["late"])
     assert sum(late) == sampled_slow >= 1, "the slow client is dropped from the rounds it was sampled for"
     assert result.accuracy > 0.80, "masks cancel: the sum of masked updates is the real update"
     assert result.received.largest_value > 100, "no single masked update says what it is"

@@ -7,9 +7,10 @@ from mlflow.tracking import MlflowClient
 
 from sparkml_dist.errors import ConfigError
 from sparkml_dist.models.factory import build_model
+from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.train.adapters import AdaptSpec, apply_adapters, merge_adapters, trainable
 
-SPEC = {"kind": "mlp", "input_dim": 12, "hidden": [16, 8], "dropout": 0.0}
+SPEC = ModelSpec("mlp", 12, dropout=0.0, hidden=(16, 8))
 
 
 def test_lora_starts_at_the_base_model_and_merges_back_to_its_names():
@@ -107,10 +108,10 @@ def _submit(spark, cfg, delta_path, contributor):
 @pytest.mark.spark
 @pytest.mark.slow
 def test_community_contributions_accepted_poisoned_and_regressing(spark, tuned, tmp_path):
+    from sparkml_dist.community.deltas import save_delta
+    from sparkml_dist.models.weights import state_dict_from_bytes
     from sparkml_dist.stages.contribute import write_delta
-    from sparkml_dist.train.checkpoint import state_dict_from_bytes
     from sparkml_dist.tracking.models import load_bundle
-    from sparkml_dist.train.deltas import save_delta
 
     cfg, base, result = tuned
     uri, name = cfg.tracking.tracking_uri, cfg.tracking.registered_model

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkml_dist.launch.backends import gpu_index
+from sparkml_dist.launch.backend import gpu_index
 from sparkml_dist.launch.context import RankContext
 from sparkml_dist.services.spark_cluster import start_cluster
 

@@ -46,28 +46,26 @@ def test_repeated_horovod_launches_survive_python_worker_reuse(spark):
 
 def test_horovod_training_matches_torch_ddp_and_keeps_ranks_identical(spark, adult_prep, tmp_path):
     cfg, prep = adult_prep
-    hvd_job = job_for(cfg, prep, tmp_path / "hvd", epochs=3, backend="horovod")
-    ddp_job = job_for(cfg, prep, tmp_path / "ddp", epochs=3, backend="torch")
+    hvd_job = job_for(cfg, prep, tmp_path / "hvd", "epochs=3", "backend=horovod")
+    ddp_job = job_for(cfg, prep, tmp_path / "ddp", "epochs=3", "backend=torch")
     hvd_results = run_barrier(spark, train_rank, hvd_job, 2, get_backend("horovod", timeout_s=120))
     ddp_results = run_barrier(spark, train_rank, ddp_job, 2, TorchBackend(timeout_s=120))
-    assert hvd_results[0]["param_checksum"] == hvd_results[1]["param_checksum"], "identical parameters on both ranks"
-    hvd_loss = [h["train_loss"] for h in hvd_results[0]["history"]]
-    ddp_loss = [h["train_loss"] for h in ddp_results[0]["history"]]
+    assert hvd_results[0].stats.param_checksum == hvd_results[1].stats.param_checksum, "identical parameters on both ranks"
+    hvd_loss = [r.train_loss for r in hvd_results[0].records]
+    ddp_loss = [r.train_loss for r in ddp_results[0].records]
     assert hvd_loss[-1] < hvd_loss[0], "converges"
     # same seed, same data order, same averaging: the curves agree to float-summation noise
     assert hvd_loss == pytest.approx(ddp_loss, rel=0.01)
-    assert hvd_results[0]["history"][-1]["val_accuracy"] > 0.83
+    assert hvd_results[0].records[-1].evaluation.accuracy > 0.83
 
 
 def test_horovod_gradient_accumulation_and_fp16_compression_train(spark, adult_prep, tmp_path):
-    from sparkml_dist.config import HorovodConfig
-
     cfg, prep = adult_prep
-    job = job_for(cfg, prep, tmp_path, epochs=2, backend="horovod",
-                  horovod=HorovodConfig(compression="fp16", backward_passes_per_step=2))
+    job = job_for(cfg, prep, tmp_path, "epochs=2", "backend=horovod", "horovod.compression=fp16",
+                  "horovod.backward_passes_per_step=2")
     results = run_barrier(spark, train_rank, job, 2, get_backend("horovod", timeout_s=120))
-    assert results[0]["param_checksum"] == results[1]["param_checksum"]
-    assert results[0]["history"][-1]["val_accuracy"] > 0.82
+    assert results[0].stats.param_checksum == results[1].stats.param_checksum
+    assert results[0].records[-1].evaluation.accuracy > 0.82
 
 
 def test_a_raising_horovod_rank_is_reported_by_rank(spark):

@@ -6,25 +6,25 @@ import functools
 
 import pytest
 
+from bench.probe import Probe, probe_rank, reference_losses
 from sparkml_dist.launch import TorchBackend, run_barrier
-from sparkml_dist.models.factory import model_spec
+from sparkml_dist.models.spec import ModelSpec, TransformerShape
 from sparkml_dist.models.transformer import token_layout
 from sparkml_dist.pipeline import run_pipeline
-from sparkml_dist.stages.train import make_job
 from sparkml_dist.train.checkpoint import list_checkpoints
 from sparkml_dist.train.loop import train_rank
-from sparkml_dist.train.parallel.probe import Probe, probe_rank, reference_losses
+from test_training import job_for
 
 pytestmark = pytest.mark.spark
 
 # 4 numeric slots and 3 one-hot columns: 7 tokens (+ [CLS])
 NAMES = [f"_num_scaled_{i}" for i in range(4)] + [f"c{j}__onehot_{v}" for j in range(3) for v in range(4)]
-SPEC = {"kind": "transformer", "input_dim": len(NAMES), "layout": token_layout(NAMES), "d_model": 32, "heads": 4,
-        "layers": 2, "mlp_hidden": 128, "dropout": 0.0}
+SPEC = ModelSpec("transformer", len(NAMES), dropout=0.0,
+                 transformer=TransformerShape(tuple(token_layout(NAMES)), d_model=32, heads=4, layers=2, mlp_hidden=128))
 # float32 with different reduction orders: the loss may differ in the last digits, never more
 LOSS_RTOL = 1e-4
 
-# the launcher forks a fresh process per model-parallel rank (backend_for does the same)
+# the launcher forks a fresh process per model-parallel rank (the model-parallel methods ask for it too)
 FRESH = TorchBackend(timeout_s=120, needs_fresh_process=True)
 
 STRATEGIES = [("ddp", 2, {}), ("fsdp", 2, {}), ("fsdp", 4, {}), ("tensor", 2, {}), ("hybrid", 4, {}),
@@ -37,11 +37,11 @@ def test_strategy_matches_one_process_training_step_for_step(spark, strategy, ra
     expected = reference_losses(probe)
     results = run_barrier(spark, probe_rank, probe, ranks, FRESH)
     for result in results:  # every rank agrees on the global loss of every step
-        assert result["losses"] == pytest.approx(expected, rel=LOSS_RTOL)
+        assert result.losses == pytest.approx(expected, rel=LOSS_RTOL)
     assert expected[-1] < expected[0], "the reference itself learns"
 
-    full = results[0]["full_param_bytes"]
-    held = [r["param_bytes"] for r in results]
+    full = results[0].full_param_bytes
+    held = [r.param_bytes for r in results]
     if strategy == "ddp":
         assert held == [full] * ranks
     else:
@@ -52,33 +52,31 @@ def test_strategy_matches_one_process_training_step_for_step(spark, strategy, ra
             assert sum(held) == full, "the shards partition the model"
 
 
-def transformer_job(cfg, prep, ckpt, kind="transformer", **train):
-    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"kind": kind}),
-                                 "train": cfg.train.model_copy(update=train)})
-    spec = model_spec(cfg.model, prep.manifest.feature_dim, prep.manifest.feature_names)
-    return make_job(prep.path, prep.manifest, spec, cfg, str(ckpt), None)
+def transformer_job(cfg, prep, ckpt, kind="transformer", *train):
+    return job_for(cfg.with_overrides(f"model.kind={kind}"), prep, ckpt, *train)
 
 
 @pytest.mark.parametrize("kind", ["transformer", "mlp"])
 def test_sharded_checkpoint_resumes_at_another_world_size(spark, adult_prep, tmp_path, kind):
     cfg, prep = adult_prep
     ckpt = tmp_path / "ckpt"
-    job = functools.partial(transformer_job, cfg, prep, ckpt, kind, strategy="fsdp")
-    first = run_barrier(spark, train_rank, job(epochs=1, learning_rate=0.002), 2, FRESH)
+    job = functools.partial(transformer_job, cfg, prep, ckpt, kind, "strategy=fsdp")
+    first = run_barrier(spark, train_rank, job("epochs=1", "learning_rate=0.002"), 2, FRESH)
     saved = list_checkpoints(ckpt)
-    assert saved and saved[-1].is_dir() and saved[-1].suffix == ".dcp", "a DCP directory per checkpoint"
+    assert saved and saved[-1].endswith(".dcp") and (ckpt / saved[-1].rsplit("/", 1)[-1]).is_dir(), \
+        "a DCP directory per checkpoint"
 
     # 4 ranks load the 2-rank shards: nothing left to train, so the gathered weights are the saved ones
-    reloaded = run_barrier(spark, train_rank, job(epochs=1), 4, FRESH)
-    assert reloaded[0]["full_checksum"] == first[0]["full_checksum"]
-    assert reloaded[0]["history"] == first[0]["history"]
+    reloaded = run_barrier(spark, train_rank, job("epochs=1"), 4, FRESH)
+    assert reloaded[0].full_checksum == first[0].full_checksum
+    assert reloaded[0].records == first[0].records
 
     # and training goes on at 4 ranks from there, optimizer state included
-    more = run_barrier(spark, train_rank, job(epochs=2, learning_rate=0.002), 4, FRESH)
-    history = more[0]["history"]
-    assert [h["epoch"] for h in history] == [0, 1]
-    assert history[1]["train_loss"] < history[0]["train_loss"]
-    assert history[1]["samples"] == prep.manifest.splits["train"].rows, "every row once per epoch at 4 ranks"
+    more = run_barrier(spark, train_rank, job("epochs=2", "learning_rate=0.002"), 4, FRESH)
+    records = more[0].records
+    assert [r.epoch for r in records] == [0, 1]
+    assert records[1].train_loss < records[0].train_loss
+    assert records[1].samples == prep.manifest.splits["train"].rows, "every row once per epoch at 4 ranks"
 
 
 @pytest.mark.slow

@@ -1,82 +1,93 @@
 """Recovery from lost ranks: SIGKILL a rank's process mid-epoch; the driver relaunches the
 barrier stage and every attempt resumes exactly from the last checkpoint."""
 
+from dataclasses import replace
+
 import pytest
 
 from sparkml_dist.errors import TrainingFailed
-from sparkml_dist.models.factory import model_spec
-from sparkml_dist.stages.train import make_job, run_with_recovery
+from sparkml_dist.methods import get_method
 from sparkml_dist.train.checkpoint import list_checkpoints
 from sparkml_dist.train.job import Fault
+from test_training import job_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 EPOCHS = 2
 
 
-def recovery_job(adult_prep, tmp_path, faults=(), **train):
+def recovery_job(adult_prep, tmp_path, faults=(), *train):
     cfg, prep = adult_prep
-    train = {"epochs": EPOCHS, "checkpoint_every_steps": 10, "timeout_s": 60, **train}
-    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update=train)})
-    job = make_job(prep.path, prep.manifest, model_spec(cfg.model, prep.manifest.feature_dim), cfg,
-                   str(tmp_path / "ckpt"), None)
-    from dataclasses import replace
+    job = job_for(cfg, prep, tmp_path / "ckpt", f"epochs={EPOCHS}", "checkpoint_every_steps=10", "timeout_s=60", *train)
+    return replace(job, faults=tuple(faults)), prep.manifest.splits["train"].rows
 
-    return cfg, replace(job, faults=tuple(faults)), prep.manifest.splits["train"].rows
+
+def launch(spark, job):
+    """The loop method's own launch: relaunched from the last checkpoint, up to train.max_attempts."""
+    return get_method(job.train.strategy).launch(spark, job)
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(spark, adult_prep, tmp_path_factory):
-    cfg, job, _ = recovery_job(adult_prep, tmp_path_factory.mktemp("clean"))
-    return run_with_recovery(spark, job, cfg)[0]
+    job, _ = recovery_job(adult_prep, tmp_path_factory.mktemp("clean"))
+    return launch(spark, job).results[0]
+
+
+def held_out_accuracy(result) -> float:
+    return result.records[-1].evaluation.accuracy
 
 
 @pytest.mark.parametrize("rank, epoch, step", [(0, 0, 5), (1, 0, 23), (1, 1, 0), (0, 1, 31), (1, 1, 55)])
 def test_sigkill_mid_epoch_resumes_exactly(spark, adult_prep, tmp_path, uninterrupted, rank, epoch, step):
-    cfg, job, rows = recovery_job(adult_prep, tmp_path, [Fault(rank=rank, epoch=epoch, step=step)])
-    chief = run_with_recovery(spark, job, cfg)[0]
-    assert [h["epoch"] for h in chief["history"]] == list(range(EPOCHS))
-    assert [int(h["samples"]) for h in chief["history"]] == [rows] * EPOCHS, "no sample skipped or seen twice"
-    final, clean = chief["history"][-1]["val_accuracy"], uninterrupted["history"][-1]["val_accuracy"]
-    assert abs(final - clean) <= 0.01
-    assert len(list_checkpoints(tmp_path / "ckpt")) <= cfg.train.checkpoint_keep
+    job, rows = recovery_job(adult_prep, tmp_path, [Fault(rank=rank, epoch=epoch, step=step)])
+    launched = launch(spark, job)
+    chief = launched.results[0]
+    assert launched.attempts == 2, "one relaunch after the kill"
+    assert [r.epoch for r in chief.records] == list(range(EPOCHS))
+    assert [r.samples for r in chief.records] == [rows] * EPOCHS, "no sample skipped or seen twice"
+    assert abs(held_out_accuracy(chief) - held_out_accuracy(uninterrupted)) <= 0.01
+    assert len(list_checkpoints(tmp_path / "ckpt")) <= job.train.checkpoint_keep
 
 
 def test_sigkill_under_horovod_resumes(spark, adult_prep, tmp_path, uninterrupted):
-    cfg, job, rows = recovery_job(adult_prep, tmp_path, [Fault(rank=1, epoch=0, step=17)], backend="horovod")
-    chief = run_with_recovery(spark, job, cfg)[0]
-    assert [int(h["samples"]) for h in chief["history"]] == [rows] * EPOCHS
-    assert abs(chief["history"][-1]["val_accuracy"] - uninterrupted["history"][-1]["val_accuracy"]) <= 0.01
+    job, rows = recovery_job(adult_prep, tmp_path, [Fault(rank=1, epoch=0, step=17)], "backend=horovod")
+    chief = launch(spark, job).results[0]
+    assert [r.samples for r in chief.records] == [rows] * EPOCHS
+    assert abs(held_out_accuracy(chief) - held_out_accuracy(uninterrupted)) <= 0.01
 
 
 def test_sigkill_under_fsdp_resumes_from_the_sharded_checkpoint(spark, adult_prep, tmp_path, uninterrupted):
-    cfg, job, rows = recovery_job(adult_prep, tmp_path, [Fault(rank=1, epoch=0, step=23)], strategy="fsdp")
-    chief = run_with_recovery(spark, job, cfg)[0]
-    assert [int(h["samples"]) for h in chief["history"]] == [rows] * EPOCHS, "exact resume from DCP shards"
-    assert abs(chief["history"][-1]["val_accuracy"] - uninterrupted["history"][-1]["val_accuracy"]) <= 0.01
-    assert all(p.suffix == ".dcp" and p.is_dir() for p in list_checkpoints(tmp_path / "ckpt"))
+    job, rows = recovery_job(adult_prep, tmp_path, [Fault(rank=1, epoch=0, step=23)], "strategy=fsdp")
+    chief = launch(spark, job).results[0]
+    assert [r.samples for r in chief.records] == [rows] * EPOCHS, "exact resume from DCP shards"
+    assert abs(held_out_accuracy(chief) - held_out_accuracy(uninterrupted)) <= 0.01
+    saved = list_checkpoints(tmp_path / "ckpt")
+    assert saved and all(p.endswith(".dcp") and (tmp_path / "ckpt" / p.rsplit("/", 1)[-1]).is_dir() for p in saved)
 
 
 def test_exhausted_attempts_end_with_a_clear_error(spark, adult_prep, tmp_path):
     faults = [Fault(rank=0, epoch=0, step=3, attempt=a) for a in range(2)]
-    cfg, job, _ = recovery_job(adult_prep, tmp_path, faults, max_attempts=2)
+    job, _ = recovery_job(adult_prep, tmp_path, faults, "max_attempts=2")
     with pytest.raises(TrainingFailed, match=r"training failed after 2 attempt\(s\).*max_attempts") as err:
-        run_with_recovery(spark, job, cfg)
+        launch(spark, job)
     assert "crashed" in err.value.last_failure or "exited" in err.value.last_failure
 
 
 def test_a_slow_rank_is_reported_as_a_straggler(spark, adult_prep, tmp_path):
-    cfg, job, _ = recovery_job(adult_prep, tmp_path, [Fault(rank=1, kind="slow", seconds=0.01)], epochs=1)
-    results = run_with_recovery(spark, job, cfg)
-    assert results[0]["stragglers"] == [1]
-    assert results[0]["history"][0]["stragglers"] == 1.0
+    job, _ = recovery_job(adult_prep, tmp_path, [Fault(rank=1, kind="slow", seconds=0.01)], "epochs=1")
+    chief = launch(spark, job).results[0]
+    assert chief.stragglers == (1,)
+    assert chief.records[0].stragglers == (1,)
+    assert chief.records[0].metrics()["stragglers"] == 1.0
+    slow, fast = chief.records[0].per_rank[1], chief.records[0].per_rank[0]
+    assert slow.step_ms > 1.5 * fast.step_ms, "the record says how much slower"
 
 
 def test_a_hung_rank_times_out_and_is_named(spark, adult_prep, tmp_path):
-    cfg, job, _ = recovery_job(adult_prep, tmp_path, [Fault(rank=1, kind="hang", epoch=0, step=12)],
-                        max_attempts=1, timeout_s=10)
+    job, _ = recovery_job(adult_prep, tmp_path, [Fault(rank=1, kind="hang", epoch=0, step=12)],
+                          "max_attempts=1", "timeout_s=10")
     with pytest.raises(TrainingFailed) as err:
-        run_with_recovery(spark, job, cfg)
+        launch(spark, job)
     text = err.value.last_failure
     assert "missing rank(s) [1]: last allreduce joined: rank 1 at epoch 1 batch 11" in text
 
@@ -85,14 +96,13 @@ def test_a_data_error_in_a_rank_is_not_relaunched(spark, adult_prep, tmp_path):
     """Unreadable training files fail the same way on every attempt: one attempt, not
     max_attempts, and the error names the file."""
     import shutil
-    from dataclasses import replace
 
-    cfg, job, _ = recovery_job(adult_prep, tmp_path, max_attempts=3)
+    job, _ = recovery_job(adult_prep, tmp_path, (), "max_attempts=3")
     copy = tmp_path / "prep"
     shutil.copytree(job.data_root, copy)
     for f in (copy / "train").glob("*.parquet"):
         f.write_bytes(b"not parquet")
     with pytest.raises(TrainingFailed, match=r"after 1 attempt\(s\).*not relaunched") as err:
-        run_with_recovery(spark, replace(job, data_root=str(copy)), cfg)
+        launch(spark, replace(job, data_root=str(copy)))
     assert "DataError" in err.value.last_failure and "not a readable Parquet file" in err.value.last_failure
     assert list_checkpoints(tmp_path / "ckpt") == [], "nothing was trained"

@@ -2,11 +2,14 @@
 
 from sparkml_dist.config.loader import apply_overrides, load_config, parse_config
 from sparkml_dist.config.schema import (
+    TRAIN_METHODS,
     ColumnSpec,
+    CommunityConfig,
     DataConfig,
     FeatureConfig,
+    FederatedConfig,
+    FinetuneConfig,
     GateConfig,
-    HorovodConfig,
     JobConfig,
     LabelSpec,
     ModelConfig,
@@ -14,10 +17,11 @@ from sparkml_dist.config.schema import (
     SparkConfig,
     TrackingConfig,
     TrainConfig,
+    TransformerConfig,
 )
 
 __all__ = [
-    "ColumnSpec", "DataConfig", "FeatureConfig", "GateConfig", "HorovodConfig", "JobConfig", "LabelSpec",
-    "ModelConfig", "OutputConfig", "SparkConfig", "TrackingConfig", "TrainConfig",
-    "apply_overrides", "load_config", "parse_config",
+    "TRAIN_METHODS", "ColumnSpec", "CommunityConfig", "DataConfig", "FeatureConfig", "FederatedConfig",
+    "FinetuneConfig", "GateConfig", "JobConfig", "LabelSpec", "ModelConfig", "OutputConfig", "SparkConfig",
+    "TrackingConfig", "TrainConfig", "TransformerConfig", "apply_overrides", "load_config", "parse_config",
 ]

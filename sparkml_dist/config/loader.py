@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 import yaml
 from pydantic import ValidationError
 
+from sparkml_dist.config.overrides import apply_overrides
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.errors import ConfigError
 
@@ -26,33 +26,7 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> JobConfig:
     return parse_config(apply_overrides(raw, overrides), source=str(path))
 
 
-def apply_overrides(raw: dict, overrides: Iterable[str]) -> dict:
-    """Return a copy of `raw` with each `a.b.c=value` set; the value is parsed as YAML."""
-    out = copy.deepcopy(raw)
-    for item in overrides:
-        key, sep, text = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--set '{item}': expected key=value, e.g. --set train.epochs=3")
-        _set_path(out, key.strip().split("."), _parse_value(text), item)
-    return out
-
-
-def _parse_value(text: str) -> Any:
-    try:
-        return yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
-        return text
-
-
-def _set_path(tree: dict, parts: list[str], value: Any, item: str) -> None:
-    node = tree
-    for i, part in enumerate(parts[:-1]):
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            where = ".".join(parts[: i + 1])
-            raise ConfigError(f"--set '{item}': '{where}' is a value, not a section")
-        node = child
-    node[parts[-1]] = value
+__all__ = ["apply_overrides", "load_config", "parse_config"]
 
 
 def parse_config(raw: dict, source: str = "<config>") -> JobConfig:
@@ -66,9 +40,10 @@ def _describe(exc: ValidationError, source: str) -> str:
     lines = [f"{source}: {exc.error_count()} invalid config value(s):"]
     for err in exc.errors():
         key = ".".join(str(p) for p in err["loc"]) or "<top level>"
-        msg = err["msg"]
+        msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown key; check its spelling against conf/adult.yaml and docs/configuration.md"
+            msg = ("unknown key; check its spelling against docs/configuration.md (keys under train depend on "
+                   "train.strategy)")
         elif err["type"] == "missing":
             msg = "required key is missing"
         got = err.get("input")

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from sparkml_dist.config.overrides import apply_overrides
+from sparkml_dist.registry import Registry
 
 
-class _Strict(BaseModel):
+class Section(BaseModel):
+    """A config section: unknown keys are errors, values are frozen once validated."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -15,20 +21,20 @@ ColumnType = Literal["int", "double", "string"]
 ColumnRole = Literal["numeric", "categorical", "label", "id", "ignore"]
 
 
-class ColumnSpec(_Strict):
+class ColumnSpec(Section):
     name: str = Field(min_length=1)
     type: ColumnType
     role: ColumnRole
 
 
-class LabelSpec(_Strict):
+class LabelSpec(Section):
     column: str
     positive: str = Field(description="raw value of the positive class")
     negative: str = Field(description="raw value of the negative class")
     strip_suffix: str = Field("", description="suffix removed before matching, e.g. '.'")
 
 
-class DataConfig(_Strict):
+class DataConfig(Section):
     train_path: str = Field(description="CSV file(s) for training; pkg://<package>/<file> reads a file shipped in an installed package")
     test_path: str
     score_path: str | None = Field(None, description="raw rows to score; defaults to test_path")
@@ -65,13 +71,13 @@ class DataConfig(_Strict):
         return [c.name for c in self.columns if c.role == role]
 
 
-class FeatureConfig(_Strict):
+class FeatureConfig(Section):
     impute_strategy: Literal["median", "mean"] = "median"
     scale_numeric: bool = True
     one_hot: bool = True
 
 
-class TransformerConfig(_Strict):
+class TransformerConfig(Section):
     """The tabular transformer (model.kind=transformer): one token per source column."""
 
     d_model: int = Field(32, ge=4)
@@ -87,123 +93,102 @@ class TransformerConfig(_Strict):
         return self
 
 
-class ModelConfig(_Strict):
+class ModelConfig(Section):
     kind: Literal["mlp", "transformer"] = "mlp"
     hidden: list[int] = Field(default_factory=lambda: [128, 64], min_length=1, description="mlp hidden widths")
     dropout: float = Field(0.1, ge=0.0, lt=1.0)
     transformer: TransformerConfig = TransformerConfig()
 
 
-class HorovodConfig(_Strict):
-    """Options of the Horovod backend. What Horovod on CPU/Gloo cannot do is refused here."""
+class TrainConfig(Section):
+    """Keys every training method shares. `strategy` picks the method, and with it the class
+    this section is validated as (each method's own keys and checks live beside the method;
+    see `sparkml_dist.methods`)."""
 
-    compression: Literal["none", "fp16", "bf16"] = "none"
-    backward_passes_per_step: int = Field(1, ge=1, description="gradient accumulation before each allreduce")
-    reduce_op: Literal["average", "adasum"] = "average"
-    sync_batch_norm: bool = False
-    cycle_time_ms: float = Field(1.0, gt=0.0, le=100.0, description="HOROVOD_CYCLE_TIME: background loop period")
-    fusion_threshold_mib: int = Field(64, ge=0, description="HOROVOD_FUSION_THRESHOLD: tensor fusion buffer size")
+    # backends this method runs on; a method that also runs on Horovod widens it
+    supported_backends: ClassVar[tuple[str, ...]] = ("torch",)
 
-
-class ParallelConfig(_Strict):
-    """Options of the model-parallel strategies (train.strategy fsdp | pipeline | tensor | hybrid)."""
-
-    tensor_parallel: int = Field(2, ge=1, description="hybrid: ranks per tensor-parallel group (data parallel = num_ranks / this)")
-    microbatches: int = Field(4, ge=1, description="pipeline: micro-batches per batch")
-    schedule: Literal["gpipe", "1f1b"] = "1f1b"
-
-
-Strategy = Literal["ddp", "fsdp", "pipeline", "tensor", "hybrid", "async", "federated"]
-
-
-class AsyncConfig(_Strict):
-    """train.strategy=async: parameter servers and asynchronous SGD over torch RPC."""
-
-    servers: int = Field(1, ge=1, description="ranks 0..servers-1 hold the parameters (sharded by name); the rest are workers")
-    max_staleness: int = Field(4, ge=0, description="an update computed on parameters this many versions old or older is stale")
-    stale_policy: Literal["drop", "downweight"] = Field("drop", description="drop a too-stale update, or scale it by 1/(1+staleness)")
-
-
-class TrainConfig(_Strict):
-    backend: Literal["torch", "horovod"] = "torch"
-    strategy: Strategy = "ddp"
-    num_ranks: int = Field(2, ge=1, le=1024)
-    epochs: int = Field(8, ge=1)
-    batch_size: int = Field(256, ge=1, description="per rank")
-    learning_rate: float = Field(1e-3, gt=0.0, le=10.0)
-    weight_decay: float = Field(0.0, ge=0.0)
-    seed: int = 42
-    shuffle_buffer_row_groups: int = Field(4, ge=1)
+    strategy: str = Field("ddp", description="the training method; built in: ddp, fsdp, tensor, pipeline, hybrid, "
+                                             "async, federated (each adds its own keys below)")
+    backend: Literal["torch", "horovod"] = Field("torch", description="communication backend: torch.distributed, or "
+                                                                      "Horovod AllReduce (data parallelism only)")
+    num_ranks: int = Field(2, ge=1, le=1024, description="ranks in the barrier stage (one Spark task each)")
+    epochs: int = Field(8, ge=1, description="passes over the training split")
+    batch_size: int = Field(256, ge=1, description="rows per optimizer step on each rank")
+    learning_rate: float = Field(1e-3, gt=0.0, le=10.0, description="AdamW learning rate")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
+    seed: int = Field(42, description="initial weights, shuffling and dropout masks")
+    shuffle_buffer_row_groups: int = Field(4, ge=1, description="row groups a rank shuffles together")
     timeout_s: int = Field(300, ge=5, description="collective / rendezvous timeout")
-    checkpoint_keep: int = Field(2, ge=1)
+    checkpoint_keep: int = Field(2, ge=1, description="newest checkpoints kept")
     checkpoint_every_steps: int = Field(0, ge=0, description="also checkpoint every N optimizer steps (0: epoch ends only)")
     max_attempts: int = Field(3, ge=1, description="barrier-stage launches before giving up; each resumes from the last checkpoint")
     straggler_factor: float = Field(1.5, gt=1.0, description="a rank whose median step time exceeds factor x the ranks' median is reported")
-    device: Literal["cpu", "cuda", "auto"] = "auto"
+    device: Literal["cpu", "cuda", "auto"] = Field("auto", description="auto: the GPU Spark assigned the task, else CPU")
     threads_per_rank: int = Field(0, ge=0, description="torch intra-op threads; 0 = cores / ranks")
-    log_every_steps: int = Field(50, ge=1)
-    horovod: HorovodConfig = HorovodConfig()
-    parallel: ParallelConfig = ParallelConfig()
-    async_ps: AsyncConfig = AsyncConfig()
+    log_every_steps: int = Field(50, ge=1, description="rank 0 prints a progress line every N steps")
 
     @model_validator(mode="after")
-    def _strategy_fits(self) -> TrainConfig:
-        if self.strategy == "async" and self.num_ranks <= self.async_ps.servers:
-            raise ValueError(f"train.strategy=async needs workers: train.num_ranks ({self.num_ranks}) must exceed "
-                             f"train.async_ps.servers ({self.async_ps.servers})")
-        if self.backend == "horovod" and self.strategy != "ddp":
-            raise ValueError(f"train.strategy={self.strategy} runs on torch.distributed; Horovod does data "
-                             "parallelism only: set train.backend=torch or train.strategy=ddp")
-        if self.strategy == "pipeline" and self.batch_size % self.parallel.microbatches:
-            raise ValueError(f"train.batch_size ({self.batch_size}) must be divisible by "
-                             f"train.parallel.microbatches ({self.parallel.microbatches})")
-        if self.strategy == "hybrid":
-            tp = self.parallel.tensor_parallel
-            if tp < 2 or self.num_ranks % tp or self.num_ranks // tp < 2:
-                raise ValueError(f"train.strategy=hybrid needs train.num_ranks ({self.num_ranks}) = data parallel (>=2) "
-                                 f"x train.parallel.tensor_parallel ({tp}, >=2), e.g. 4 ranks as 2x2")
+    def _backend_is_supported(self) -> TrainConfig:
+        if self.backend not in self.supported_backends:
+            raise ValueError(f"train.strategy={self.strategy} runs on {' or '.join(self.supported_backends)}; Horovod "
+                             "does data parallelism only: set train.backend=torch or train.strategy=ddp")
         return self
 
-    @model_validator(mode="after")
-    def _horovod_options_are_possible(self) -> TrainConfig:
-        h = self.horovod
-        if self.backend != "horovod":
-            if h != HorovodConfig():
-                raise ValueError("train.horovod.* is set but train.backend is not 'horovod'; set train.backend=horovod")
-            return self
-        on_gpu = self.device == "cuda"
-        if h.compression == "bf16" and not on_gpu:
-            raise ValueError("train.horovod.compression=bf16: Horovod's Gloo CPU operations have no bf16; "
-                             "use 'fp16' or 'none' (or train.device=cuda with an NCCL build)")
-        if h.reduce_op == "adasum":
-            raise ValueError("train.horovod.reduce_op=adasum needs Horovod built with MPI; this build uses Gloo "
-                             "only. Use 'average'")
-        if h.sync_batch_norm and not on_gpu:
-            raise ValueError("train.horovod.sync_batch_norm: Horovod's SyncBatchNorm runs on GPUs only; "
-                             "set it to false or train.device=cuda")
-        return self
+    def check_job(self, job: JobConfig) -> None:
+        """Checks across sections (the model this method can cut, the columns it needs); raise
+        ValueError naming the keys. Methods override it beside their own keys."""
 
 
-class GateConfig(_Strict):
+class TrainMethodEntry(Protocol):
+    """What the schema needs of a registered training method (the full interface is
+    `sparkml_dist.methods.TrainMethod`)."""
+
+    name: str
+    config: type[TrainConfig]
+
+
+# train.strategy -> method. Kept beside the schema because the `train` section's class is chosen
+# from it; methods register into it (sparkml_dist.methods.register_method), the built-ins on first use.
+TRAIN_METHODS: Registry[TrainMethodEntry] = Registry("train.strategy", builtin_modules=("sparkml_dist.methods.builtin",))
+
+
+def _train_section(value: Any) -> TrainConfig:
+    """The `train` section as its method's own config class."""
+    if isinstance(value, TrainConfig):
+        return value
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise ValueError("train must be a mapping of keys (strategy, epochs, ...)")
+    strategy = value.get("strategy", "ddp")
+    if not isinstance(strategy, str) or strategy not in TRAIN_METHODS:
+        raise PydanticCustomError("unknown_method", "train.strategy: unknown training method '{strategy}'; known: "
+                                  "{known} (a new one is registered with sparkml_dist.register_method)",
+                                  {"strategy": str(strategy), "known": ", ".join(TRAIN_METHODS.names())})
+    return TRAIN_METHODS.get(strategy).config.model_validate(value)
+
+
+class GateConfig(Section):
     metric: Literal["accuracy", "roc_auc", "f1"] = "accuracy"
     min_value: float = Field(0.84, ge=0.0, le=1.0)
     must_beat_champion: bool = True
 
 
-class TrackingConfig(_Strict):
+class TrackingConfig(Section):
     tracking_uri: str | None = Field(None, description="default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db")
     experiment: str = "sparkml_dist"
     registered_model: str = "sparkml_dist_model"
     gate: GateConfig = GateConfig()
 
 
-class SparkConfig(_Strict):
+class SparkConfig(Section):
     master: str = Field("local[*]", description="ignored when spark-submit sets --master")
     app_name: str = "sparkml_dist"
     conf: dict[str, str] = Field(default_factory=dict)
 
 
-class FinetuneConfig(_Strict):
+class FinetuneConfig(Section):
     """`finetune` job: continue training a registered model on new data (jobs/finetune.py)."""
 
     base_model: str | None = Field(None, description="models:/<name>@<alias>, models:/<name>/<version> or runs:/<id>/model; "
@@ -220,7 +205,7 @@ class FinetuneConfig(_Strict):
     alias: str = Field("finetuned", min_length=1, description="alias the new version gets when it passes")
 
 
-class CommunityConfig(_Strict):
+class CommunityConfig(Section):
     """`contribute` job: validate a submitted parameter delta before merging it (jobs/contribute.py)."""
 
     base_model: str | None = Field(None, description="the model deltas apply to; default models:/<tracking.registered_model>@champion")
@@ -230,7 +215,7 @@ class CommunityConfig(_Strict):
     alias: str | None = Field("community", description="alias an accepted contribution's version gets (null: none)")
 
 
-class FederatedConfig(_Strict):
+class FederatedConfig(Section):
     """`federated` job: clients are the groups of `client_column`; rows never leave their partition."""
 
     client_column: str | None = Field(None, description="raw column whose values are the clients, e.g. occupation")
@@ -255,15 +240,17 @@ class FederatedConfig(_Strict):
         return self
 
 
-class OutputConfig(_Strict):
+class OutputConfig(Section):
     root: str = "output"
 
 
-class JobConfig(_Strict):
+class JobConfig(Section):
     data: DataConfig
     features: FeatureConfig = FeatureConfig()
     model: ModelConfig = ModelConfig()
-    train: TrainConfig = TrainConfig()
+    # SerializeAsAny: dump the method's own keys too, not only the shared ones
+    train: SerializeAsAny[TrainConfig] = Field(default_factory=lambda: _train_section({}),
+                                                description="training: shared keys plus the chosen method's own")
     tracking: TrackingConfig = TrackingConfig()
     spark: SparkConfig = SparkConfig()
     output: OutputConfig = OutputConfig()
@@ -271,27 +258,24 @@ class JobConfig(_Strict):
     community: CommunityConfig = CommunityConfig()
     federated: FederatedConfig = FederatedConfig()
 
+    @field_validator("train", mode="wrap")
+    @classmethod
+    def _train_by_method(cls, value: Any, handler) -> TrainConfig:
+        return _train_section(value)
+
     @model_validator(mode="after")
-    def _model_fits_strategy(self) -> JobConfig:
-        strategy, t = self.train.strategy, self.model.transformer
-        if strategy in ("pipeline", "tensor", "hybrid") and self.model.kind != "transformer":
-            raise ValueError(f"train.strategy={strategy} cuts a transformer's layers; set model.kind=transformer "
-                             "(or use train.strategy=ddp or fsdp for the mlp)")
-        tp = {"tensor": self.train.num_ranks, "hybrid": self.train.parallel.tensor_parallel}.get(strategy, 1)
-        if t.heads % tp:
-            raise ValueError(f"model.transformer.heads ({t.heads}) must be divisible by the tensor-parallel size ({tp})")
-        if t.mlp_hidden % tp:
-            raise ValueError(f"model.transformer.mlp_hidden ({t.mlp_hidden}) must be divisible by the tensor-parallel size ({tp})")
+    def _sections_agree(self) -> JobConfig:
         client = self.federated.client_column
-        if strategy == "federated" and client is None:
-            raise ValueError("train.strategy=federated needs federated.client_column: the column whose values are "
-                             "the clients, e.g. occupation")
         if client is not None and client not in [c.name for c in self.data.columns]:
             raise ValueError(f"federated.client_column {client!r} is not one of data.columns")
-        if strategy == "pipeline" and t.layers < self.train.num_ranks:
-            raise ValueError(f"train.strategy=pipeline puts at least one block per rank: model.transformer.layers "
-                             f"({t.layers}) must be >= train.num_ranks ({self.train.num_ranks})")
+        self.train.check_job(self)
         return self
+
+    def with_overrides(self, *overrides: str) -> JobConfig:
+        """A copy with `--set`-style overrides applied and everything validated again (a changed
+        `train.strategy` picks its method's keys): `cfg.with_overrides("train.epochs=3")`."""
+        # only what was set: another method's defaults would be unknown keys to the new one
+        return JobConfig.model_validate(apply_overrides(self.model_dump(mode="json", exclude_unset=True), overrides))
 
     def flat_params(self) -> dict[str, str]:
         """The resolved config as flat `a.b.c -> value` pairs, for MLflow params."""

@@ -1,6 +1,6 @@
 """The training dataset on disk: Parquet splits laid out for N ranks, plus a manifest.
 
-Layout under a preprocess output directory:
+Layout under a preprocess output directory (a path or URI, see sparkml_dist.storage):
   train/ val/ test/   Parquet: row_id, one column per feature block (manifest feature_layout,
                       see data/layout.py), label; or, with no layout, features (array<float>)
   rejects/            quarantined input lines with a reason
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from sparkml_dist import storage
 from sparkml_dist.data.ingest import LABEL
 from sparkml_dist.errors import DataError
 
@@ -54,18 +54,38 @@ class Manifest:
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
 
+    def save(self, root: str) -> str:
+        """Write `manifest.json` under `root` (a path or URI), atomically."""
+        return storage.write_text(storage.join(root, MANIFEST), self.to_json())
+
     @staticmethod
-    def load(root: str | Path) -> "Manifest":
-        path = Path(root) / MANIFEST
-        if not path.is_file():
+    def load(root: str) -> "Manifest":
+        path = storage.join(str(root), MANIFEST)
+        if not storage.exists(path):
             raise DataError(f"no {MANIFEST} under {root}: run the preprocess stage first")
-        raw = json.loads(path.read_text())
+        raw = storage.read_json(path)
         splits = {
             name: SplitInfo(s["rows"], s["label_counts"], s["files"], [RowGroup(**g) for g in s["row_groups"]])
             for name, s in raw["splits"].items()
         }
         return Manifest(raw["feature_dim"], raw["feature_names"], splits, raw["input_fingerprint"],
                         raw["inputs"], raw["schema"], raw["layout"], raw.get("feature_layout"))
+
+
+@dataclass
+class PreprocessResult:
+    """A preprocessed dataset: where it is (a path or URI) and its manifest."""
+
+    path: str
+    manifest: Manifest
+
+    @property
+    def feature_pipeline(self) -> str:
+        return storage.join(self.path, "feature_pipeline")
+
+    @staticmethod
+    def load(path: str) -> "PreprocessResult":
+        return PreprocessResult(path, Manifest.load(path))
 
 
 def write_split(df: DataFrame, path: str, num_files: int, row_group_rows: int, feature_bytes: int) -> None:
@@ -77,19 +97,19 @@ def write_split(df: DataFrame, path: str, num_files: int, row_group_rows: int, f
     (df.repartition(num_files).write.mode("overwrite")
        .option("parquet.block.size", str(block))
        .option("compression", "snappy")
-       .parquet(path))
+       .parquet(storage.spark_path(path)))
 
 
-def describe_split(local_dir: Path) -> SplitInfo:
+def describe_split(split_dir: str) -> SplitInfo:
     """Row and label counts and per-file row groups, from the written files themselves (their
-    footers and label column: a few MB read locally instead of a Spark job per split)."""
+    footers and label column: a few MB read instead of a Spark job per split)."""
     files: dict[str, int] = {}
     groups: list[RowGroup] = []
     labels: dict[str, int] = {}
-    for f in sorted(local_dir.glob("*.parquet")):
-        parquet = pq.ParquetFile(f)
+    for f in storage.list_files(split_dir, suffix=".parquet"):
+        parquet = pq.ParquetFile(storage.open_input(f))
         meta = parquet.metadata
-        rel = f"{local_dir.name}/{f.name}"
+        rel = f"{storage.name_of(split_dir)}/{storage.name_of(f)}"
         files[rel] = meta.num_rows
         groups.extend(RowGroup(rel, i, meta.row_group(i).num_rows) for i in range(meta.num_row_groups))
         counts = parquet.read(columns=[LABEL]).column(LABEL).value_counts()

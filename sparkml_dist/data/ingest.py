@@ -13,6 +13,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sparkml_dist.config.schema import ColumnSpec, DataConfig
+from sparkml_dist import storage
 from sparkml_dist.data.sources import local_files, resolve_path
 from sparkml_dist.errors import DataError
 
@@ -102,7 +103,8 @@ def check_header(spark: SparkSession, path: str, cfg: DataConfig) -> None:
     """With data.header, the header must name exactly the configured columns (any order is not
     accepted: CSV columns are positional)."""
     files = local_files(path)
-    headers = {str(f): f.open().readline() for f in files} if files else {path: spark.read.text(path).first()["value"]}
+    headers = ({str(f): f.open().readline() for f in files} if files
+               else {path: spark.read.text(storage.spark_path(path)).first()["value"]})
     expected = [c.name for c in cfg.columns]
     for name, line in headers.items():
         got = [h.strip() for h in line.strip().split(cfg.delimiter)]
@@ -115,7 +117,7 @@ def check_header(spark: SparkSession, path: str, cfg: DataConfig) -> None:
 
 def _read_lines(spark: SparkSession, path: str, cfg: DataConfig) -> DataFrame:
     try:
-        text = spark.read.text(path)
+        text = spark.read.text(storage.spark_path(path))
     except Exception as exc:  # AnalysisException: path does not exist
         raise DataError(f"cannot read input '{path}': {str(exc).splitlines()[0]}") from None
     lines = (

@@ -7,13 +7,13 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sparkml_dist import storage
 from sparkml_dist.data.dataset import Manifest, RowGroup
 from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.errors import DataError
@@ -45,10 +45,10 @@ def shard_pieces(groups: list[RowGroup], rank: int, world: int) -> list[Piece]:
 class ShardLoader:
     """Yields (features float32 [B, D], labels float32 [B]) numpy batches for one rank."""
 
-    def __init__(self, root: str | Path, groups: list[RowGroup], rank: int, world: int,
+    def __init__(self, root: str, groups: list[RowGroup], rank: int, world: int,
                  batch_size: int, seed: int, shuffle: bool = True, buffer_row_groups: int = 4,
                  with_label: bool = True, decode_threads: int = 2, layout: FeatureLayout | None = None):
-        self.root = Path(root)
+        self.root = str(root)  # a path or URI (sparkml_dist.storage)
         self.pieces = shard_pieces(groups, rank, world)
         self.rank = rank
         self.batch_size = batch_size
@@ -128,18 +128,18 @@ class ShardLoader:
         try:
             table = self._file(p.file).read_row_group(p.row_group, columns=self.columns).slice(p.offset, p.length)
         except (OSError, pa.ArrowException) as exc:
-            raise DataError(f"{self.root / p.file}: row group {p.row_group} is unreadable ({exc}); re-run the "
-                            f"preprocess stage to rewrite the dataset") from None
-        x = dense_features(table, self.layout, where=f"{self.root / p.file} row group {p.row_group}")
+            raise DataError(f"{storage.join(self.root, p.file)}: row group {p.row_group} is unreadable ({exc}); "
+                            f"re-run the preprocess stage to rewrite the dataset") from None
+        x = dense_features(table, self.layout, where=f"{storage.join(self.root, p.file)} row group {p.row_group}")
         y = table.column("label").to_numpy().astype(np.float32, copy=False) if "label" in self.columns else None
         return x, y
 
     def _file(self, rel: str) -> pq.ParquetFile:
         files = self._local.__dict__.setdefault("files", {})
         if rel not in files:
-            path = self.root / rel
+            path = storage.join(self.root, rel)
             try:
-                files[rel] = pq.ParquetFile(path)
+                files[rel] = pq.ParquetFile(storage.open_input(path))
             except (OSError, pa.ArrowException) as exc:
                 raise DataError(f"{path}: not a readable Parquet file ({exc}); re-run the preprocess stage "
                                 f"to rewrite the dataset") from None
@@ -168,9 +168,10 @@ def features_to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return flat.reshape(rows, -1)
 
 
-def read_split(root: str | Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+def read_split(root: str, split: str) -> tuple[np.ndarray, np.ndarray]:
     """A whole split of a preprocess output in memory as (features [rows, dim], labels), for
     notebooks and checks on small data; training streams with `ShardLoader` instead."""
     layout = FeatureLayout.from_json(Manifest.load(root).feature_layout)
-    table = pq.read_table(Path(root) / split)
+    files = storage.list_files(storage.join(str(root), split), suffix=".parquet")
+    table = pa.concat_tables([pq.read_table(storage.open_input(f)) for f in files])
     return dense_features(table, layout, where=f"{root}/{split}"), table.column("label").to_numpy().astype(np.float32, copy=False)

@@ -8,6 +8,7 @@ import importlib.util
 import os
 from pathlib import Path
 
+from sparkml_dist import storage
 from sparkml_dist.errors import DataError
 
 PKG_SCHEME = "pkg://"
@@ -31,7 +32,10 @@ def resolve_path(location: str) -> str:
 
 def local_files(path: str) -> list[Path]:
     """The local files behind a path (file or directory); empty for remote URIs."""
-    p = Path(path.removeprefix("file://"))
+    local = storage.local_path(path) if "://" not in path or path.startswith("file:") else None
+    if local is None:
+        return []
+    p = local
     if p.is_file():
         return [p]
     if p.is_dir():
@@ -40,9 +44,15 @@ def local_files(path: str) -> list[Path]:
 
 
 def fingerprint(paths: list[str]) -> str:
-    """sha256 over the contents of the local input files (names and bytes), for the manifest."""
+    """sha256 over the input files, for the manifest: names and bytes of local files; names,
+    sizes and modification times of remote ones (reading a bucket through to hash it would cost
+    more than the job)."""
     digest = hashlib.sha256()
     for path in paths:
+        if not local_files(path) and "://" in path and not path.startswith("file:"):
+            for entry in _remote_entries(path):
+                digest.update(f"{entry.name}:{entry.size}:{entry.mtime_ns}".encode())
+            continue
         for f in local_files(path):
             digest.update(f.name.encode())
             digest.update(str(os.path.getsize(f)).encode())
@@ -50,3 +60,10 @@ def fingerprint(paths: list[str]) -> str:
                 for block in iter(lambda: fh.read(1 << 20), b""):
                     digest.update(block)
     return digest.hexdigest()
+
+
+def _remote_entries(path: str) -> list[storage.Entry]:
+    if storage.is_dir(path):
+        return [e for e in storage.list_dir(path) if not e.is_dir]
+    name = storage.name_of(path)
+    return [e for e in storage.list_dir(path.rsplit("/", 1)[0]) if e.name == name]

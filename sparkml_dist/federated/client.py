@@ -15,7 +15,8 @@ from torch import nn
 
 from sparkml_dist.federated import secure
 from sparkml_dist.models.factory import build_model
-from sparkml_dist.train.checkpoint import state_dict_from_bytes
+from sparkml_dist.models.spec import ModelSpec
+from sparkml_dist.models.weights import state_dict_from_bytes
 
 MASK_SCALE = 1e3  # masks far larger than any update: a masked update says nothing about its update
 
@@ -26,7 +27,7 @@ class RoundTask:
 
     round_index: int
     sampled: tuple[int, ...]
-    model_spec: dict[str, Any]
+    model_spec: ModelSpec
     global_weights: bytes
     local_epochs: int
     batch_size: int

@@ -11,25 +11,28 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from sparkml_dist import storage
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.dataset import split_frame
 from sparkml_dist.data.features import FEATURES, build_feature_pipeline, feature_names, to_feature_frame
 from sparkml_dist.data.ingest import LABEL, ingest
 from sparkml_dist.data.loader import features_to_numpy
+from sparkml_dist.errors import ConfigError
 from sparkml_dist.federated.client import RoundTask, client_update, public_key
 from sparkml_dist.models.factory import build_model, model_spec
-from sparkml_dist.stages.paths import OutputPaths
-from sparkml_dist.tracking.client import RankTracker, RunHandle
-from sparkml_dist.tracking.models import log_model
-from sparkml_dist.train.checkpoint import state_dict_to_bytes
+from sparkml_dist.models.spec import ModelSpec
+from sparkml_dist.models.weights import state_dict_to_bytes
+from sparkml_dist.storage.paths import OutputPaths
+from sparkml_dist.train.records import EpochRecord, Evaluation
 
 log = logging.getLogger(__name__)
 CLIENT = "_client"
@@ -61,29 +64,30 @@ class ReceivedLog:
 
 @dataclass
 class FederatedResult:
-    run_id: str
-    model_uri: str
+    """The rounds' outcome: the global model, one record per round (evaluated on the driver's own
+    test rows), the clients and what the driver received from them."""
+
+    spec: ModelSpec
+    weights: bytes
+    feature_pipeline: str  # location of the pipeline fitted from Spark aggregates
     clients: dict[str, int]  # client value -> its rows (counted where they live)
-    history: list[dict[str, float]] = field(default_factory=list)
+    records: list[EpochRecord] = field(default_factory=list)
     received: ReceivedLog | None = None
 
     @property
     def accuracy(self) -> float:
-        return self.history[-1]["test_accuracy"]
-
-    def epoch_history(self) -> list[dict[str, float]]:
-        """Rounds as the train stage's epochs: val_* is the driver's own held-out rows (the test file)."""
-        return [{"epoch": h["round"], "train_loss": h["train_loss"], "val_loss": h["test_loss"],
-                 "val_accuracy": h["test_accuracy"], "samples": float(sum(self.clients.values()))} for h in self.history]
+        return self.records[-1].evaluation.accuracy
 
 
-def run_federated(spark: SparkSession, cfg: JobConfig, run: RunHandle,
+RoundSink = Callable[[EpochRecord], None]
+
+
+def run_federated(spark: SparkSession, cfg: JobConfig, sink: RoundSink | None = None,
                   slow_clients: dict[str, float] | None = None) -> FederatedResult:
-    """`slow_clients`: client value -> seconds of delay per batch (to exercise the round timeout)."""
+    """The federated rounds over the clients of `federated.client_column`; `sink` gets each round's
+    record. `slow_clients`: client value -> seconds of delay per batch (to exercise the round timeout)."""
     fed = cfg.federated
     if fed.client_column is None:
-        from sparkml_dist.errors import ConfigError
-
         raise ConfigError("federated.client_column: name the column whose values are the clients, e.g. occupation")
     with ingest(spark, cfg.data.train_path, cfg.data) as train_input:
         fit_rows, _ = split_frame(train_input.accepted, cfg.data.validation_fraction, cfg.data.split_seed)
@@ -92,37 +96,40 @@ def run_federated(spark: SparkSession, cfg: JobConfig, run: RunHandle,
         spec = model_spec(cfg.model, len(names), names)
         clients, rdd = client_partitions(pipeline, train_input.accepted, fed.client_column)
         try:
-            state, result = _run_rounds(spark, cfg, run, spec, clients, rdd, _test_arrays(spark, cfg, pipeline),
-                                        slow_clients or {})
+            state, records, received = _run_rounds(spark, cfg, spec, clients, rdd,
+                                                   _test_arrays(spark, cfg, pipeline), slow_clients or {}, sink)
         finally:
             rdd.unpersist()
-    pipeline_dir = OutputPaths.of(cfg).root / "federated" / "feature_pipeline"
-    pipeline.write().overwrite().save(str(pipeline_dir))  # travels inside the model: it scores raw rows
-    result.model_uri = log_model(run, state_dict_to_bytes(state), spec, str(pipeline_dir),
-                                 {c.name: f"{c.type}/{c.role}" for c in cfg.data.columns})
-    return result
+    pipeline_dir = OutputPaths.of(cfg).under("federated", "feature_pipeline")
+    pipeline.write().overwrite().save(storage.spark_path(pipeline_dir))  # travels inside the model: it scores raw rows
+    return FederatedResult(spec, state_dict_to_bytes(state), pipeline_dir, clients, records, received)
 
 
-def _run_rounds(spark, cfg: JobConfig, run: RunHandle, spec: dict, clients: dict[str, int], rdd,
-                test: tuple[np.ndarray, np.ndarray], slow_clients: dict[str, float]) -> tuple[dict, FederatedResult]:
+def _run_rounds(spark, cfg: JobConfig, spec: ModelSpec, clients: dict[str, int], rdd,
+                test: tuple[np.ndarray, np.ndarray], slow_clients: dict[str, float],
+                sink: RoundSink | None) -> tuple[dict, list[EpochRecord], ReceivedLog]:
     """The rounds from a fresh model: sample clients, aggregate their updates, evaluate on `test`."""
     fed = cfg.federated
     torch.manual_seed(cfg.train.seed)
     state = build_model(spec).state_dict()
     received = ReceivedLog({k: tuple(v.shape) for k, v in state.items()})
-    result = FederatedResult(run.run_id, "", clients, received=received)
     delays = {list(clients).index(c): s for c, s in slow_clients.items()}
-    tracker = RankTracker(run, 0)
     rng = np.random.default_rng(fed.seed)
+    records = []
     for round_index in range(fed.rounds):
         sampled = _sample(rng, len(clients), fed.client_fraction)
+        started = time.perf_counter()
         state, stats = run_round(spark, rdd, cfg, spec, state, round_index, sampled, received, delays)
-        stats.update(evaluate_arrays(spec, state, *test))
-        result.history.append({"round": round_index, **stats})
-        tracker.log(stats, round_index)
+        samples = int(stats.pop("samples"))
+        record = EpochRecord(round_index, stats.pop("train_loss"), samples,
+                             samples / max(time.perf_counter() - started, 1e-9),
+                             evaluate_arrays(spec, state, *test), counters=stats)
+        records.append(record)
+        if sink is not None:
+            sink(record)
         log.info("round %d/%d: %d clients, %d late, %d clipped, test accuracy %.4f", round_index + 1, fed.rounds,
-                 stats["clients"], stats["late"], stats["clipped"], stats["test_accuracy"])
-    return state, result
+                 stats["clients"], stats["late"], stats["clipped"], record.evaluation.accuracy)
+    return state, records, received
 
 
 def client_partitions(pipeline, rows: DataFrame, column: str):
@@ -139,11 +146,11 @@ def client_partitions(pipeline, rows: DataFrame, column: str):
     return clients, rdd
 
 
-def run_round(spark, rdd, cfg: JobConfig, spec: dict, state: dict, round_index: int, sampled: tuple[int, ...],
+def run_round(spark, rdd, cfg: JobConfig, spec: ModelSpec, state: dict, round_index: int, sampled: tuple[int, ...],
               received: ReceivedLog, delays: dict[int, float]) -> tuple[dict, dict[str, float]]:
     fed = cfg.federated
     stats = {"clients": float(len(sampled)), "late": 0.0, "clipped": 0.0, "skipped": 0.0, "update_norm": 0.0,
-             "train_loss": float("nan")}
+             "train_loss": float("nan"), "samples": 0.0}
     if len(sampled) < fed.min_clients:
         stats["skipped"] = 1.0
         return state, stats
@@ -174,6 +181,7 @@ def run_round(spark, rdd, cfg: JobConfig, spec: dict, state: dict, round_index: 
         return state, stats
     new_state = {k: (v + (total[k] / samples).to(v.dtype)) if v.is_floating_point() else v for k, v in state.items()}
     stats["train_loss"] = loss_sum / samples  # the clients' local training loss, sample-weighted
+    stats["samples"] = float(samples)
     stats["noise_std_per_client"] = noise_std
     return new_state, stats
 
@@ -206,31 +214,30 @@ def _test_arrays(spark, cfg: JobConfig, pipeline) -> tuple[np.ndarray, np.ndarra
 
 
 @torch.no_grad()
-def evaluate_arrays(spec: dict, state: dict, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+def evaluate_arrays(spec: ModelSpec, state: dict, x: np.ndarray, y: np.ndarray) -> Evaluation:
     model = build_model(spec)
     model.load_state_dict(state)
     model.eval()
     features, labels = torch.tensor(x), torch.tensor(y)  # copies: Arrow's buffers are read-only
     logits = model(features)
     loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
-    return {"test_accuracy": float(((logits > 0).float() == labels).float().mean()),
-            "test_loss": float(loss)}
+    return Evaluation("test", loss=float(loss), accuracy=float(((logits > 0).float() == labels).float().mean()))
 
 
-def result_lines(result: FederatedResult, cfg: JobConfig) -> str:
+def result_lines(result: FederatedResult, cfg: JobConfig, model_uri: str) -> str:
     fed = cfg.federated
     sizes = sorted(result.clients.values())
-    last = result.history[-1]
+    last = result.records[-1]
     return "\n".join([
         "=== sparkml_dist federated ===",
         f"clients        : {len(result.clients)} by {fed.client_column} (rows {sizes[0]:,} .. {sizes[-1]:,}), "
         f"{fed.client_fraction:.0%} sampled per round",
         f"algorithm      : {fed.algorithm}, {fed.rounds} rounds x {fed.local_epochs} local epoch(s), "
         f"clip {fed.clip_norm}, noise multiplier {fed.noise_multiplier}, secure aggregation {fed.secure_aggregation}",
-        "test accuracy  : " + " ".join(f"{h['test_accuracy']:.4f}" for h in result.history),
-        f"late / skipped : {int(sum(h['late'] for h in result.history))} client-rounds late, "
-        f"{int(sum(h['skipped'] for h in result.history))} rounds skipped",
+        "test accuracy  : " + " ".join(f"{r.evaluation.accuracy:.4f}" for r in result.records),
+        f"late / skipped : {int(sum(r.counters['late'] for r in result.records))} client-rounds late, "
+        f"{int(sum(r.counters['skipped'] for r in result.records))} rounds skipped",
         f"driver received: {result.received.payloads} payloads, every update shaped like the model's parameters",
-        f"final          : test accuracy {last['test_accuracy']:.4f}, loss {last['test_loss']:.4f}",
-        f"model          : {result.model_uri}",
+        f"final          : test accuracy {last.evaluation.accuracy:.4f}, loss {last.evaluation.loss:.4f}",
+        f"model          : {model_uri}",
     ])

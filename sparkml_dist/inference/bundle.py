@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+
+from sparkml_dist.models.spec import ModelSpec
 
 
 @dataclass(frozen=True)
 class ModelBundle:
-    spec: dict[str, Any]
-    weights: bytes  # torch.save(state_dict); loaded with weights_only=True
+    spec: ModelSpec
+    weights: bytes  # torch.save(state_dict); loaded with weights_only=True (models.weights)
     feature_pipeline_path: str | None = None
     uri: str = ""
     training_schema: dict[str, str] | None = None  # column -> "type/role" the model was trained on

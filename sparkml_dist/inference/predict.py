@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import torch
 from torch import nn
 
 from sparkml_dist.models.factory import build_model
-from sparkml_dist.train.checkpoint import state_dict_from_bytes
+from sparkml_dist.models.spec import ModelSpec
+from sparkml_dist.models.weights import state_dict_from_bytes
 
 
 class ModelCache:
@@ -22,7 +23,7 @@ class ModelCache:
         self._models: dict[str, nn.Module] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: str, spec: dict[str, Any], weights: Callable[[], bytes]) -> nn.Module:
+    def get(self, key: str, spec: ModelSpec, weights: Callable[[], bytes]) -> nn.Module:
         with self._lock:
             if key not in self._models:
                 model = build_model(spec)

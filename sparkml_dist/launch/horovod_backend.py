@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from sparkml_dist.launch.backends import DriverHandle, pick_device
+from sparkml_dist.launch.backend import DriverHandle, pick_device
 from sparkml_dist.launch.context import RankContext
 from sparkml_dist.launch.netif import interface_for
 

@@ -17,17 +17,21 @@ import traceback
 from collections import deque
 from typing import Any, Callable
 
+from sparkml_dist.errors import is_retryable
+
 
 class ChildRankError(RuntimeError):
     """The forked rank raised: carries the child's exception type, message and traceback."""
 
-    def __init__(self, exc_type: str, message: str, child_traceback: str):
+    def __init__(self, exc_type: str, message: str, child_traceback: str, retryable: bool = True):
         self.exc_type = exc_type
+        self.child_message = message
         self.child_traceback = child_traceback
+        self.retryable = retryable  # the child's exception's own verdict (errors.is_retryable)
         super().__init__(f"{exc_type}: {message}")
 
     def __reduce__(self):
-        return (ChildRankError, (self.exc_type, str(self).split(": ", 1)[-1], self.child_traceback))
+        return (ChildRankError, (self.exc_type, self.child_message, self.child_traceback, self.retryable))
 
 
 def run_forked(fn: Callable[[], Any], tail: deque | None = None) -> Any:
@@ -46,7 +50,7 @@ def run_forked(fn: Callable[[], Any], tail: deque | None = None) -> Any:
             result = fn()
             writer.send(("ok", result, lines()))
         except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
-            writer.send(("error", (type(exc).__name__, str(exc), traceback.format_exc()), lines()))
+            writer.send(("error", (type(exc).__name__, str(exc), traceback.format_exc(), is_retryable(exc)), lines()))
         finally:
             writer.close()
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from pyspark.sql import SparkSession
 
 from sparkml_dist.errors import RankFailure, SlotError
-from sparkml_dist.launch.backends import Backend
+from sparkml_dist.launch.backend import Backend
 from sparkml_dist.launch.context import RankContext, captured_output, env_scope, free_port, layout
 from sparkml_dist.launch.isolation import run_forked
 from sparkml_dist.launch.reports import decode_failures, encode_failure, is_peer_failure
@@ -79,7 +79,7 @@ def _rank_main(_partition, fn: RankFn, payload: Any, backend: Backend, extra: di
 
 
 def _run_with_backend(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend, tail) -> Any:
-    if getattr(backend, "needs_fresh_process", False):
+    if backend.needs_fresh_process:
         return run_forked(functools.partial(_init_run_shutdown, fn, ctx, payload, backend), tail)
     return _init_run_shutdown(fn, ctx, payload, backend)
 

@@ -1,3 +1,6 @@
-from sparkml_dist.models.factory import build_model, model_spec
+"""Models: rebuilt from a `ModelSpec` (`spec`) by `factory.build_model`; weights are state_dicts
+(the codec in `weights`). This package init imports nothing heavy: a spec is read without torch."""
 
-__all__ = ["build_model", "model_spec"]
+from sparkml_dist.models.spec import ModelSpec, TransformerShape
+
+__all__ = ["ModelSpec", "TransformerShape"]

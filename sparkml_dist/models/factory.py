@@ -1,14 +1,13 @@
-"""Model factory: a model is rebuilt anywhere from a small JSON-able spec plus a state_dict,
-so nothing user-writable is ever unpickled (state_dicts load with weights_only=True)."""
+"""Model factory: a model is rebuilt anywhere from its `ModelSpec` plus a state_dict, so nothing
+user-writable is ever unpickled (state_dicts load with weights_only=True)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import torch
 from torch import nn
 
 from sparkml_dist.config.schema import ModelConfig
+from sparkml_dist.models.spec import ModelSpec, TransformerShape
 from sparkml_dist.models.transformer import TabularTransformer, token_layout
 
 
@@ -29,20 +28,19 @@ class TabularMLP(nn.Module):
         return self.net(x).squeeze(-1)
 
 
-def model_spec(cfg: ModelConfig, input_dim: int, feature_names: list[str] | None = None) -> dict[str, Any]:
-    spec = {"kind": cfg.kind, "input_dim": int(input_dim), "hidden": list(cfg.hidden), "dropout": cfg.dropout}
+def model_spec(cfg: ModelConfig, input_dim: int, feature_names: list[str] | None = None) -> ModelSpec:
+    shape = None
     if cfg.kind == "transformer":
         names = feature_names or [f"f{i}" for i in range(input_dim)]
         t = cfg.transformer
-        spec.update(layout=token_layout(names), d_model=t.d_model, heads=t.heads, layers=t.layers,
-                    mlp_hidden=t.mlp_hidden)
-    return spec
+        shape = TransformerShape(tuple(token_layout(names)), t.d_model, t.heads, t.layers, t.mlp_hidden)
+    return ModelSpec(cfg.kind, int(input_dim), cfg.dropout, tuple(cfg.hidden), shape)
 
 
-def build_model(spec: dict[str, Any]) -> nn.Module:
-    if spec["kind"] == "mlp":
-        return TabularMLP(spec["input_dim"], spec["hidden"], spec["dropout"])
-    if spec["kind"] == "transformer":
-        return TabularTransformer(spec["layout"], spec["d_model"], spec["heads"], spec["layers"],
-                                  spec["mlp_hidden"], spec["dropout"])
-    raise ValueError(f"unknown model kind {spec['kind']!r}; known: mlp, transformer")
+def build_model(spec: ModelSpec) -> nn.Module:
+    if spec.kind == "mlp":
+        return TabularMLP(spec.input_dim, list(spec.hidden), spec.dropout)
+    if spec.kind == "transformer" and spec.transformer is not None:
+        t = spec.transformer
+        return TabularTransformer(list(t.layout), t.d_model, t.heads, t.layers, t.mlp_hidden, spec.dropout)
+    raise ValueError(f"unknown model kind {spec.kind!r}; known: mlp, transformer")

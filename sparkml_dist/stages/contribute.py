@@ -16,14 +16,24 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from sparkml_dist.community.deltas import (
+    DeltaRejected,
+    apply_delta,
+    check_norm,
+    check_shapes,
+    fingerprint,
+    load_delta,
+    make_delta,
+    save_delta,
+)
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.ingest import ingest
+from sparkml_dist.models.weights import state_dict_from_bytes, state_dict_to_bytes
 from sparkml_dist.stages.evaluate import evaluate
 from sparkml_dist.tracking.client import RankTracker, RunHandle
 from sparkml_dist.tracking.models import load_bundle, log_model, model_version
 from sparkml_dist.tracking.models import register as create_version
-from sparkml_dist.train.checkpoint import state_dict_from_bytes, state_dict_to_bytes
-from sparkml_dist.train.deltas import DeltaRejected, apply_delta, check_norm, check_shapes, fingerprint, load_delta
+from sparkml_dist.train.records import TrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +87,8 @@ def _check_and_merge(spark, cfg: JobConfig, run: RunHandle, bundle, blob: bytes,
     check_shapes(base, delta)
     verdict.norm = check_norm(delta, community.max_delta_norm)
     merged = state_dict_to_bytes(apply_delta(base, delta))
-    merged_uri = log_model(run, merged, bundle.spec, bundle.feature_pipeline_path, bundle.training_schema)
+    merged_uri = log_model(run, TrainedModel(bundle.spec, merged, bundle.feature_pipeline_path,
+                                             bundle.training_schema or {}))
     metric = cfg.tracking.gate.metric
     with ingest(spark, community.validation_path or cfg.data.test_path, cfg.data) as held_out:
         verdict.metric_before = evaluate(spark, cfg, bundle.uri, run.tracking_uri, held_out.accepted).metrics[metric]
@@ -108,8 +119,6 @@ def read_delta(source: str, tracking_uri: str) -> bytes:
 
 def write_delta(base_uri: str, tuned_uri: str, tracking_uri: str, out: str | Path) -> Path:
     """What a contributor runs after fine-tuning: tuned weights minus the base's, as a file."""
-    from sparkml_dist.train.deltas import make_delta, save_delta
-
     base = state_dict_from_bytes(load_bundle(base_uri, tracking_uri).weights)
     tuned = state_dict_from_bytes(load_bundle(tuned_uri, tracking_uri).weights)
     return save_delta(make_delta(base, tuned), out)

@@ -11,22 +11,24 @@ the base model saw its own), spec and parameter names, so scoring needs nothing 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
-
+from dataclasses import dataclass
 
 from pyspark.ml import PipelineModel
 from pyspark.sql import SparkSession
 
+from sparkml_dist import storage
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.ingest import ingest
+from sparkml_dist.errors import ConfigError
+from sparkml_dist.methods.base import TrainRequest, WarmStart, get_method
 from sparkml_dist.stages.evaluate import evaluate
-from sparkml_dist.stages.paths import OutputPaths
 from sparkml_dist.stages.preprocess import preprocess, select_rows
 from sparkml_dist.stages.score import check_schema
-from sparkml_dist.stages.train import make_job, run_with_recovery
-from sparkml_dist.tracking.client import RankTracker, RunHandle
-from sparkml_dist.tracking.models import load_bundle, log_model, model_version
+from sparkml_dist.storage.paths import OutputPaths
+from sparkml_dist.tracking.client import EpochLogger, RankTracker, RunHandle
+from sparkml_dist.tracking.models import load_bundle, model_version
 from sparkml_dist.tracking.models import register as create_version
+from sparkml_dist.tracking.outcome import log_outcome
 from sparkml_dist.train.adapters import AdaptSpec
 
 log = logging.getLogger(__name__)
@@ -47,22 +49,25 @@ class FinetuneResult:
 
 def finetune(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> FinetuneResult:
     ft = cfg.finetune
+    method = get_method(cfg.train.strategy)
+    if not method.supports_warm_start:
+        raise ConfigError(f"train.strategy={cfg.train.strategy} cannot start from a registered model; fine-tune with "
+                          f"one of the rank-loop methods (ddp, fsdp, tensor, pipeline, hybrid)")
     base_uri = ft.base_model or f"models:/{cfg.tracking.registered_model}@champion"
     bundle = load_bundle(base_uri, run.tracking_uri)
     check_schema(cfg.data, bundle)
     parent_version = model_version(base_uri, run.tracking_uri)
     log.info("fine-tuning %s (version %s) on %s", base_uri, parent_version or "-", ft.where or "all rows")
 
-    out = OutputPaths.of(cfg).root / "finetune"
-    prep = preprocess(spark, cfg, fitted=PipelineModel.load(bundle.feature_pipeline_path), where=ft.where,
-                      out=out / "preprocess")
+    out = OutputPaths.of(cfg).under("finetune")
+    fitted = PipelineModel.load(storage.spark_path(bundle.feature_pipeline_path))
+    prep = preprocess(spark, cfg, fitted=fitted, where=ft.where, out=storage.join(out, "preprocess"))
     train_cfg = cfg.train.model_copy(update={"epochs": ft.epochs, "learning_rate": ft.learning_rate})
-    job = make_job(prep.path, prep.manifest, bundle.spec, cfg.model_copy(update={"train": train_cfg}),
-                   str(out / "checkpoints" / run.run_id), run)
-    job = replace(job, init_weights=bundle.weights,
-                  adapt=AdaptSpec(tuple(ft.freeze), ft.lora_rank, ft.lora_alpha))
-    chief = run_with_recovery(spark, job, cfg)[0]
-    model_uri = log_model(run, chief["state_dict"], bundle.spec, bundle.feature_pipeline_path, bundle.training_schema)
+    warm = WarmStart(bundle.spec, bundle.weights, bundle.feature_pipeline_path, bundle.training_schema or {},
+                     AdaptSpec(tuple(ft.freeze), ft.lora_rank, ft.lora_alpha))
+    request = TrainRequest(spark, cfg.model_copy(update={"train": train_cfg}), prep,
+                           storage.join(out, "checkpoints", run.run_id), sink=EpochLogger(run), warm_start=warm)
+    model_uri = log_outcome(run, method.run(request), storage.join(out, "plots"))
 
     with ingest(spark, cfg.data.test_path, cfg.data) as test_input:
         sets = {"test": test_input.accepted, "subset": select_rows(test_input.accepted, ft.where)}
@@ -116,6 +121,3 @@ def result_lines(result: FinetuneResult) -> str:
         f"reason         : {result.reason}",
         f"mlflow run     : {result.run_id}",
     ])
-
-
-

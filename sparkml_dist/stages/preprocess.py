@@ -5,16 +5,15 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 from pyspark.ml import PipelineModel
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from sparkml_dist import storage
 from sparkml_dist.config.schema import JobConfig
-from sparkml_dist.data.atomic import atomic_dir
-from sparkml_dist.data.dataset import MANIFEST, Manifest, describe_split, split_frame, write_split
+from sparkml_dist.data.dataset import Manifest, PreprocessResult, describe_split, split_frame, write_split
 from sparkml_dist.data.features import (
     FEATURES,
     build_feature_pipeline,
@@ -27,27 +26,21 @@ from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.sources import fingerprint, resolve_path
 from sparkml_dist.errors import ConfigError
 from sparkml_dist.spark.session import job_phase
-from sparkml_dist.stages.paths import OutputPaths
+from sparkml_dist.storage.hadoop import atomic_dir
+from sparkml_dist.storage.paths import OutputPaths
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class PreprocessResult:
-    path: str
-    manifest: Manifest
-
-    @property
-    def feature_pipeline(self) -> str:
-        return str(Path(self.path) / "feature_pipeline")
+__all__ = ["PreprocessResult", "preprocess", "select_rows"]
 
 
 def preprocess(spark: SparkSession, cfg: JobConfig, fitted: PipelineModel | None = None, where: str | None = None,
-               out: Path | None = None) -> PreprocessResult:
+               out: str | None = None) -> PreprocessResult:
     """Fit the feature pipeline on the training rows (or reuse `fitted`, a model's own, when
-    fine-tuning) and write the splits; `where` keeps only the rows it matches."""
+    fine-tuning) and write the splits under `out` (default `<output.root>/preprocess`, a path or
+    URI); `where` keeps only the rows it matches."""
     data = cfg.data
-    out = out or OutputPaths.of(cfg).preprocess
+    out = storage.absolute(str(out)) if out is not None else OutputPaths.of(cfg).preprocess
     inputs = _ingest_inputs(spark, cfg)
     try:
         accepted = {name: select_rows(r.accepted, where) for name, r in inputs.items()}
@@ -55,19 +48,19 @@ def preprocess(spark: SparkSession, cfg: JobConfig, fitted: PipelineModel | None
         with job_phase(spark, "preprocess: fit features"):
             pipeline = fitted or build_feature_pipeline(data, cfg.features).fit(train_rows)
             encoded = _encode(pipeline, {"train": train_rows, "val": val_rows, "test": accepted["test"]})
-        with atomic_dir(spark, str(out)) as staging, ThreadPoolExecutor(1, "preprocess-save") as background:
+        with atomic_dir(spark, out) as staging, ThreadPoolExecutor(1, "preprocess-save") as background:
             # Spark ML's save is a dozen tiny jobs, latency not work: overlap it with the writes
             saved = background.submit(_save_pipeline, spark, pipeline, f"{staging}/feature_pipeline")
             _write_splits(spark, cfg, encoded, staging)
             with job_phase(spark, "preprocess: rejects and manifest"):
                 _write_rejects(inputs, f"{staging}/rejects")
-                manifest = _manifest(cfg, Path(staging), pipeline, train_rows, encoded, inputs)
+                manifest = _manifest(cfg, staging, pipeline, train_rows, encoded, inputs)
             saved.result()
-            (Path(staging) / MANIFEST).write_text(manifest.to_json())
+            manifest.save(staging)
     finally:
         for result in inputs.values():
             result.release()
-    return PreprocessResult(str(out), manifest)
+    return PreprocessResult(out, manifest)
 
 
 def _ingest_inputs(spark: SparkSession, cfg: JobConfig) -> dict[str, IngestResult]:
@@ -136,9 +129,9 @@ def _write_rejects(inputs: dict[str, IngestResult], path: str) -> None:
     union.coalesce(1).write.mode("overwrite").parquet(path)
 
 
-def _manifest(cfg: JobConfig, staging: Path, pipeline, train_rows, encoded: _Encoded,
+def _manifest(cfg: JobConfig, staging: str, pipeline, train_rows, encoded: _Encoded,
               inputs: dict[str, IngestResult]) -> Manifest:
-    splits = {name: describe_split(staging / name) for name in ("train", "val", "test")}
+    splits = {name: describe_split(storage.join(staging, name)) for name in ("train", "val", "test")}
     schema = {c.name: f"{c.type}/{c.role}" for c in cfg.data.columns}
     return Manifest(
         feature_dim=encoded.dim,

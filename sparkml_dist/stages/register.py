@@ -7,8 +7,11 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 
 from sparkml_dist.config.schema import JobConfig
+from sparkml_dist.errors import SparkMLDistError
 from sparkml_dist.stages.evaluate import evaluate
-from sparkml_dist.tracking.client import RunHandle
+from sparkml_dist.stages.records import EvaluateRecord, TrainRecord
+from sparkml_dist.storage.paths import OutputPaths
+from sparkml_dist.tracking.client import RunHandle, resolve_tracking_uri
 from sparkml_dist.tracking.models import champion_version
 from sparkml_dist.tracking.models import register as create_version
 from sparkml_dist.validation.gate import decide
@@ -41,3 +44,17 @@ def register(spark: SparkSession, cfg: JobConfig, run: RunHandle, model_uri: str
     client.set_tag(run.run_id, "registry.alias", alias)
     client.set_tag(run.run_id, "registry.reason", decision.reason)
     return RegistryDecision(name, version, alias, decision.reason, champion_metrics)
+
+
+def register_evaluated(spark: SparkSession, cfg: JobConfig, model_uri: str | None = None) -> RegistryDecision:
+    """The `register` job: the model the train and evaluate stages recorded, through the gate."""
+    paths = OutputPaths.of(cfg)
+    trained = TrainRecord.load(paths.train_record)
+    uri = model_uri or (trained.model_uri if trained else None)
+    if trained is None or not uri:
+        raise SparkMLDistError(f"register: no train stage output under {paths.root}; run the train stage first")
+    evaluated = EvaluateRecord.load(paths.evaluate_record)
+    if evaluated is None or evaluated.model_uri != uri:
+        raise SparkMLDistError(f"register: {uri} has not been evaluated; run the evaluate stage first")
+    run = RunHandle.existing(resolve_tracking_uri(cfg.tracking), trained.run_id)
+    return register(spark, cfg, run, uri, evaluated.metrics)

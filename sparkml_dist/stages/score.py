@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from pyspark.ml import PipelineModel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from sparkml_dist import storage
 from sparkml_dist.config.schema import DataConfig, JobConfig
-from sparkml_dist.data.atomic import atomic_dir
 from sparkml_dist.data.features import scoring_frame
 from sparkml_dist.data.ingest import ROW_ID, IngestResult, ingest
 from sparkml_dist.errors import DataError
 from sparkml_dist.inference.bundle import ModelBundle
 from sparkml_dist.inference.udf import PREDICTION, PROBABILITY, score_features
-from sparkml_dist.stages.paths import OutputPaths
+from sparkml_dist.storage.hadoop import atomic_dir
+from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tracking.client import resolve_tracking_uri
 from sparkml_dist.tracking.models import load_bundle
 
@@ -41,20 +41,21 @@ def score(spark: SparkSession, cfg: JobConfig, model_uri: str | None = None, inp
 
 def _score_rows(spark: SparkSession, cfg: JobConfig, uri: str, bundle: ModelBundle, raw: IngestResult,
                 output_path: str | None) -> ScoreResult:
-    features, layout = scoring_frame(PipelineModel.load(bundle.feature_pipeline_path), raw.accepted, with_label=False)
+    pipeline = PipelineModel.load(storage.spark_path(bundle.feature_pipeline_path))
+    features, layout = scoring_frame(pipeline, raw.accepted, with_label=False)
     label = cfg.data.label
     scored = score_features(features, bundle, layout=layout).select(
         ROW_ID, PROBABILITY, PREDICTION,
         F.when(F.col(PREDICTION) == 1, F.lit(label.positive)).otherwise(F.lit(label.negative)).alias("predicted_label"),
     )
-    out = output_path or str(OutputPaths.of(cfg).predictions)
+    out = storage.absolute(output_path) if output_path else OutputPaths.of(cfg).predictions
     with atomic_dir(spark, out) as staging:
         scored.write.mode("overwrite").parquet(f"{staging}/scored")
         raw.rejects.coalesce(1).write.mode("overwrite").parquet(f"{staging}/rejects")
         written = spark.read.parquet(f"{staging}/scored").count()
         if written + raw.rejected_rows != raw.input_rows:
             raise DataError(f"scoring lost rows: input {raw.input_rows} != scored {written} + rejected {raw.rejected_rows}")
-    return ScoreResult(uri, str(Path(out) / "scored"), raw.input_rows, written, raw.rejected_rows)
+    return ScoreResult(uri, storage.join(out, "scored"), raw.input_rows, written, raw.rejected_rows)
 
 
 def check_schema(data: DataConfig, bundle: ModelBundle) -> None:

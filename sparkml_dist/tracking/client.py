@@ -28,6 +28,14 @@ class RunHandle:
 
         return MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
 
+    @staticmethod
+    def existing(tracking_uri: str, run_id: str) -> "RunHandle":
+        """A handle on a run that already exists (e.g. the one a train stage recorded)."""
+        from mlflow.tracking import MlflowClient
+
+        run = MlflowClient(tracking_uri=tracking_uri).get_run(run_id)
+        return RunHandle(tracking_uri, run_id, run.info.experiment_id)
+
 
 def resolve_tracking_uri(cfg: TrackingConfig) -> str:
     """Config, then $MLFLOW_TRACKING_URI, then a sqlite file in the working directory.
@@ -102,3 +110,15 @@ class RankTracker:
                 if attempt == 4:
                     log.warning("rank %d: could not log metrics to MLflow: %s", self.rank, exc)
                 time.sleep(0.2 * (attempt + 1))
+
+
+@dataclass(frozen=True)
+class EpochLogger:
+    """Where a training method sends each epoch's record as it completes: its metrics on the run,
+    at step = epoch. Picklable, so rank 0 of a barrier stage logs it live; every method's records
+    take this one path (`train.records.EpochRecord.metrics` names the keys)."""
+
+    handle: RunHandle
+
+    def __call__(self, record) -> None:
+        RankTracker(self.handle, 0).log(record.metrics(), record.epoch)

@@ -6,10 +6,13 @@ import json
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Mapping
 
+from sparkml_dist import storage
 from sparkml_dist.inference.bundle import ModelBundle
+from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.tracking.client import RunHandle
+from sparkml_dist.train.records import TrainedModel
 
 MODEL_DIR = "model"
 
@@ -22,17 +25,20 @@ def _pip_requirements() -> list[str]:
             f"numpy=={version('numpy')}", f"pandas=={version('pandas')}", "sparkml_dist"]
 
 
-def log_model(handle: RunHandle, weights: bytes, spec: dict[str, Any], feature_pipeline_dir: str | None,
-              training_schema: dict[str, str] | None = None) -> str:
+def log_model(handle: RunHandle, model: TrainedModel) -> str:
     """Save the pyfunc model locally, upload it under the run; return `runs:/<id>/model`."""
     with tempfile.TemporaryDirectory() as tmp:
-        local = save_pyfunc_model(tmp, weights, spec, feature_pipeline_dir, training_schema)
+        if model.feature_pipeline is None:
+            local = save_pyfunc_model(tmp, model.weights, model.spec, None, model.training_schema)
+        else:  # MLflow uploads local directories: a remote pipeline comes down first
+            with storage.local_copy(model.feature_pipeline) as pipeline:
+                local = save_pyfunc_model(tmp, model.weights, model.spec, str(pipeline), model.training_schema)
         handle.client().log_artifacts(handle.run_id, local, MODEL_DIR)
     return f"runs:/{handle.run_id}/{MODEL_DIR}"
 
 
-def save_pyfunc_model(directory: str, weights: bytes, spec: dict[str, Any], feature_pipeline_dir: str | None,
-                      training_schema: dict[str, str] | None = None) -> str:
+def save_pyfunc_model(directory: str, weights: bytes, spec: ModelSpec, feature_pipeline_dir: str | None,
+                      training_schema: Mapping[str, str] | None = None) -> str:
     """Write the MLflow pyfunc model (spec, weights, feature pipeline, signature) under `directory`."""
     import mlflow.pyfunc
     from mlflow.models import ModelSignature
@@ -45,10 +51,10 @@ def save_pyfunc_model(directory: str, weights: bytes, spec: dict[str, Any], feat
     files = Path(directory) / "files"
     files.mkdir(parents=True, exist_ok=True)
     (files / "weights.pt").write_bytes(weights)
-    (files / "spec.json").write_text(json.dumps(spec))
+    (files / "spec.json").write_text(json.dumps(spec.to_json()))
     artifacts = {"weights": str(files / "weights.pt"), "spec": str(files / "spec.json")}
     if training_schema:
-        (files / "training_schema.json").write_text(json.dumps(training_schema))
+        (files / "training_schema.json").write_text(json.dumps(dict(training_schema)))
         artifacts["training_schema"] = str(files / "training_schema.json")
     if feature_pipeline_dir:
         artifacts["feature_pipeline"] = feature_pipeline_dir
@@ -124,7 +130,7 @@ def load_bundle(model_uri: str, tracking_uri: str, dst: str | None = None) -> Mo
     local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, tracking_uri=tracking_uri,
                                                     dst_path=dst or tempfile.mkdtemp(prefix="sparkml_dist_model_")))
     artifacts = local / "artifacts"
-    spec = json.loads((artifacts / "spec.json").read_text())
+    spec = ModelSpec.from_json(json.loads((artifacts / "spec.json").read_text()))
     pipeline = artifacts / "feature_pipeline"
     schema = artifacts / "training_schema.json"
     return ModelBundle(spec=spec, weights=(artifacts / "weights.pt").read_bytes(),

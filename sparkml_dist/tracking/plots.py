@@ -3,22 +3,32 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")  # headless; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 
+from sparkml_dist.train.records import EpochRecord  # noqa: E402
 
-def loss_curves(history: list[dict[str, float]], path: Path) -> Path:
-    epochs = [h["epoch"] + 1 for h in history]
+
+_ROWS = {"val": "validation", "test": "test"}
+
+
+def loss_curves(records: Sequence[EpochRecord], path: Path, unit: str = "epoch") -> Path:
+    """Train and held-out loss, and held-out accuracy, per epoch (or federated round)."""
+    epochs = [r.epoch + 1 for r in records]
+    evaluated = [r for r in records if r.evaluation is not None]
+    rows = _ROWS[evaluated[0].evaluation.rows] if evaluated else "held-out"
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))
-    ax1.plot(epochs, [h["train_loss"] for h in history], marker="o", label="train")
-    ax1.plot(epochs, [h["val_loss"] for h in history], marker="o", label="validation")
-    ax1.set(xlabel="epoch", ylabel="log loss", title="Loss")
+    ax1.plot(epochs, [r.train_loss for r in records], marker="o", label="train")
+    ax1.plot([r.epoch + 1 for r in evaluated], [r.evaluation.loss for r in evaluated], marker="o", label=rows)
+    ax1.set(xlabel=unit, ylabel="log loss", title="Loss")
     ax1.legend()
-    ax2.plot(epochs, [h["val_accuracy"] for h in history], marker="o", color="tab:green")
-    ax2.set(xlabel="epoch", ylabel="accuracy", title="Validation accuracy")
+    ax2.plot([r.epoch + 1 for r in evaluated], [r.evaluation.accuracy for r in evaluated], marker="o",
+             color="tab:green")
+    ax2.set(xlabel=unit, ylabel="accuracy", title=f"{rows.capitalize()} accuracy")
     return _save(fig, path)
 
 

@@ -17,9 +17,10 @@ class TabularTorchModel(mlflow.pyfunc.PythonModel):
         import torch
 
         from sparkml_dist.models.factory import build_model
+        from sparkml_dist.models.spec import ModelSpec
 
         with open(context.artifacts["spec"]) as fh:
-            spec = json.load(fh)
+            spec = ModelSpec.from_json(json.load(fh))
         self.model = build_model(spec)
         self.model.load_state_dict(torch.load(context.artifacts["weights"], map_location="cpu", weights_only=True))
         self.model.eval()

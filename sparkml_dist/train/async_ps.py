@@ -14,11 +14,9 @@ RPC calls a function by name in the server's process, so each server process kee
 from __future__ import annotations
 
 import logging
-
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -27,9 +25,12 @@ from torch import nn
 
 from sparkml_dist.launch.context import RankContext, free_port
 from sparkml_dist.models.factory import build_model
-from sparkml_dist.train.checkpoint import state_dict_to_bytes
+from sparkml_dist.models.weights import state_dict_to_bytes
 from sparkml_dist.train.faults import inject
 from sparkml_dist.train.job import TrainJob
+from sparkml_dist.train.loop import evaluate
+from sparkml_dist.train.records import EpochRecord, Evaluation, RankResult, RankStats
+from sparkml_dist.train.strategies import Strategy, local_param_bytes
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ def shard_names(names: list[str], servers: int) -> list[list[str]]:
     return [names[s::servers] for s in range(servers)]
 
 
-def async_rank(ctx: RankContext, job: TrainJob) -> dict[str, Any]:
+def async_rank(ctx: RankContext, job: TrainJob) -> RankResult:
     """The rank function for train.strategy=async (the process group is already up: gloo)."""
     from torch.distributed import rpc
 
@@ -117,7 +118,7 @@ def async_rank(ctx: RankContext, job: TrainJob) -> dict[str, Any]:
     return result
 
 
-def _serve(ctx: RankContext, job: TrainJob, model: nn.Module, names: list[str]) -> dict[str, Any]:
+def _serve(ctx: RankContext, job: TrainJob, model: nn.Module, names: list[str]) -> RankResult:
     global _SERVER
     cfg = job.train
     state = dict(model.named_parameters())
@@ -132,15 +133,19 @@ def _serve(ctx: RankContext, job: TrainJob, model: nn.Module, names: list[str]) 
         _SERVER = None
     shards = [None] * ctx.world_size
     dist.all_gather_object(shards, params)
-    result = {"rank": ctx.rank, "role": "server", "applied": stats.applied, "dropped": stats.dropped,
-              "downweighted": stats.downweighted, "staleness": _staleness_summary(stats.staleness)}
-    if ctx.rank == 0:
-        model.load_state_dict({k: v for shard in shards if shard for k, v in shard.items()}, strict=False)
-        result.update(_final(job, model))
-    return result
+    counters = {"applied": stats.applied, "dropped": stats.dropped, "downweighted": stats.downweighted,
+                **_staleness_summary(stats.staleness)}
+    held = sum(v.numel() * v.element_size() for v in params.values())
+    rank_stats = RankStats(rank=ctx.rank, role="server", steps=stats.applied, param_bytes=held)
+    if ctx.rank != 0:
+        return RankResult(rank_stats, counters=counters)
+    model.load_state_dict({k: v for shard in shards if shard for k, v in shard.items()}, strict=False)
+    evaluation, weights = _final(job, model)
+    return RankResult(rank_stats, records=(EpochRecord(job.train.epochs - 1, float("nan"), 0, 0.0, evaluation),),
+                      weights=weights, counters=counters)
 
 
-def _work(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[str]]) -> dict[str, Any]:
+def _work(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[str]]) -> RankResult:
     from torch.distributed import rpc
 
     cfg = job.train
@@ -174,61 +179,25 @@ def _work(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[s
     seconds = time.perf_counter() - start
     dist.barrier()  # this worker is done
     dist.all_gather_object([None] * ctx.world_size, None)  # the servers gather their shards
-    return {"rank": ctx.rank, "role": "worker", "steps": steps, "samples": samples, "seconds": seconds,
-            "samples_per_s": samples / max(seconds, 1e-9), "train_loss": loss_sum / max(samples, 1),
-            "step_ms": 1000 * float(np.median(step_times)) if step_times else 0.0}
+    stats = RankStats(rank=ctx.rank, role="worker", samples=samples // max(cfg.epochs, 1), steps=steps,
+                      samples_per_s=samples / max(seconds, 1e-9),
+                      step_ms=1000 * float(np.median(step_times)) if step_times else 0.0,
+                      param_bytes=local_param_bytes(model))
+    return RankResult(stats, counters={"loss_sum": loss_sum, "samples": float(samples)})
 
 
-def _final(job: TrainJob, model: nn.Module) -> dict[str, Any]:
+def _final(job: TrainJob, model: nn.Module) -> tuple[Evaluation, bytes]:
     """Rank 0: validation of the final parameters over all validation rows (the loop's own
     evaluation, as one process), and the weights to log."""
-    from sparkml_dist.train.loop import evaluate
-    from sparkml_dist.train.strategies import Strategy
-
     loader = job.loader("val", 0, 1, 4096, job.train.seed, shuffle=False)
-    metrics = evaluate(model, loader, Strategy(1), torch.device("cpu"))
+    evaluation = evaluate(model, loader, Strategy(1), torch.device("cpu"))
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    return {**metrics, "state_dict": state_dict_to_bytes(state)}
+    return evaluation, state_dict_to_bytes(state)
 
 
 def _staleness_summary(values: list[int]) -> dict[str, float]:
     if not values:
-        return {"mean": 0.0, "p95": 0.0, "max": 0.0}
+        return {"staleness_mean": 0.0, "staleness_p95": 0.0, "staleness_max": 0.0}
     arr = np.asarray(values)
-    return {"mean": float(arr.mean()), "p95": float(np.percentile(arr, 95)), "max": float(arr.max())}
-
-
-def as_train_results(results: list[dict[str, Any]], epochs: int) -> list[dict[str, Any]]:
-    """The async ranks' results in the shape the train stage expects of train_rank's."""
-    workers = [r for r in results if r["role"] == "worker"]
-    servers = [r for r in results if r["role"] == "server"]
-    samples = sum(w["samples"] for w in workers)
-    chief = results[0]
-    history = [{"epoch": epochs - 1, "train_loss": sum(w["train_loss"] * w["samples"] for w in workers) / max(samples, 1),
-                "samples": float(samples) / epochs, "samples_per_s": sum(w["samples_per_s"] for w in workers),
-                "val_loss": chief["val_loss"], "val_accuracy": chief["val_accuracy"],
-                "updates_applied": float(sum(s["applied"] for s in servers)),
-                "updates_dropped": float(sum(s["dropped"] for s in servers)),
-                "updates_downweighted": float(sum(s["downweighted"] for s in servers)),
-                "staleness_mean": float(np.mean([s["staleness"]["mean"] for s in servers])),
-                "staleness_max": float(max(s["staleness"]["max"] for s in servers))}]
-    out = []
-    for r in results:
-        out.append({**r, "history": history, "samples": r.get("samples", 0) // max(epochs, 1), "stragglers": [],
-                    "param_checksum": None, "full_checksum": None, "state_dict": r.get("state_dict")})
-    return out
-
-
-
-
-
-def log_async(run, results: list[dict[str, Any]]) -> None:
-    """The run's async metrics: the final entry, and each worker's throughput and steps."""
-    from sparkml_dist.tracking.client import RankTracker
-
-    entry = results[0]["history"][-1]
-    RankTracker(run, 0).log({k: v for k, v in entry.items() if k != "epoch"}, int(entry["epoch"]))
-    for r in results:
-        if r["role"] == "worker":
-            RankTracker(run, r["rank"]).log({"samples_per_s": r["samples_per_s"], "steps": r["steps"]},
-                                            int(entry["epoch"]), per_rank=True)
+    return {"staleness_mean": float(arr.mean()), "staleness_p95": float(np.percentile(arr, 95)),
+            "staleness_max": float(arr.max())}

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Callable
 
 from sparkml_dist.config.schema import TrainConfig
 from sparkml_dist.data.dataset import RowGroup
 from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.loader import ShardLoader
-from sparkml_dist.tracking.client import RunHandle
+from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.train.adapters import AdaptSpec
+from sparkml_dist.train.records import EpochRecord
+
+if TYPE_CHECKING:
+    from sparkml_dist.train.strategies import Strategy
+
+# How a method places the model on the ranks: (its train config, world size, rank) -> Strategy.
+# A module-level function, so that it travels to the ranks by reference.
+Placement = Callable[[TrainConfig, int, int], "Strategy"]
+EpochSink = Callable[[EpochRecord], None]
 
 
 @dataclass(frozen=True)
@@ -29,16 +38,17 @@ class Fault:
 
 @dataclass(frozen=True)
 class TrainJob:
-    data_root: str
+    data_root: str  # the preprocess output (a path or URI, see sparkml_dist.storage)
     train_groups: tuple[RowGroup, ...]
     val_groups: tuple[RowGroup, ...]
-    model_spec: dict[str, Any]
+    model_spec: ModelSpec
     train: TrainConfig
     checkpoint_dir: str
-    run: RunHandle | None = None
+    placement: Placement | None = None  # None: the rank program places the model itself (async)
+    sink: EpochSink | None = None  # rank 0 hands it each epoch's record (the stage's MLflow logging)
     attempt: int = 0
     faults: tuple[Fault, ...] = ()
-    init_weights: bytes | None = None  # fine-tuning: the base model's state_dict (torch.save bytes)
+    init_weights: bytes | None = None  # fine-tuning: the base model's state_dict (models.weights codec)
     adapt: AdaptSpec | None = None  # fine-tuning: frozen prefixes and low-rank adapters
     feature_layout: FeatureLayout | None = None  # how the splits store features (None: dense column)
 

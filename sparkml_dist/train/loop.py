@@ -14,26 +14,27 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import torch
 from torch import nn
 
 from sparkml_dist.data.loader import ShardLoader
-from sparkml_dist.launch.backends import pick_device
+from sparkml_dist.launch.backend import pick_device
 from sparkml_dist.launch.context import RankContext
 from sparkml_dist.launch.heartbeat import Heartbeat
 from sparkml_dist.launch.reports import is_peer_failure
 from sparkml_dist.models.factory import build_model
-from sparkml_dist.tracking.client import RankTracker
+from sparkml_dist.models.weights import state_dict_from_bytes, state_dict_to_bytes
 from sparkml_dist.train.adapters import apply_adapters, merge_adapters, trainable
-from sparkml_dist.train.checkpoint import load_latest, save_checkpoint, state_dict_from_bytes, state_dict_to_bytes
+from sparkml_dist.train.checkpoint import load_latest, save_checkpoint
 from sparkml_dist.train.faults import inject
 from sparkml_dist.train.job import TrainJob
-from sparkml_dist.train.progress import Progress
 from sparkml_dist.train.parallel.checkpoint import load_sharded, save_sharded
-from sparkml_dist.train.strategies import Strategy, local_param_bytes, make_strategy
+from sparkml_dist.train.progress import Progress
+from sparkml_dist.train.records import EpochRecord, Evaluation, RankResult, RankStats, RankThroughput
+from sparkml_dist.train.strategies import Strategy, local_param_bytes
 
 log = logging.getLogger(__name__)
 
@@ -74,13 +75,13 @@ def resume_position(ckpt: dict | None, num_batches: int, data_world: int) -> Pos
     return Position(ckpt["epoch"], ckpt["step"], EpochStats(**ckpt.get("partial", {})))
 
 
-def train_rank(ctx: RankContext, job: TrainJob) -> dict[str, Any]:
-    """Train on this rank's shard; return history, throughput and (rank 0) the final weights."""
+def train_rank(ctx: RankContext, job: TrainJob) -> RankResult:
+    """Train on this rank's shard; return its stats, the epoch records and (rank 0) the final weights."""
     cfg = job.train
     torch.set_num_threads(cfg.threads_per_rank or max(1, (os.cpu_count() or 1) // ctx.local_size))
     torch.manual_seed(cfg.seed)  # every rank builds the same initial weights before any sharding
     device = torch.device(pick_device(ctx, cfg.device))
-    strategy = make_strategy(cfg.backend, ctx.world_size, ctx.rank, **_strategy_options(cfg))
+    strategy = job.placement(cfg, ctx.world_size, ctx.rank)
     model, optimizer, ckpt = _build_and_restore(job, strategy, device)
 
     train_loader = job.loader("train", strategy.data_rank, strategy.data_world, cfg.batch_size, cfg.seed,
@@ -88,16 +89,15 @@ def train_rank(ctx: RankContext, job: TrainJob) -> dict[str, Any]:
     val_loader = job.loader("val", strategy.data_rank, strategy.data_world, 4096, cfg.seed, shuffle=False)
     steps_per_epoch = _steps_per_epoch(strategy, train_loader)
     position = resume_position(ckpt, steps_per_epoch, strategy.data_world)
-    history: list[dict[str, float]] = list(ckpt.get("history", [])) if ckpt is not None else []
+    history = [EpochRecord.from_json(h) for h in ckpt.get("history", [])] if ckpt is not None else []
     if ckpt is not None and ctx.is_chief:
         log.info("attempt %d resumes at epoch %d, batch %d", job.attempt, position.epoch + 1, position.step)
-    tracker = RankTracker(job.run, ctx.rank)
     progress = Progress(ctx.is_chief, cfg.epochs, steps_per_epoch, ctx.world_size)
-    stragglers: set[int] = set()
     heartbeat = Heartbeat(ctx.rank, ctx.world_size)
 
     def checkpoint(epoch: int, step: int, stats: EpochStats) -> None:
-        meta = {"epoch": epoch, "step": step, "partial": stats.saved(), "history": history,
+        # plain types only: checkpoints load with torch.load(weights_only=True)
+        meta = {"epoch": epoch, "step": step, "partial": stats.saved(), "history": [h.to_json() for h in history],
                 "data_world": strategy.data_world}
         if strategy.sharded_checkpoints:  # a collective: every rank writes its shards
             save_sharded(job.checkpoint_dir, model, optimizer, meta, epoch, step, cfg.checkpoint_keep, ctx.rank)
@@ -121,32 +121,29 @@ def train_rank(ctx: RankContext, job: TrainJob) -> dict[str, Any]:
             if is_peer_failure(exc):  # say which rank stopped, not only that a collective failed
                 raise PeerLost(f"{heartbeat.describe_missing() or 'a peer rank was lost'} ({exc})") from exc
             raise
-        metrics = epoch_metrics(stats, strategy) | evaluate(model, val_loader, strategy, device)
-        slow = find_stragglers(strategy, stats, cfg.straggler_factor)
-        stragglers.update(slow)
-        metrics["stragglers"] = float(len(slow))
-        history.append({"epoch": epoch, **metrics})
-        progress.epoch_end(epoch, metrics, slow)
-        tracker.log({"samples_per_s": stats.samples / max(stats.seconds, 1e-9),
-                     "step_time_ms": 1000 * float(np.median(stats.step_times or [0.0]))}, epoch, per_rank=True)
-        if ctx.is_chief:
-            tracker.log(metrics, epoch)
+        record = epoch_record(epoch, stats, strategy, evaluate(model, val_loader, strategy, device),
+                              cfg.straggler_factor)
+        history.append(record)
+        progress.epoch_end(record)
+        if ctx.is_chief and job.sink is not None:
+            job.sink(record)
         checkpoint(epoch, steps_per_epoch, EpochStats())
 
     if job.adapt is not None:
         merge_adapters(strategy.unwrap(model))  # the exported model has the base model's names
     weights = strategy.full_state_dict(model)  # a collective under the model-parallel strategies
-    tracker.log({"param_bytes": float(local_param_bytes(model))}, cfg.epochs - 1, per_rank=True)
-    return {
-        "rank": ctx.rank,
-        "history": history,
-        "samples": train_loader.num_rows,
-        "stragglers": sorted(stragglers),
-        "param_bytes": local_param_bytes(model),
-        "param_checksum": parameter_checksum(strategy.unwrap(model)) if strategy.replicated else None,
-        "full_checksum": parameter_checksum_of(weights) if ctx.is_chief else None,
-        "state_dict": state_dict_to_bytes(weights) if ctx.is_chief else None,
-    }
+    pace = [r for h in history[-1:] for r in h.per_rank if r.rank == ctx.rank]
+    stats = RankStats(rank=ctx.rank, samples=train_loader.num_rows, steps=steps_per_epoch * cfg.epochs,
+                      samples_per_s=pace[0].samples_per_s if pace else 0.0, step_ms=pace[0].step_ms if pace else 0.0,
+                      param_bytes=local_param_bytes(model),
+                      param_checksum=parameter_checksum(strategy.unwrap(model)) if strategy.replicated else None)
+    return RankResult(
+        stats=stats,
+        records=tuple(history),
+        weights=state_dict_to_bytes(weights) if ctx.is_chief else None,
+        full_checksum=parameter_checksum_of(weights) if ctx.is_chief else None,
+        stragglers=tuple(sorted({r for h in history for r in h.stragglers})),
+    )
 
 
 def _build_and_restore(job: TrainJob, strategy: Strategy, device: torch.device):
@@ -176,14 +173,6 @@ def _build_and_restore(job: TrainJob, strategy: Strategy, device: torch.device):
 def _steps_per_epoch(strategy: Strategy, loader: ShardLoader) -> int:
     """Ranks in lockstep all run the longest shard's count (the shorter ones idle-step)."""
     return strategy.allreduce_max(loader.num_batches) if strategy.needs_lockstep else loader.num_batches
-
-
-def _strategy_options(cfg) -> dict[str, Any]:
-    if cfg.backend == "horovod":
-        return {"compression": cfg.horovod.compression, "backward_passes_per_step": cfg.horovod.backward_passes_per_step}
-    p = cfg.parallel
-    return {"strategy": cfg.strategy, "tensor_parallel": p.tensor_parallel, "microbatches": p.microbatches,
-            "schedule": p.schedule, "batch_size": cfg.batch_size}
 
 
 @dataclass
@@ -267,26 +256,34 @@ def step_seed(seed: int, epoch: int, step: int, rank: int) -> int:
     return int(np.random.SeedSequence([seed, epoch, step, rank]).generate_state(1)[0])
 
 
-def epoch_metrics(stats: EpochStats, strategy: Strategy) -> dict[str, float]:
+def epoch_record(epoch: int, stats: EpochStats, strategy: Strategy, evaluation: Evaluation,
+                 straggler_factor: float) -> EpochRecord:
+    """The epoch over all ranks (collectives: every rank calls it and gets the same record)."""
     share = strategy.metric_share  # ranks that split one batch count it once
     totals = strategy.allreduce_sum(torch.tensor([stats.loss_sum * share, stats.samples * share, stats.seconds],
                                                  dtype=torch.float64))
     loss_sum, samples, seconds = totals.tolist()
     mean_seconds = seconds / strategy.world_size
-    return {"train_loss": loss_sum / max(samples, 1), "samples": samples,
-            "samples_per_s": samples / max(mean_seconds, 1e-9)}
+    per_rank = rank_throughput(strategy, stats)
+    return EpochRecord(epoch=epoch, train_loss=loss_sum / max(samples, 1), samples=int(round(samples)),
+                       samples_per_s=samples / max(mean_seconds, 1e-9), evaluation=evaluation,
+                       stragglers=tuple(find_stragglers(per_rank, straggler_factor)), per_rank=per_rank)
 
 
-def find_stragglers(strategy, stats: EpochStats, factor: float) -> list[int]:
+def rank_throughput(strategy: Strategy, stats: EpochStats) -> tuple[RankThroughput, ...]:
+    """Every rank's samples/s and median step time this epoch (an all-gather)."""
+    mine = [stats.samples / max(stats.seconds, 1e-9), 1000 * float(np.median(stats.step_times or [0.0]))]
+    return tuple(RankThroughput(r, v[0], v[1]) for r, v in enumerate(strategy.allgather_floats(mine)))
+
+
+def find_stragglers(per_rank: tuple[RankThroughput, ...], factor: float) -> list[int]:
     """Ranks whose median step time exceeds `factor` x the median over ranks."""
-    mine = float(np.median(stats.step_times)) if stats.step_times else 0.0
-    per_rank = [v[0] for v in strategy.allgather_floats([mine])]
-    middle = float(np.median(per_rank))
-    return [r for r, t in enumerate(per_rank) if middle > 0 and t > factor * middle]
+    middle = float(np.median([r.step_ms for r in per_rank]))
+    return [r.rank for r in per_rank if middle > 0 and r.step_ms > factor * middle]
 
 
 @torch.no_grad()
-def evaluate(model, loader: ShardLoader, strategy: Strategy, device) -> dict[str, float]:
+def evaluate(model, loader: ShardLoader, strategy: Strategy, device) -> Evaluation:
     """Validation loss and accuracy over every data shard (sums allreduced)."""
     model.eval()
     loss_fn = nn.BCEWithLogitsLoss(reduction="sum")
@@ -307,13 +304,13 @@ def evaluate(model, loader: ShardLoader, strategy: Strategy, device) -> dict[str
     share = strategy.metric_share
     totals = strategy.allreduce_sum(torch.tensor([loss_sum * share, correct * share, count * share],
                                                  dtype=torch.float64)).tolist()
-    return {"val_loss": totals[0] / max(totals[2], 1), "val_accuracy": totals[1] / max(totals[2], 1)}
+    return Evaluation("val", loss=totals[0] / max(totals[2], 1), accuracy=totals[1] / max(totals[2], 1))
 
 
-def parameter_checksum(model: nn.Module) -> list[float]:
+def parameter_checksum(model: nn.Module) -> tuple[float, ...]:
     """Per-parameter sums: equal across ranks when data-parallel training kept them in step."""
-    return [float(p.detach().double().sum()) for p in model.parameters()]
+    return tuple(float(p.detach().double().sum()) for p in model.parameters())
 
 
-def parameter_checksum_of(state: dict[str, torch.Tensor]) -> list[float]:
-    return [float(v.double().sum()) for v in state.values()]
+def parameter_checksum_of(state: dict[str, torch.Tensor]) -> tuple[float, ...]:
+    return tuple(float(v.double().sum()) for v in state.values())

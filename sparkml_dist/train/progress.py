@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import time
 
+from sparkml_dist.train.records import EpochRecord
+
 log = logging.getLogger("sparkml_dist.train")
 
 
@@ -34,11 +36,14 @@ class Progress:
                  epoch + 1, self.epochs, step + 1, self.steps_per_epoch, shown,
                  samples_per_s, self.world_size, _clock(eta))
 
-    def epoch_end(self, epoch: int, metrics: dict[str, float], stragglers: list[int] = ()) -> None:
+    def epoch_end(self, record: EpochRecord) -> None:
         if not self.enabled:
             return
-        shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k not in ("samples", "stragglers"))
-        log.info("epoch %d/%d done: %s (%d samples)", epoch + 1, self.epochs, shown, int(metrics.get("samples", 0)))
-        if stragglers:
-            log.warning("epoch %d: straggler rank(s) %s: median step time above the straggler factor x the ranks' median",
-                        epoch + 1, stragglers)
+        shown = f"train_loss {record.train_loss:.4f} samples_per_s {record.samples_per_s:.1f}"
+        if record.evaluation is not None:
+            e = record.evaluation
+            shown += f" {e.rows}_loss {e.loss:.4f} {e.rows}_accuracy {e.accuracy:.4f}"
+        log.info("epoch %d/%d done: %s (%d samples)", record.epoch + 1, self.epochs, shown, record.samples)
+        if record.stragglers:
+            log.warning("epoch %d: straggler rank(s) %s: median step time above the straggler factor x the ranks' "
+                        "median", record.epoch + 1, list(record.stragglers))

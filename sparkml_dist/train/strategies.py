@@ -1,7 +1,8 @@
 """Training strategies: how a model is placed on the ranks, how a step runs, how gradients and
 metrics are combined and how weights are saved. The loop calls only this interface, so
 data-parallel backends (DDP, Horovod) and model-parallel ones (FSDP, tensor, pipeline,
-hybrid; see `sparkml_dist.train.parallel`) plug in alike."""
+hybrid; see `sparkml_dist.train.parallel`) plug in alike. Which one a run uses is the training
+method's choice (`sparkml_dist.methods`)."""
 
 from __future__ import annotations
 
@@ -135,17 +136,3 @@ class DataParallel(Strategy):
         if self.world_size > 1:
             return model.join()  # ranks with one batch fewer shadow the others' allreduces
         return contextlib.nullcontext()
-
-
-def make_strategy(backend: str, world_size: int, rank: int = 0, strategy: str = "ddp", **options) -> Strategy:
-    if backend == "horovod":
-        from sparkml_dist.train.horovod_strategy import HorovodDataParallel
-
-        return HorovodDataParallel(world_size, rank, **options)
-    if backend != "torch":
-        raise ValueError(f"unknown backend {backend!r}")
-    if strategy == "ddp":
-        return DataParallel(world_size, rank)
-    from sparkml_dist.train.parallel import make_model_parallel
-
-    return make_model_parallel(strategy, world_size, rank, **options)

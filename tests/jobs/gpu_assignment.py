@@ -9,7 +9,7 @@ from sparkml_dist.spark import build_session
 
 
 def report_gpus(ctx, _):
-    from sparkml_dist.launch.backends import gpu_index
+    from sparkml_dist.launch.backend import gpu_index
 
     return {"rank": ctx.rank, "gpus": list(ctx.gpus), "index": gpu_index(ctx, device_count=2)}
 

@@ -23,16 +23,29 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.planner import LoadPlan
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-from sparkml_dist.train.checkpoint import atomic_torch_save, checkpoint_name, list_checkpoints
+from sparkml_dist import storage
+from sparkml_dist.errors import StorageError
+from sparkml_dist.train.checkpoint import checkpoint_name, list_checkpoints
 
 META = "meta.pt"
+
+
+def _local_dir(directory: str) -> Path:
+    """DCP writes every rank's shards as files: the directory must be on a local or mounted file
+    system (the same mount on every host)."""
+    path = storage.local_path(str(directory))
+    if path is None:
+        raise StorageError(f"{directory}: sharded checkpoints (fsdp, tensor, pipeline, hybrid) are written with "
+                           f"torch.distributed.checkpoint to a local or mounted path; set output.root to one "
+                           f"(e.g. a shared mount such as /dbfs/... or an NFS path)")
+    return path
 _OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 
 
 def save_sharded(directory: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict[str, Any],
                  epoch: int, step: int, keep: int, rank: int) -> Path:
     """Collective: every rank calls it. Returns the checkpoint directory."""
-    directory = Path(directory)
+    directory = _local_dir(directory)
     final = directory / checkpoint_name(epoch, step, sharded=True)
     staging = directory / f".{final.name}.tmp"
     if rank == 0:
@@ -43,11 +56,12 @@ def save_sharded(directory: str | Path, model: nn.Module, optimizer: torch.optim
     dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(staging))
     dist.barrier()  # every rank's shards are on disk
     if rank == 0:
-        atomic_torch_save(meta, staging / META)
+        with storage.atomic_writer(str(staging / META)) as fh:
+            torch.save(meta, fh)
         shutil.rmtree(final, ignore_errors=True)  # a re-run of the same step: the older copy goes
         os.replace(staging, final)
-        for old in list_checkpoints(directory)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
+        for old in list_checkpoints(str(directory))[:-keep]:
+            storage.delete(old)
     dist.barrier()
     return final
 
@@ -72,10 +86,10 @@ class _SkipEmptyShards(DefaultLoadPlanner):
 def load_sharded(directory: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any] | None:
     """Load the newest sharded checkpoint into the (already parallelised) model and optimizer,
     resharding to this run's layout; returns its meta, or None when there is none."""
-    found = [p for p in list_checkpoints(directory) if p.is_dir()]
+    found = [p for p in list_checkpoints(str(directory)) if p.endswith(".dcp")]
     if not found:
         return None
-    latest = found[-1]
+    latest = _local_dir(found[-1])
     model_state, optim_state = get_state_dict(model, optimizer, options=_OPTIONS)
     state = {"model": model_state, "optim": optim_state}
     dcp.load(state, checkpoint_id=str(latest), planner=_SkipEmptyShards())

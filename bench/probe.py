@@ -1,6 +1,7 @@
-"""Run N optimizer steps of one strategy on fixed synthetic data and measure it: the loss per
-step (for equivalence with one process), per-step time, bytes this rank sent, peak memory and
-parameter bytes held. Used by the tests (equivalence, memory) and bench/parallel.py.
+"""Run N optimizer steps of one training method's placement on fixed synthetic data and measure
+it: the loss per step (for equivalence with one process), per-step time, bytes this rank sent,
+peak memory and parameter bytes held. Used by bench/parallel.py and by the tests (equivalence,
+memory).
 
 Data: a fixed global batch per step, split across the strategy's data shards exactly as the
 loader would, so N ranks and one process see the same samples per step.
@@ -10,19 +11,21 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from sparkml_dist.methods import get_method
 from sparkml_dist.models.factory import build_model
-from sparkml_dist.train.strategies import Strategy, local_param_bytes, make_strategy
+from sparkml_dist.models.spec import ModelSpec
+from sparkml_dist.train.parallel.pipeline import PipelineParallel
+from sparkml_dist.train.strategies import Strategy, local_param_bytes
 
 
 @dataclass(frozen=True)
 class Probe:
-    model_spec: dict[str, Any]
+    model_spec: ModelSpec
     strategy: str = "ddp"
     steps: int = 8
     global_batch: int = 64
@@ -34,9 +37,22 @@ class Probe:
     threads: int = 1
 
 
-def synthetic_batches(spec: dict[str, Any], steps: int, global_batch: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+@dataclass(frozen=True)
+class ProbeResult:
+    rank: int
+    losses: list[float]
+    step_s: float
+    bytes_sent_per_step: float
+    peak_rss_mib: float
+    param_bytes: int
+    full_param_bytes: int
+    state_bytes: int
+    stage_microbatch_s: float | None
+
+
+def synthetic_batches(spec: ModelSpec, steps: int, global_batch: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     rng = np.random.default_rng(seed)
-    dim = spec["input_dim"]
+    dim = spec.input_dim
     w = rng.normal(size=dim)
     out = []
     for _ in range(steps):
@@ -59,12 +75,22 @@ def reference_losses(probe: Probe) -> list[float]:
     return losses
 
 
-def probe_rank(ctx, probe: Probe) -> dict[str, Any]:
+def placement_config(probe: Probe, world: int):
+    """The method's own train config for this probe (its options, this world size)."""
+    options = {"strategy": probe.strategy, "num_ranks": world,
+               "batch_size": probe.global_batch // _data_world(probe, world)}
+    if probe.strategy == "pipeline":
+        options["parallel"] = {"microbatches": probe.microbatches, "schedule": probe.schedule}
+    elif probe.strategy == "hybrid":
+        options["parallel"] = {"tensor_parallel": probe.tensor_parallel}
+    return get_method(probe.strategy).config.model_validate(options)
+
+
+def probe_rank(ctx, probe: Probe) -> ProbeResult:
     torch.set_num_threads(probe.threads)
     torch.manual_seed(probe.seed)
-    strategy = make_strategy("torch", ctx.world_size, ctx.rank, strategy=probe.strategy,
-                             tensor_parallel=probe.tensor_parallel, microbatches=probe.microbatches,
-                             schedule=probe.schedule, batch_size=probe.global_batch // _data_world(probe, ctx.world_size))
+    method = get_method(probe.strategy)
+    strategy = method.placement(placement_config(probe, ctx.world_size), ctx.world_size, ctx.rank)
     model = build_model(probe.model_spec)  # the same initial weights as the reference
     full_bytes = local_param_bytes(model)
     model, optimizer = strategy.wrap(model, lambda params: torch.optim.AdamW(params, lr=probe.lr))
@@ -80,11 +106,10 @@ def probe_rank(ctx, probe: Probe) -> dict[str, Any]:
         times.append(time.perf_counter() - t0)
         sent.append(_bytes_written() - wchar)
         losses.append(_global_mean_loss(strategy, loss, len(xs)))
-    return {"rank": ctx.rank, "losses": losses, "step_s": float(np.median(times[1:] or times)),
-            "bytes_sent_per_step": float(np.median(sent[1:] or sent)), "peak_rss_mib": _peak_rss_mib(),
-            "param_bytes": local_param_bytes(model), "full_param_bytes": full_bytes,
-            "state_bytes": _optimizer_state_bytes(optimizer) + local_param_bytes(model),
-            "stage_microbatch_s": _stage_compute_s(strategy, model, probe) if strategy.name == "pipeline" else None}
+    return ProbeResult(ctx.rank, losses, float(np.median(times[1:] or times)), float(np.median(sent[1:] or sent)),
+                       _peak_rss_mib(), local_param_bytes(model), full_bytes,
+                       _optimizer_state_bytes(optimizer) + local_param_bytes(model),
+                       _stage_compute_s(strategy, model, probe) if isinstance(strategy, PipelineParallel) else None)
 
 
 def _data_world(probe: Probe, world: int) -> int:
@@ -118,9 +143,9 @@ def _stage_compute_s(strategy, model: nn.Module, probe: Probe) -> float:
     mb = probe.global_batch // probe.microbatches
     spec = probe.model_spec
     if strategy.rank == 0:
-        inputs = torch.randn(mb, spec["input_dim"])
+        inputs = torch.randn(mb, spec.input_dim)
     else:
-        inputs = torch.randn(mb, len(set(spec["layout"])) + 1, spec["d_model"], requires_grad=True)
+        inputs = torch.randn(mb, spec.transformer.tokens, spec.transformer.d_model, requires_grad=True)
     timings = []
     for _ in range(5):
         t0 = time.perf_counter()

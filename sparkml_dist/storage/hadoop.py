@@ -1,7 +1,8 @@
-"""Atomic directory outputs through the Hadoop FileSystem (local, HDFS, object stores).
+"""Atomic directory outputs written by Spark, through Spark's own Hadoop FileSystem.
 
 Writers fill a staging directory next to the target; `commit` swaps it in with renames, so a
-job killed mid-write leaves the previous good output in place and a re-run replaces it.
+job killed mid-write leaves the previous good output in place and a re-run replaces it. Paths
+are given as `storage.spark_path` makes them (a local path as file://).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from pyspark.sql import SparkSession
+
+from sparkml_dist.storage.store import spark_path
 
 
 class HadoopFS:
@@ -71,7 +74,9 @@ def commit(fs: HadoopFS, staging: str, final: str) -> None:
 
 @contextmanager
 def atomic_dir(spark: SparkSession, final: str) -> Iterator[str]:
-    """Yield a staging path; on success it replaces `final`, on error it is removed."""
+    """Yield a staging path (in Spark's form, see `storage.spark_path`); on success it replaces
+    `final`, on error it is removed."""
+    final = spark_path(final)
     fs = HadoopFS(spark)
     recover(fs, final)
     staging = f"{final.rstrip('/')}.staging-{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,59 @@
+"""The communication backend interface. A backend object is small config that travels to the
+ranks; any driver-side service it needs (a rendezvous server) lives in the handle `driver_start`
+returns. Implementations: `torch_backend`, `horovod_backend`; looked up in `backends`."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from sparkml_dist.launch.context import RankContext
+
+
+class DriverHandle:
+    """Driver-side state of a backend for one launch; `extra` is passed to every rank."""
+
+    def __init__(self) -> None:
+        self.extra: dict[str, str] = {}
+
+    def stop(self) -> None:
+        pass
+
+
+class Backend(Protocol):
+    name: str
+    # run each rank in a forked child of the Spark Python worker (a fresh process per launch)
+    needs_fresh_process: bool
+
+    def driver_start(self, num_ranks: int, driver_host: str) -> DriverHandle: ...
+
+    def rank_env(self, ctx: RankContext) -> dict[str, str]: ...
+
+    def rank_init(self, ctx: RankContext) -> None: ...
+
+    def rank_shutdown(self) -> None: ...
+
+
+def pick_device(ctx: RankContext, preference: str) -> str:
+    """'cuda:<i>' for the GPU Spark assigned this task (or its local rank), else 'cpu'."""
+    import torch
+
+    if preference == "cpu" or not torch.cuda.is_available():
+        if preference == "cuda":
+            raise RuntimeError(f"rank {ctx.rank}: train.device=cuda but torch sees no GPU on {ctx.host}")
+        return "cpu"
+    return f"cuda:{gpu_index(ctx, torch.cuda.device_count())}"
+
+
+def gpu_index(ctx: RankContext, device_count: int) -> int:
+    """The GPU a rank uses: the address Spark assigned to its task (spark.task.resource.gpu.amount),
+    else its local rank, so ranks sharing a host never share a GPU."""
+    if ctx.gpus:
+        index = int(ctx.gpus[0])
+        if index >= device_count:
+            raise RuntimeError(f"rank {ctx.rank}: Spark assigned GPU {index} but torch sees {device_count} GPU(s) "
+                               f"on {ctx.host}; check the discovery script and CUDA_VISIBLE_DEVICES")
+        return index
+    if ctx.local_size > device_count:
+        raise RuntimeError(f"rank {ctx.rank}: {ctx.local_size} ranks on {ctx.host} but only {device_count} GPU(s); "
+                           f"set spark.task.resource.gpu.amount=1 so Spark places one rank per GPU")
+    return ctx.local_rank

@@ -1,0 +1,60 @@
+"""torch.distributed as a backend: gloo on CPU, nccl when the rank owns a GPU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sparkml_dist.launch.backend import DriverHandle, pick_device
+from sparkml_dist.launch.context import RankContext
+
+
+@dataclass(frozen=True)
+class TorchBackend:
+    """torch.distributed: gloo on CPU, nccl when the rank owns a GPU. Rendezvous over TCP at rank 0."""
+
+    device: str = "auto"
+    timeout_s: int = 300
+    name: str = "torch"
+    # fork a fresh process per rank: DTensor / DCP keep process-wide caches keyed by the mesh's
+    # shape, which a reused Spark worker that now holds another rank would hit (wrong shard
+    # offsets in a checkpoint); the model-parallel strategies ask for it, DDP does not need it
+    needs_fresh_process: bool = False
+
+    def driver_start(self, num_ranks: int, driver_host: str) -> DriverHandle:
+        return DriverHandle()
+
+    def rank_env(self, ctx: RankContext) -> dict[str, str]:
+        env = {
+            "MASTER_ADDR": ctx.master_addr,
+            "MASTER_PORT": str(ctx.master_port),
+            "RANK": str(ctx.rank),
+            "WORLD_SIZE": str(ctx.world_size),
+            "LOCAL_RANK": str(ctx.local_rank),
+            "LOCAL_WORLD_SIZE": str(ctx.local_size),
+        }
+        if ctx.master_addr in ("127.0.0.1", "localhost"):
+            env["GLOO_SOCKET_IFNAME"] = "lo"  # all ranks on loopback: keep gloo off other NICs
+            env["TP_SOCKET_IFNAME"] = "lo"  # and TensorPipe (torch RPC, the async strategy)
+        return env
+
+    def rank_init(self, ctx: RankContext) -> None:
+        import torch
+        import torch.distributed as dist
+
+        device = pick_device(ctx, self.device)
+        if device.startswith("cuda"):
+            torch.cuda.set_device(torch.device(device))
+        dist.init_process_group(
+            backend="nccl" if device.startswith("cuda") else "gloo",
+            init_method=f"tcp://{ctx.master_addr}:{ctx.master_port}",
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            timeout=timedelta(seconds=self.timeout_s),
+        )
+
+    def rank_shutdown(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()

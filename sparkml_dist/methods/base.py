@@ -1,0 +1,78 @@
+"""What a training method is: a name (the value of `train.strategy`), its own config class (the
+`train` section when it is chosen: shared keys plus its own, with its validators) and
+`run(request) -> TrainOutcome`. The train stage looks the method up once and logs whatever it
+returns the same way, so a new method is one module and one `register_method` call."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Mapping
+
+from sparkml_dist.config.schema import TRAIN_METHODS, JobConfig, TrainConfig
+from sparkml_dist.models.spec import ModelSpec
+from sparkml_dist.train.records import TrainOutcome
+
+if TYPE_CHECKING:  # kept out of the import: choosing a method while reading a config needs none of them
+    from pyspark.sql import SparkSession
+
+    from sparkml_dist.data.dataset import PreprocessResult
+    from sparkml_dist.train.adapters import AdaptSpec
+    from sparkml_dist.train.job import EpochSink
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """Start from a trained model instead of fresh weights (fine-tuning a registered version)."""
+
+    spec: ModelSpec
+    weights: bytes
+    feature_pipeline: str | None
+    training_schema: Mapping[str, str]
+    adapt: "AdaptSpec | None" = None  # frozen prefixes and low-rank adapters
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """Everything a method gets to train with."""
+
+    spark: "SparkSession"
+    cfg: JobConfig
+    data: "PreprocessResult | None"  # the preprocessed splits (a method may read raw rows instead)
+    checkpoint_dir: str  # where it may keep checkpoints (a path or URI)
+    sink: "EpochSink | None" = None  # give it each epoch's record as it completes (the stage logs them)
+    warm_start: WarmStart | None = None
+
+
+class TrainMethod(ABC):
+    """A training method. Subclasses are frozen dataclasses (or plain classes) with these attributes."""
+
+    name: str
+    config: type[TrainConfig]
+    summary: str = ""  # one line: what it is and when to use it
+    supports_warm_start: ClassVar[bool] = False  # can start from a registered model (fine-tuning)
+
+    @abstractmethod
+    def run(self, request: TrainRequest) -> TrainOutcome:
+        """Train and return the outcome; raise the library's typed errors."""
+
+
+def register_method(method: TrainMethod, *, replace: bool = False) -> TrainMethod:
+    """Make `method` selectable as `train.strategy=<method.name>`. Its config class must subclass
+    TrainConfig and declare `strategy: Literal["<name>"] = "<name>"`."""
+    if not (isinstance(method.config, type) and issubclass(method.config, TrainConfig)):
+        raise TypeError(f"training method {method.name!r}: config must be a subclass of TrainConfig")
+    declared = method.config.model_fields["strategy"].default
+    if declared != method.name:
+        raise TypeError(f"training method {method.name!r}: its config class {method.config.__name__} must declare "
+                        f"strategy: Literal[{method.name!r}] = {method.name!r} (it says {declared!r})")
+    return TRAIN_METHODS.register(method.name, method, replace=replace)
+
+
+def get_method(name: str) -> TrainMethod:
+    """The method registered as `train.strategy=<name>` (ConfigError listing the known ones if none)."""
+    return TRAIN_METHODS.get(name)  # type: ignore[return-value]
+
+
+def method_names() -> list[str]:
+    return TRAIN_METHODS.names()

@@ -1,0 +1,84 @@
+"""train.strategy=ddp: data parallelism. Every rank holds the whole model and trains on its own
+shard of the rows; gradients are averaged with torch.distributed DDP (gloo on CPU, nccl on GPU)
+or, with `train.backend=horovod`, with Horovod AllReduce."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from typing import TYPE_CHECKING
+
+from sparkml_dist.config.schema import Section, TrainConfig
+from sparkml_dist.methods.base import register_method
+from sparkml_dist.methods.loop import LoopMethod
+
+if TYPE_CHECKING:
+    from sparkml_dist.launch.backend import Backend
+    from sparkml_dist.train.strategies import Strategy
+
+
+class HorovodConfig(Section):
+    """Options of the Horovod backend. What Horovod on CPU/Gloo cannot do is refused here."""
+
+    compression: Literal["none", "fp16", "bf16"] = Field("none", description="gradient compression on the wire")
+    backward_passes_per_step: int = Field(1, ge=1, description="gradient accumulation before each allreduce")
+    reduce_op: Literal["average", "adasum"] = Field("average", description="how gradients are combined")
+    sync_batch_norm: bool = Field(False, description="synchronise BatchNorm statistics across ranks (GPU only)")
+    cycle_time_ms: float = Field(1.0, gt=0.0, le=100.0, description="HOROVOD_CYCLE_TIME: background loop period")
+    fusion_threshold_mib: int = Field(64, ge=0, description="HOROVOD_FUSION_THRESHOLD: tensor fusion buffer size")
+
+
+class DataParallelConfig(TrainConfig):
+    """train.strategy=ddp (the default)."""
+
+    supported_backends = ("torch", "horovod")
+
+    strategy: Literal["ddp"] = Field("ddp", description="data parallelism: a full replica per rank")
+    horovod: HorovodConfig = Field(default_factory=HorovodConfig, description="with train.backend=horovod")
+
+    @model_validator(mode="after")
+    def _horovod_options_are_possible(self) -> DataParallelConfig:
+        h = self.horovod
+        if self.backend != "horovod":
+            if h != HorovodConfig():
+                raise ValueError("train.horovod.* is set but train.backend is not 'horovod'; set train.backend=horovod")
+            return self
+        on_gpu = self.device == "cuda"
+        if h.compression == "bf16" and not on_gpu:
+            raise ValueError("train.horovod.compression=bf16: Horovod's Gloo CPU operations have no bf16; "
+                             "use 'fp16' or 'none' (or train.device=cuda with an NCCL build)")
+        if h.reduce_op == "adasum":
+            raise ValueError("train.horovod.reduce_op=adasum needs Horovod built with MPI; this build uses Gloo "
+                             "only. Use 'average'")
+        if h.sync_batch_norm and not on_gpu:
+            raise ValueError("train.horovod.sync_batch_norm: Horovod's SyncBatchNorm runs on GPUs only; "
+                             "set it to false or train.device=cuda")
+        return self
+
+
+def place_data_parallel(cfg: DataParallelConfig, world_size: int, rank: int) -> "Strategy":
+    from sparkml_dist.train.strategies import DataParallel
+
+    if cfg.backend == "horovod":
+        from sparkml_dist.train.horovod_strategy import HorovodDataParallel
+
+        return HorovodDataParallel(world_size, rank, cfg.horovod.compression, cfg.horovod.backward_passes_per_step)
+    return DataParallel(world_size, rank)
+
+
+class DataParallelMethod(LoopMethod):
+    def backend(self, cfg: DataParallelConfig) -> "Backend":
+        from sparkml_dist.launch.backends import get_backend
+
+        if cfg.backend == "horovod":  # always forks: hvd.init() cannot run twice in one process
+            return get_backend("horovod", cfg.device, cfg.timeout_s, cycle_time_ms=cfg.horovod.cycle_time_ms,
+                               fusion_threshold_mib=cfg.horovod.fusion_threshold_mib)
+        return super().backend(cfg)
+
+
+DDP = register_method(DataParallelMethod(
+    name="ddp", config=DataParallelConfig, placement=place_data_parallel, fresh_process=False,
+    summary="data parallelism (DDP, or Horovod with train.backend=horovod): a full replica per rank, "
+            "gradients averaged; the default and the fastest when the model fits one device"))

@@ -1,0 +1,102 @@
+"""Methods that run inside the one rank loop (`train.loop.train_rank`) and differ only in how
+they place the model on the ranks: a `Strategy` (DDP, Horovod, FSDP, tensor, pipeline, hybrid).
+The loop is launched in one barrier stage and relaunched from the last checkpoint on failure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, ClassVar
+
+from sparkml_dist.config.schema import JobConfig, TrainConfig
+from sparkml_dist.errors import ConfigError
+from sparkml_dist.methods.base import TrainMethod, TrainRequest, WarmStart, get_method
+from sparkml_dist.train.records import TrainedModel, TrainOutcome
+
+# Heavy modules (torch, Spark) are imported where a method runs, not where it is registered:
+# reading a config picks the method's config class and nothing more.
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from sparkml_dist.data.dataset import PreprocessResult
+    from sparkml_dist.launch.backend import Backend
+    from sparkml_dist.launch.relaunch import Launched
+    from sparkml_dist.train.job import EpochSink, Placement, TrainJob
+    from sparkml_dist.train.records import RankResult
+
+
+@dataclass(frozen=True)
+class LoopMethod(TrainMethod):
+    name: str
+    config: type[TrainConfig]
+    placement: Placement  # module-level (cfg, world, rank) -> Strategy: it travels to the ranks
+    summary: str = ""
+    # fork a fresh process per rank: DTensor / DCP keep process-wide caches keyed by the mesh's
+    # shape, which a reused Spark worker would hit when it now holds another rank
+    fresh_process: bool = True
+    supports_warm_start: ClassVar[bool] = True
+
+    def backend(self, cfg) -> "Backend":
+        from sparkml_dist.launch.backends import get_backend
+
+        return get_backend("torch", cfg.device, cfg.timeout_s, needs_fresh_process=self.fresh_process)
+
+    def run(self, request: TrainRequest) -> TrainOutcome:
+        if request.data is None:
+            raise ConfigError(f"train.strategy={self.name} trains on the preprocessed splits: run preprocess first")
+        job = make_job(request.cfg, request.data, request.checkpoint_dir, placement=self.placement, sink=request.sink,
+                       warm_start=request.warm_start)
+        launched = self.launch(request.spark, job)
+        warm = request.warm_start
+        chief = launched.results[0]
+        model = TrainedModel(job.model_spec, chief.weights,
+                             warm.feature_pipeline if warm else request.data.feature_pipeline,
+                             warm.training_schema if warm else request.data.manifest.schema)
+        return TrainOutcome(self.name, model, chief.records, tuple(r.stats for r in launched.results),
+                            launched.attempts, chief.stragglers)
+
+    def launch(self, spark: "SparkSession", job: "TrainJob") -> "Launched[RankResult]":
+        """`train_rank` on `job.train.num_ranks` ranks, relaunched from the last checkpoint on failure."""
+        from sparkml_dist.launch.relaunch import run_with_relaunch
+        from sparkml_dist.train.loop import train_rank
+
+        cfg = job.train
+        return run_with_relaunch(spark, train_rank, lambda attempt: replace(job, attempt=attempt), cfg.num_ranks,
+                                 self.backend(cfg), cfg.max_attempts)
+
+
+def make_job(cfg: JobConfig, data: "PreprocessResult", checkpoint_dir: str, *, placement: Placement | None = None,
+             sink: "EpochSink | None" = None, warm_start: WarmStart | None = None) -> "TrainJob":
+    """A rank program's payload for `cfg` on `data`."""
+    from sparkml_dist.data.layout import FeatureLayout
+    from sparkml_dist.models.factory import model_spec
+    from sparkml_dist.train.job import TrainJob
+
+    manifest = data.manifest
+    spec = warm_start.spec if warm_start else model_spec(cfg.model, manifest.feature_dim, manifest.feature_names)
+    return TrainJob(
+        data_root=data.path,
+        train_groups=tuple(manifest.splits["train"].row_groups),
+        val_groups=tuple(manifest.splits["val"].row_groups),
+        model_spec=spec,
+        train=cfg.train,
+        checkpoint_dir=checkpoint_dir,
+        placement=placement,
+        sink=sink,
+        init_weights=warm_start.weights if warm_start else None,
+        adapt=warm_start.adapt if warm_start else None,
+        feature_layout=FeatureLayout.from_json(manifest.feature_layout),
+    )
+
+
+def loop_job(cfg: JobConfig, data: "PreprocessResult", checkpoint_dir: str, sink: "EpochSink | None" = None,
+             warm_start: WarmStart | None = None) -> "TrainJob":
+    """The rank loop's payload, placed by `cfg.train.strategy`'s method."""
+    return make_job(cfg, data, checkpoint_dir, placement=loop_method(cfg.train.strategy).placement, sink=sink,
+                    warm_start=warm_start)
+
+
+def loop_method(name: str) -> LoopMethod:
+    method = get_method(name)
+    if not isinstance(method, LoopMethod):
+        raise ConfigError(f"train.strategy={name} does not run in the rank loop (it has its own program)")
+    return method

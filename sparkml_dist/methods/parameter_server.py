@@ -1,0 +1,87 @@
+"""train.strategy=async: parameter servers and asynchronous SGD over torch RPC. Ranks
+0..servers-1 hold the parameters; the others pull, compute and push without waiting for each
+other, so a slow worker only makes its own updates staler. It is its own rank program
+(`train.async_ps.async_rank`), launched in the same barrier stage and relaunched like the loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from typing import TYPE_CHECKING
+
+from sparkml_dist.config.schema import Section, TrainConfig
+from sparkml_dist.errors import ConfigError
+from sparkml_dist.methods.base import TrainMethod, TrainRequest, register_method
+from sparkml_dist.methods.loop import make_job
+from sparkml_dist.train.records import EpochRecord, RankResult, TrainedModel, TrainOutcome
+
+if TYPE_CHECKING:
+    from sparkml_dist.launch.relaunch import Launched
+
+
+class AsyncOptions(Section):
+    servers: int = Field(1, ge=1, description="ranks 0..servers-1 hold the parameters (sharded by name); the rest are workers")
+    max_staleness: int = Field(4, ge=0, description="an update computed on parameters this many versions old or older is stale")
+    stale_policy: Literal["drop", "downweight"] = Field("drop", description="drop a too-stale update, or scale it by 1/(1+staleness)")
+
+
+class AsyncConfig(TrainConfig):
+    strategy: Literal["async"] = Field("async", description="parameter servers and asynchronous SGD (torch RPC)")
+    async_ps: AsyncOptions = Field(default_factory=AsyncOptions, description="servers and the staleness policy")
+
+    @model_validator(mode="after")
+    def _has_workers(self) -> AsyncConfig:
+        if self.num_ranks <= self.async_ps.servers:
+            raise ValueError(f"train.strategy=async needs workers: train.num_ranks ({self.num_ranks}) must exceed "
+                             f"train.async_ps.servers ({self.async_ps.servers})")
+        return self
+
+
+@dataclass(frozen=True)
+class ParameterServerMethod(TrainMethod):
+    name: str = "async"
+    config: type[TrainConfig] = AsyncConfig
+    summary: str = ("parameter servers + asynchronous SGD over torch RPC: workers never wait for each other; "
+                    "stale updates dropped or down-weighted and counted")
+
+    def run(self, request: TrainRequest) -> TrainOutcome:
+        from sparkml_dist.launch.backends import get_backend
+        from sparkml_dist.launch.relaunch import run_with_relaunch
+        from sparkml_dist.train.async_ps import async_rank
+
+        if request.data is None:
+            raise ConfigError("train.strategy=async trains on the preprocessed splits: run preprocess first")
+        cfg = request.cfg.train
+        job = make_job(request.cfg, request.data, request.checkpoint_dir)  # the rank program places the model
+        backend = get_backend("torch", cfg.device, cfg.timeout_s, needs_fresh_process=True)
+        launched = run_with_relaunch(request.spark, async_rank, lambda a: replace(job, attempt=a), cfg.num_ranks,
+                                     backend, cfg.max_attempts)
+        record = final_record(launched, cfg.epochs)
+        if request.sink is not None:
+            request.sink(record)
+        chief = launched.results[0]
+        model = TrainedModel(job.model_spec, chief.weights, request.data.feature_pipeline, request.data.manifest.schema)
+        return TrainOutcome(self.name, model, (record,), tuple(r.stats for r in launched.results), launched.attempts)
+
+
+def final_record(launched: "Launched[RankResult]", epochs: int) -> EpochRecord:
+    """The run as one record: workers' loss and pace, the chief's validation, the servers' tallies."""
+    workers = [r for r in launched.results if r.stats.role == "worker"]
+    servers = [r.counters for r in launched.results if r.stats.role == "server"]
+    samples = sum(w.counters["samples"] for w in workers)
+    counters = {"updates_applied": float(sum(s["applied"] for s in servers)),
+                "updates_dropped": float(sum(s["dropped"] for s in servers)),
+                "updates_downweighted": float(sum(s["downweighted"] for s in servers)),
+                "staleness_mean": float(np.mean([s["staleness_mean"] for s in servers])),
+                "staleness_max": float(max(s["staleness_max"] for s in servers))}
+    chief = launched.results[0].records[-1]
+    return EpochRecord(epoch=epochs - 1, train_loss=sum(w.counters["loss_sum"] for w in workers) / max(samples, 1),
+                       samples=int(samples // max(epochs, 1)), samples_per_s=sum(w.stats.samples_per_s for w in workers),
+                       evaluation=chief.evaluation, counters=counters)
+
+
+ASYNC = register_method(ParameterServerMethod())

@@ -1,0 +1,43 @@
+"""The one logging path of the train stage: whatever the method, its outcome becomes the same
+MLflow entries (per-rank stats, launches, the model with its feature pipeline, the loss plot)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from sparkml_dist import storage
+from sparkml_dist.tracking import plots
+from sparkml_dist.tracking.client import RankTracker, RunHandle
+from sparkml_dist.tracking.models import log_model
+from sparkml_dist.train.records import TrainOutcome
+
+
+def log_outcome(run: RunHandle, outcome: TrainOutcome, plots_dir: str) -> str:
+    """Log what the epoch records do not already hold; return the model's `runs:/` URI."""
+    last_epoch = outcome.records[-1].epoch if outcome.records else 0
+    metrics = {"train_attempts": float(outcome.attempts)}
+    for rank in outcome.ranks:
+        metrics.update(rank.metrics())
+    RankTracker(run, 0).log(metrics, last_epoch)
+    client = run.client()
+    client.set_tag(run.run_id, "sparkml_dist.method", outcome.method)
+    model_uri = log_model(run, outcome.model)
+    if outcome.records:
+        log_plot(run, lambda path: plots.loss_curves(outcome.records, path, outcome.unit),
+                 storage.join(plots_dir, "loss_curves.png"))
+    return model_uri
+
+
+def log_plot(run: RunHandle, render: Callable[[Path], Path], uri: str) -> str:
+    """Render a PNG to `uri` (a path or URI) and attach it to the run under plots/."""
+    local = storage.local_path(uri)
+    if local is not None:
+        run.client().log_artifact(run.run_id, str(render(local)), "plots")
+        return uri
+    with tempfile.TemporaryDirectory(prefix="sparkml_dist_plot_") as tmp:
+        png = render(Path(tmp) / storage.name_of(uri))
+        storage.upload(png, uri)
+        run.client().log_artifact(run.run_id, str(png), "plots")
+    return uri
