@@ -10,10 +10,13 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
 from bench.common import alternate, entry, record
+
+CONFIG = str(Path(__file__).resolve().parents[1] / "conf" / "adult.yaml")
 
 SIZES_MIB = (1, 16, 64)
 ITERS = {1: 100, 16: 30, 64: 12}
@@ -66,10 +69,12 @@ def raw_gloo() -> dict[int, float]:
 
 
 def strategy_rank(ctx, backend_name: str) -> dict[int, float]:
-    from sparkml_dist.train.strategies import make_strategy
+    from sparkml_dist.config import load_config
+    from sparkml_dist.methods import get_method
 
     torch.set_num_threads(1)
-    strategy = make_strategy(backend_name, ctx.world_size)
+    cfg = load_config(CONFIG, [f"train.backend={backend_name}"]).train  # ddp: DDP or Horovod by backend
+    strategy = get_method("ddp").placement(cfg, ctx.world_size, ctx.rank)
     return _time_allreduce(strategy.allreduce_sum)
 
 

@@ -31,9 +31,10 @@ def make_frame(spark, rows: int):
 def bundle_for(hidden: list[int]):
     from sparkml_dist.inference.bundle import ModelBundle
     from sparkml_dist.models.factory import build_model
-    from sparkml_dist.train.checkpoint import state_dict_to_bytes
+    from sparkml_dist.models.spec import ModelSpec
+    from sparkml_dist.models.weights import state_dict_to_bytes
 
-    spec = {"kind": "mlp", "input_dim": DIM, "hidden": hidden, "dropout": 0.0}
+    spec = ModelSpec("mlp", DIM, 0.0, tuple(hidden))
     torch.manual_seed(0)
     return ModelBundle(spec=spec, weights=state_dict_to_bytes(build_model(spec).state_dict()))
 

@@ -11,7 +11,6 @@ import resource
 import subprocess
 import sys
 import tempfile
-from dataclasses import replace
 import threading
 import time
 from pathlib import Path
@@ -39,8 +38,7 @@ def child_train(root: str, rows: int) -> None:
 
     groups = write_dataset(Path(root), rows, files=8, row_group=8192)
     before = _peak_rss_mib()
-    job = make_job(Path(root), groups, 1)
-    job = replace(job, model_spec={**job.model_spec, "hidden": [64]})
+    job = make_job(Path(root), groups, 1, hidden=(64,))
     train_rank(RankContext(0, 1, 0, 1, 0, 1, "127.0.0.1", "127.0.0.1", 0), job)
     print(json.dumps({"peak_mib": _peak_rss_mib(), "after_writing_mib": before}))
 

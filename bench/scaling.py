@@ -15,16 +15,22 @@ from pathlib import Path
 from bench.common import alternate, entry, make_bench_importable, record
 from bench.loader import DIM, write_dataset
 
-COMPUTE_BOUND = {"kind": "mlp", "input_dim": DIM, "hidden": [1024, 1024], "dropout": 0.0}
+def compute_bound(hidden: tuple[int, ...] = (1024, 1024)):
+    from sparkml_dist.models.spec import ModelSpec
+
+    return ModelSpec("mlp", DIM, dropout=0.0, hidden=hidden)
 
 
-def make_job(root: Path, groups, ranks: int, epochs: int = 1):
-    from sparkml_dist.config import TrainConfig
+def make_job(root: Path, groups, ranks: int, epochs: int = 1, hidden: tuple[int, ...] = (1024, 1024)):
+    """The rank loop's payload under DDP, built as the ddp method builds it."""
+    from sparkml_dist.methods import get_method
     from sparkml_dist.train.job import TrainJob
 
-    cfg = TrainConfig(num_ranks=ranks, epochs=epochs, batch_size=1024, threads_per_rank=1, device="cpu",
-                      log_every_steps=10_000)
-    return TrainJob(str(root), tuple(groups), tuple(groups[:1]), COMPUTE_BOUND, cfg, tempfile.mkdtemp())
+    ddp = get_method("ddp")
+    cfg = ddp.config(num_ranks=ranks, epochs=epochs, batch_size=1024, threads_per_rank=1, device="cpu",
+                     log_every_steps=10_000)
+    return TrainJob(str(root), tuple(groups), tuple(groups[:1]), compute_bound(hidden), cfg, tempfile.mkdtemp(),
+                    placement=ddp.placement)
 
 
 def throughput(spark, job, ranks: int) -> float:
@@ -32,7 +38,7 @@ def throughput(spark, job, ranks: int) -> float:
     from sparkml_dist.train.loop import train_rank
 
     job = replace(job, checkpoint_dir=tempfile.mkdtemp())  # a fresh run, not a resume
-    return run_barrier(spark, train_rank, job, ranks, TorchBackend())[0]["history"][0]["samples_per_s"]
+    return run_barrier(spark, train_rank, job, ranks, TorchBackend())[0].records[0].samples_per_s
 
 
 def ours_wall(spark, job) -> float:
@@ -55,7 +61,7 @@ def distributor_rank(job):
     rank, world = dist.get_rank(), dist.get_world_size()
     ctx = RankContext(rank, world, rank, world, 0, 1, "127.0.0.1", os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
     try:
-        return train_rank(ctx, job)["history"]
+        return train_rank(ctx, job).records
     finally:
         dist.destroy_process_group()
 

@@ -38,16 +38,17 @@ def profile_rank(ctx, mode: str) -> dict:
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from bench.scaling import COMPUTE_BOUND
+    from bench.scaling import compute_bound
     from sparkml_dist.models.factory import build_model
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = build_model(COMPUTE_BOUND)
+    spec = compute_bound()
+    model = build_model(spec)
     if ctx.world_size > 1:
         model = DDP(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x, y = torch.randn(BATCH, COMPUTE_BOUND["input_dim"]), (torch.rand(BATCH) > 0.5).float()
+    x, y = torch.randn(BATCH, spec.input_dim), (torch.rand(BATCH) > 0.5).float()
     _steps(model, optimizer, x, y, sync=True)  # warm-up (DDP buckets, allocator)
     result = {"rank": ctx.rank, "step_s": _steps(model, optimizer, x, y, sync=mode == "ddp")}
     if mode == "ddp":  # both ranks step (the allreduces must match); rank 0 records the profile

@@ -20,9 +20,10 @@ from bench.preprocess import CONFIG
 def _bundle(input_dim: int):
     from sparkml_dist.inference.bundle import ModelBundle
     from sparkml_dist.models.factory import build_model
-    from sparkml_dist.train.checkpoint import state_dict_to_bytes
+    from sparkml_dist.models.spec import ModelSpec
+    from sparkml_dist.models.weights import state_dict_to_bytes
 
-    spec = {"kind": "mlp", "input_dim": input_dim, "hidden": [64], "dropout": 0.0}
+    spec = ModelSpec("mlp", input_dim, 0.0, (64,))
     torch.manual_seed(0)
     return ModelBundle(spec=spec, weights=state_dict_to_bytes(build_model(spec).state_dict()))
 

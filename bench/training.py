@@ -19,31 +19,34 @@ from torch import nn
 from bench.common import alternate, entry, record
 from bench.loader import DIM, write_dataset
 
-SPEC = {"kind": "mlp", "input_dim": DIM, "hidden": [256, 256], "dropout": 0.0}
+HIDDEN = [256, 256]
 BATCH = 256
 
 
 def ours_epoch_seconds(root: Path, groups, threads: int) -> float:
-    from sparkml_dist.config import TrainConfig
     from sparkml_dist.launch.context import RankContext
+    from sparkml_dist.methods import get_method
+    from sparkml_dist.models.spec import ModelSpec
     from sparkml_dist.train.job import TrainJob
     from sparkml_dist.train.loop import train_rank
 
+    ddp = get_method("ddp")
     with tempfile.TemporaryDirectory() as ckpt:
-        job = TrainJob(str(root), tuple(groups), tuple(groups[:1]), SPEC,
-                       TrainConfig(num_ranks=1, epochs=1, batch_size=BATCH, threads_per_rank=threads, device="cpu"),
-                       ckpt)
+        job = TrainJob(str(root), tuple(groups), tuple(groups[:1]), ModelSpec("mlp", DIM, 0.0, tuple(HIDDEN)),
+                       ddp.config(num_ranks=1, epochs=1, batch_size=BATCH, threads_per_rank=threads, device="cpu"),
+                       ckpt, placement=ddp.placement)
         ctx = RankContext(0, 1, 0, 1, 0, 1, "127.0.0.1", "127.0.0.1", 0)
-        h = train_rank(ctx, job)["history"][0]
-    return h["samples"] / h["samples_per_s"]
+        record = train_rank(ctx, job).records[0]
+    return record.samples / record.samples_per_s
 
 
 def plain_epoch_seconds(x: torch.Tensor, y: torch.Tensor, threads: int) -> float:
     from sparkml_dist.models.factory import build_model
+    from sparkml_dist.models.spec import ModelSpec
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = build_model(SPEC)
+    model = build_model(ModelSpec("mlp", DIM, 0.0, tuple(HIDDEN)))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loss_fn = nn.BCEWithLogitsLoss()
     t0 = time.perf_counter()
@@ -65,7 +68,7 @@ def main(rows: int = 300_000, threads: int = 2) -> list[dict]:
         y = torch.from_numpy(np.concatenate([t["label"].to_numpy() for t in tables]).astype(np.float32))
         o, b = alternate(lambda: ours_epoch_seconds(root, groups, threads), lambda: plain_epoch_seconds(x, y, threads))
     rows_out = [entry("train_1rank_vs_plain_torch", o, b, "s/epoch", "lower", 1.10,
-                      note=f"{rows:,} rows x {DIM}, MLP {SPEC['hidden']}, batch {BATCH}, {threads} threads")]
+                      note=f"{rows:,} rows x {DIM}, MLP {HIDDEN}, batch {BATCH}, {threads} threads")]
     record(rows_out)
     return rows_out
 

@@ -103,3 +103,42 @@ def test_each_method_validates_the_train_section_as_its_own_class(adult_config_p
     assert params["train.async_ps.servers"] == "2", "the method's own keys are logged as params"
     assert "train.horovod.compression" not in params, "another method's keys are not"
     assert parse_config(switched.model_dump(mode="json")) == switched, "a dump validates back to the same config"
+
+
+def test_docs_configuration_md_is_generated_from_the_schema_and_up_to_date():
+    """scripts/config_docs.py writes it; edit the schema (or a method's config class), then run it."""
+    from pathlib import Path
+
+    from sparkml_dist.config.reference import config_reference
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+    assert doc.read_text() == config_reference(), "run: python scripts/config_docs.py"
+
+
+def test_every_config_key_has_a_description_and_every_method_a_section():
+    from sparkml_dist.config.reference import _walk, config_reference
+    from sparkml_dist.config.schema import JobConfig
+    from sparkml_dist.methods import get_method, method_names
+
+    undocumented = [key for key, field, _ in _walk("", JobConfig, None) if not field.description]
+    for name in method_names():
+        undocumented += [f"train[{name}].{key}" for key, field, _ in _walk("", get_method(name).config, None)
+                         if not field.description]
+    assert undocumented == []
+    text = config_reference()
+    assert all(f"### `train.strategy: {name}`" in text for name in method_names())
+    assert "`train.parallel.microbatches`" in text and "`train.async_ps.stale_policy`" in text
+
+
+def test_the_docs_script_runs_as_the_docs_say_and_changes_nothing_when_up_to_date():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    doc = root / "docs" / "configuration.md"
+    before = doc.read_text()
+    out = subprocess.run([sys.executable, "scripts/config_docs.py"], cwd=root, capture_output=True, text=True,
+                         check=True).stdout
+    assert "wrote" in out and doc.read_text() == before, "docs/configuration.md was stale (now regenerated)"
+    assert subprocess.run([sys.executable, "scripts/config_docs.py", "--check"], cwd=root).returncode == 0

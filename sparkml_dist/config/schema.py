@@ -22,31 +22,40 @@ ColumnRole = Literal["numeric", "categorical", "label", "id", "ignore"]
 
 
 class ColumnSpec(Section):
-    name: str = Field(min_length=1)
-    type: ColumnType
-    role: ColumnRole
+    """One input column."""
+
+    name: str = Field(min_length=1, description="column name (CSV columns are positional: list them in file order)")
+    type: ColumnType = Field(description="how the raw text is parsed; a value that does not parse is quarantined")
+    role: ColumnRole = Field(description="numeric and categorical columns are features; one column is the label; "
+                                         "id and ignore columns are read but not fed to the model")
 
 
 class LabelSpec(Section):
-    column: str
+    """The label column and the raw values of its two classes."""
+
+    column: str = Field(description="the column with role label")
     positive: str = Field(description="raw value of the positive class")
     negative: str = Field(description="raw value of the negative class")
     strip_suffix: str = Field("", description="suffix removed before matching, e.g. '.'")
 
 
 class DataConfig(Section):
+    """The input: where the rows are, their columns and how to parse them, the label, the splits."""
+
     train_path: str = Field(description="CSV file(s) for training; pkg://<package>/<file> reads a file shipped in an installed package")
-    test_path: str
+    test_path: str = Field(description="held-out rows for the test metrics and the gate (same format as train_path)")
     score_path: str | None = Field(None, description="raw rows to score; defaults to test_path")
-    header: bool = False
-    delimiter: str = Field(",", min_length=1, max_length=1)
-    null_values: list[str] = ["?"]
-    columns: list[ColumnSpec] = Field(min_length=2)
-    label: LabelSpec
-    validation_fraction: float = Field(0.1, gt=0.0, lt=0.5)
-    split_seed: int = 7
-    files_per_rank: int = Field(2, ge=1, le=64)
-    row_group_rows: int = Field(2048, ge=64)
+    header: bool = Field(False, description="the first line of each file names the columns (checked against columns)")
+    delimiter: str = Field(",", min_length=1, max_length=1, description="field separator")
+    null_values: list[str] = Field(["?"], description="raw values read as missing (imputed for numeric features)")
+    columns: list[ColumnSpec] = Field(min_length=2, description="every column of the input, in order")
+    label: LabelSpec = Field(description="the label column and its two classes")
+    validation_fraction: float = Field(0.1, gt=0.0, lt=0.5, description="share of the training rows held out for "
+                                                                        "validation, by a hash of the row id")
+    split_seed: int = Field(7, description="seed of the validation split (same input, same split)")
+    files_per_rank: int = Field(2, ge=1, le=64, description="Parquet files per rank in the training split")
+    row_group_rows: int = Field(2048, ge=64, description="about this many rows per Parquet row group (the unit a "
+                                                         "rank reads and shuffles)")
 
     @model_validator(mode="after")
     def _roles_are_consistent(self) -> DataConfig:
@@ -72,18 +81,20 @@ class DataConfig(Section):
 
 
 class FeatureConfig(Section):
-    impute_strategy: Literal["median", "mean"] = "median"
-    scale_numeric: bool = True
-    one_hot: bool = True
+    """Spark ML feature engineering, fitted on the training rows and saved with the model."""
+
+    impute_strategy: Literal["median", "mean"] = Field("median", description="fills missing numeric values")
+    scale_numeric: bool = Field(True, description="standardise numeric features (mean 0, variance 1)")
+    one_hot: bool = Field(True, description="one-hot encode categorical features (else their index is one feature)")
 
 
 class TransformerConfig(Section):
     """The tabular transformer (model.kind=transformer): one token per source column."""
 
-    d_model: int = Field(32, ge=4)
-    heads: int = Field(4, ge=1)
-    layers: int = Field(2, ge=1)
-    mlp_hidden: int = Field(64, ge=1)
+    d_model: int = Field(32, ge=4, description="token width")
+    heads: int = Field(4, ge=1, description="attention heads (divides d_model)")
+    layers: int = Field(2, ge=1, description="transformer blocks")
+    mlp_hidden: int = Field(64, ge=1, description="hidden width of each block's MLP")
 
     @model_validator(mode="after")
     def _heads_divide_width(self) -> TransformerConfig:
@@ -94,10 +105,13 @@ class TransformerConfig(Section):
 
 
 class ModelConfig(Section):
-    kind: Literal["mlp", "transformer"] = "mlp"
+    """The network (rebuilt anywhere from its spec; weights are state_dicts)."""
+
+    kind: Literal["mlp", "transformer"] = Field("mlp", description="mlp: dense layers over the feature vector; "
+                                                                   "transformer: one token per source column")
     hidden: list[int] = Field(default_factory=lambda: [128, 64], min_length=1, description="mlp hidden widths")
-    dropout: float = Field(0.1, ge=0.0, lt=1.0)
-    transformer: TransformerConfig = TransformerConfig()
+    dropout: float = Field(0.1, ge=0.0, lt=1.0, description="dropout probability")
+    transformer: TransformerConfig = Field(TransformerConfig(), description="model.kind=transformer")
 
 
 class TrainConfig(Section):
@@ -170,22 +184,28 @@ def _train_section(value: Any) -> TrainConfig:
 
 
 class GateConfig(Section):
-    metric: Literal["accuracy", "roc_auc", "f1"] = "accuracy"
-    min_value: float = Field(0.84, ge=0.0, le=1.0)
-    must_beat_champion: bool = True
+    """When a newly registered version may take the champion alias."""
+
+    metric: Literal["accuracy", "roc_auc", "f1"] = Field("accuracy", description="test metric the gate compares")
+    min_value: float = Field(0.84, ge=0.0, le=1.0, description="a new version becomes champion only at or above this")
+    must_beat_champion: bool = Field(True, description="and only if it beats the champion re-scored on the same rows")
 
 
 class TrackingConfig(Section):
+    """MLflow: where runs, models and registry versions go."""
+
     tracking_uri: str | None = Field(None, description="default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db")
-    experiment: str = "sparkml_dist"
-    registered_model: str = "sparkml_dist_model"
-    gate: GateConfig = GateConfig()
+    experiment: str = Field("sparkml_dist", description="MLflow experiment of the runs")
+    registered_model: str = Field("sparkml_dist_model", description="registry name the versions are created under")
+    gate: GateConfig = Field(GateConfig(), description="promotion to the champion alias")
 
 
 class SparkConfig(Section):
+    """The Spark session the CLI and notebooks build (a cluster's spark-submit settings win)."""
+
     master: str = Field("local[*]", description="ignored when spark-submit sets --master")
-    app_name: str = "sparkml_dist"
-    conf: dict[str, str] = Field(default_factory=dict)
+    app_name: str = Field("sparkml_dist", description="Spark application name")
+    conf: dict[str, str] = Field(default_factory=dict, description="any Spark conf; spark-submit --conf wins")
 
 
 class FinetuneConfig(Section):
@@ -195,11 +215,11 @@ class FinetuneConfig(Section):
                                                      "default models:/<tracking.registered_model>@champion")
     where: str | None = Field(None, description="Spark SQL predicate over the raw columns choosing the rows to fine-tune "
                                                 "on (and the subset the result is measured on), e.g. \"age < 30\"")
-    epochs: int = Field(3, ge=1)
+    epochs: int = Field(3, ge=1, description="passes over the fine-tuning rows")
     learning_rate: float = Field(2e-4, gt=0.0, le=1.0, description="usually well below train.learning_rate")
     freeze: list[str] = Field(default_factory=list, description="parameter-name prefixes kept fixed, e.g. [net.0]")
     lora_rank: int = Field(0, ge=0, description=">0: low-rank adapters on the Linear layers, base weights frozen")
-    lora_alpha: float = Field(8.0, gt=0.0)
+    lora_alpha: float = Field(8.0, gt=0.0, description="LoRA scale: the adapter adds alpha / rank x B A x")
     max_original_drop: float = Field(0.02, ge=0.0, le=1.0,
                                      description="the gate metric on the original test set may fall by at most this")
     alias: str = Field("finetuned", min_length=1, description="alias the new version gets when it passes")
@@ -219,19 +239,19 @@ class FederatedConfig(Section):
     """`federated` job: clients are the groups of `client_column`; rows never leave their partition."""
 
     client_column: str | None = Field(None, description="raw column whose values are the clients, e.g. occupation")
-    rounds: int = Field(10, ge=1)
+    rounds: int = Field(10, ge=1, description="federated rounds")
     client_fraction: float = Field(1.0, gt=0.0, le=1.0, description="clients sampled per round")
     min_clients: int = Field(2, ge=1, description="a round with fewer sampled or on-time clients is skipped (counted)")
-    local_epochs: int = Field(1, ge=1)
-    batch_size: int = Field(64, ge=1)
-    learning_rate: float = Field(1e-3, gt=0.0, le=1.0)
-    algorithm: Literal["fedavg", "fedprox"] = "fedavg"
+    local_epochs: int = Field(1, ge=1, description="passes over its own rows each client makes per round")
+    batch_size: int = Field(64, ge=1, description="client batch size")
+    learning_rate: float = Field(1e-3, gt=0.0, le=1.0, description="client AdamW learning rate")
+    algorithm: Literal["fedavg", "fedprox"] = Field("fedavg", description="fedprox adds a proximal term for skewed clients")
     proximal_mu: float = Field(0.01, ge=0.0, description="fedprox: weight of mu/2 ||w - w_global||^2")
     clip_norm: float | None = Field(None, gt=0.0, description="per-client L2 bound on the update")
     noise_multiplier: float = Field(0.0, ge=0.0, description="Gaussian noise std on the summed update = this x clip_norm")
     secure_aggregation: bool = Field(False, description="pairwise X25519 masks: the driver sees only the sum")
     round_timeout_s: float = Field(300.0, gt=0.0, description="a client still training this long after it started is dropped for the round (counted)")
-    seed: int = 7
+    seed: int = Field(7, description="client sampling")
 
     @model_validator(mode="after")
     def _noise_needs_a_bound(self) -> FederatedConfig:
@@ -241,7 +261,10 @@ class FederatedConfig(Section):
 
 
 class OutputConfig(Section):
-    root: str = "output"
+    """Outputs: preprocessed splits, checkpoints, predictions, plots and the stages' records."""
+
+    root: str = Field("output", description="where every stage writes: a path (relative to the working directory) "
+                                            "or a URI (file://, dbfs:/, s3://, gs://, abfss://, hdfs://)")
 
 
 class JobConfig(Section):

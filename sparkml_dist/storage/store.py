@@ -339,8 +339,9 @@ def _download(uri: str, target: Path) -> None:
         return
     target.mkdir(parents=True, exist_ok=True)
     loc = locate(uri)
+    base = loc.path.strip("/")
     for info in loc.fs.get_file_info(pafs.FileSelector(loc.path, recursive=True)):
-        rel = info.path[len(loc.path):].lstrip("/")
+        rel = info.path.strip("/")[len(base):].lstrip("/")  # some file systems root paths at "/"
         dest = target / rel
         if info.type == pafs.FileType.Directory:
             dest.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,186 @@
+"""The package's shape: no import cycles (function-level imports included), the training method
+named in one place only, a small public surface that imports nothing heavy, errors that pickle."""
+
+from __future__ import annotations
+
+import ast
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "sparkml_dist"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of nodes under `if TYPE_CHECKING:` (never executed, so never part of the import graph)."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                skip.update(id(n) for n in ast.walk(child))
+    return skip
+
+
+def _imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """Modules of the package that `name` imports anywhere in its file, plus each package whose
+    __init__ that import runs (parents of the target that are not parents of the importer)."""
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_nodes(tree)
+    targets: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            targets.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                targets.add(full if full in modules else node.module)
+    own_parents = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+    edges = set()
+    for target in targets:
+        if not target.startswith("sparkml_dist"):
+            continue
+        parts = target.split(".")
+        for i in range(1, len(parts) + 1):
+            module = ".".join(parts[:i])
+            if module in modules and module not in own_parents and module != name:
+                edges.add(module)
+    return edges
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_package_has_no_import_cycles_not_even_through_function_level_imports():
+    modules = _modules()
+    graph = {name: _imported(name, path, modules) for name, path in modules.items()}
+    assert sum(len(e) for e in graph.values()) > 100, "the walker found the package's imports"
+    assert _cycles(graph) == []
+
+
+def test_the_walker_sees_a_cycle_through_a_package_init():
+    # federated.server -> stages.paths ran stages/__init__ -> stages.train -> federated.server
+    graph = {"a.server": {"b", "b.paths"}, "b": {"b.train"}, "b.train": {"a.server"}, "b.paths": set()}
+    assert _cycles(graph) == [["a.server", "b", "b.train"]]
+
+
+def _method_names() -> set[str]:
+    from sparkml_dist.methods import method_names
+
+    return set(method_names())
+
+
+def test_a_training_method_is_never_compared_by_name_outside_its_own_registration():
+    """`train.strategy` is looked up in the registry, never compared: adding a method touches one place."""
+    names = _method_names()
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            constants: list[ast.AST] = []
+            if isinstance(node, ast.Compare):
+                constants = [node.left, *node.comparators]
+                constants += [e for c in node.comparators if isinstance(c, (ast.Tuple, ast.List, ast.Set))
+                              for e in c.elts]
+            elif isinstance(node, ast.Dict):
+                constants = [k for k in node.keys if k is not None]
+            hits = [c.value for c in constants if isinstance(c, ast.Constant) and c.value in names]
+            if hits:
+                offenders.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {ast.unparse(node)[:80]}")
+    assert offenders == []
+
+
+def test_importing_the_package_and_reading_a_config_stay_light():
+    """`import sparkml_dist` and choosing a method while validating a config import neither torch nor pyspark."""
+    code = ("import sys, sparkml_dist; from sparkml_dist.config import load_config; "
+            "load_config('conf/adult.yaml', ['train.strategy=pipeline', 'model.kind=transformer']); "
+            "print(sorted(m for m in ('torch', 'pyspark', 'mlflow') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=PACKAGE.parent).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_public_surface_resolves_and_is_documented():
+    import sparkml_dist
+
+    for name in sparkml_dist.__all__:
+        assert getattr(sparkml_dist, name) is not None, name
+    with pytest.raises(AttributeError):
+        sparkml_dist.not_a_name  # noqa: B018
+    architecture = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    missing = [n for n in sparkml_dist.__all__ if f"`{n}`" not in architecture]
+    assert missing == [], "docs/architecture.md lists every public name"
+
+
+@pytest.mark.parametrize("error", [
+    "ConfigError('train.epochs: must be >= 1')",
+    "DataError('x.csv: no rows')",
+    "SlotError(2, 4)",
+    "TrainingFailed(3, 'rank 1 failed', retryable=False)",
+    "RankFailure([RankReport(1, 'h', 'DataError', 'bad file', retryable=False)], 'stage failed')",
+])
+def test_errors_pickle_and_say_whether_a_retry_can_help(error):
+    from sparkml_dist import errors
+
+    value = eval(error, vars(errors))  # noqa: S307 - literals from this test
+    again = pickle.loads(pickle.dumps(value))
+    assert type(again) is type(value) and str(again) == str(value)
+    assert again.retryable == value.retryable
+    expected = {"ConfigError": False, "DataError": False, "SlotError": True, "TrainingFailed": False,
+                "RankFailure": False}[type(value).__name__]
+    assert value.retryable is expected
+
+
+def test_a_rank_failure_is_retryable_only_if_every_rank_says_so():
+    from sparkml_dist.errors import RankFailure, RankReport
+
+    lost = RankReport(0, "h", "PeerLost", "rank 1 stopped")
+    crashed = RankReport(1, "h", "RuntimeError", "the rank's child process died")
+    bad_data = RankReport(1, "h", "DataError", "unreadable", retryable=False)
+    assert RankFailure([lost, crashed]).retryable
+    assert not RankFailure([lost, bad_data]).retryable
