@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -94,6 +96,14 @@ class RankTracker:
         self.rank = rank
         self._client = handle.client() if handle else None
 
+    def connect(self) -> None:
+        """Open the store's connection now rather than at the first log."""
+        if self._client is not None:
+            try:
+                self._client.get_run(self.handle.run_id)
+            except Exception as exc:  # noqa: BLE001 - logging must never fail training
+                log.warning("rank %d: MLflow store not reachable yet: %s", self.rank, exc)
+
     def log(self, metrics: dict[str, float], step: int, per_rank: bool = False) -> None:
         if self._client is None:
             return
@@ -115,10 +125,40 @@ class RankTracker:
 @dataclass(frozen=True)
 class EpochLogger:
     """Where a training method sends each epoch's record as it completes: its metrics on the run,
-    at step = epoch. Picklable, so rank 0 of a barrier stage logs it live; every method's records
-    take this one path (`train.records.EpochRecord.metrics` names the keys)."""
+    at step = epoch. Every method's records take this one path (`train.records.EpochRecord.metrics`
+    names the keys): a driver-side method calls it; rank 0 of a barrier stage `open()`s it."""
 
     handle: RunHandle
 
     def __call__(self, record) -> None:
         RankTracker(self.handle, 0).log(record.metrics(), record.epoch)
+
+    def open(self) -> "BackgroundEpochLog":
+        return BackgroundEpochLog(self.handle)
+
+
+class BackgroundEpochLog:
+    """The same logging off the training thread, for rank 0 of a barrier stage: the other ranks
+    would otherwise wait in the next epoch's first collective while rank 0 writes to the store.
+    It connects to the store when opened, before training (a first sqlite connection takes about
+    a second); `close()` waits for the records still queued."""
+
+    def __init__(self, handle: RunHandle):
+        self._tracker = RankTracker(handle, 0)
+        self._tracker.connect()
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._drain, name="sparkml_dist-epoch-log", daemon=True)
+        self._thread.start()
+
+    def __call__(self, record) -> None:
+        self._queue.put(record)
+
+    def close(self, timeout_s: float = 120.0) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            log.warning("epoch metrics still unwritten after %.0f s; giving up on them", timeout_s)
+
+    def _drain(self) -> None:
+        while (record := self._queue.get()) is not None:
+            self._tracker.log(record.metrics(), record.epoch)

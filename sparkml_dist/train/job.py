@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from sparkml_dist.config.schema import TrainConfig
 from sparkml_dist.data.dataset import RowGroup
@@ -19,7 +19,21 @@ if TYPE_CHECKING:
 # How a method places the model on the ranks: (its train config, world size, rank) -> Strategy.
 # A module-level function, so that it travels to the ranks by reference.
 Placement = Callable[[TrainConfig, int, int], "Strategy"]
-EpochSink = Callable[[EpochRecord], None]
+
+
+class OpenSink(Protocol):
+    def __call__(self, record: EpochRecord) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class EpochSink(Protocol):
+    """Where each epoch's record goes as it completes (`tracking.client.EpochLogger`): a method on
+    the driver calls it; rank 0 of a barrier stage `open()`s it first and `close()`s it at the end."""
+
+    def __call__(self, record: EpochRecord) -> None: ...
+
+    def open(self) -> OpenSink: ...
 
 
 @dataclass(frozen=True)

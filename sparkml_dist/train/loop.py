@@ -82,11 +82,23 @@ def train_rank(ctx: RankContext, job: TrainJob) -> RankResult:
     torch.manual_seed(cfg.seed)  # every rank builds the same initial weights before any sharding
     device = torch.device(pick_device(ctx, cfg.device))
     strategy = job.placement(cfg, ctx.world_size, ctx.rank)
+    # rank 0 connects to the tracking store while the others build too, not inside an epoch
+    sink = job.sink.open() if ctx.is_chief and job.sink is not None else None
+    try:
+        return _train(ctx, job, strategy, device, sink)
+    finally:
+        if sink is not None:
+            sink.close()
+
+
+def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.device, sink) -> RankResult:
+    cfg = job.train
     model, optimizer, ckpt = _build_and_restore(job, strategy, device)
 
     train_loader = job.loader("train", strategy.data_rank, strategy.data_world, cfg.batch_size, cfg.seed,
                               shuffle=True, buffer_row_groups=cfg.shuffle_buffer_row_groups)
     val_loader = job.loader("val", strategy.data_rank, strategy.data_world, 4096, cfg.seed, shuffle=False)
+    train_loader.prepare()
     steps_per_epoch = _steps_per_epoch(strategy, train_loader)
     position = resume_position(ckpt, steps_per_epoch, strategy.data_world)
     history = [EpochRecord.from_json(h) for h in ckpt.get("history", [])] if ckpt is not None else []
@@ -125,8 +137,8 @@ def train_rank(ctx: RankContext, job: TrainJob) -> RankResult:
                               cfg.straggler_factor)
         history.append(record)
         progress.epoch_end(record)
-        if ctx.is_chief and job.sink is not None:
-            job.sink(record)
+        if sink is not None:
+            sink(record)
         checkpoint(epoch, steps_per_epoch, EpochStats())
 
     if job.adapt is not None:
