@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from sparkml_dist.config.overrides import apply_overrides
@@ -177,10 +177,21 @@ def _train_section(value: Any) -> TrainConfig:
         raise ValueError("train must be a mapping of keys (strategy, epochs, ...)")
     strategy = value.get("strategy", "ddp")
     if not isinstance(strategy, str) or strategy not in TRAIN_METHODS:
-        raise PydanticCustomError("unknown_method", "train.strategy: unknown training method '{strategy}'; known: "
-                                  "{known} (a new one is registered with sparkml_dist.register_method)",
-                                  {"strategy": str(strategy), "known": ", ".join(TRAIN_METHODS.names())})
+        raise _error(("strategy",), strategy, PydanticCustomError(
+            "unknown_method", "unknown training method '{strategy}'; known: {known} (a new one is registered with "
+            "sparkml_dist.register_method)", {"strategy": str(strategy), "known": ", ".join(TRAIN_METHODS.names())}))
     return TRAIN_METHODS.get(strategy).config.model_validate(value)
+
+
+def _error(loc: tuple[str, ...], value: Any, error: Exception) -> ValidationError:
+    """A validation error at `loc` (under the field being validated, or from the top when raised by
+    the whole config's validator), so the message names the key."""
+    if isinstance(error, PydanticCustomError):
+        line = {"type": PydanticCustomError(error.type, error.message_template, error.context), "loc": loc,
+                "input": value}
+    else:
+        line = {"type": "value_error", "loc": loc, "input": value, "ctx": {"error": error}}
+    return ValidationError.from_exception_data("JobConfig", [line])
 
 
 class GateConfig(Section):
@@ -290,8 +301,12 @@ class JobConfig(Section):
     def _sections_agree(self) -> JobConfig:
         client = self.federated.client_column
         if client is not None and client not in [c.name for c in self.data.columns]:
-            raise ValueError(f"federated.client_column {client!r} is not one of data.columns")
-        self.train.check_job(self)
+            raise _error(("federated", "client_column"), client,
+                         ValueError(f"federated.client_column {client!r} is not one of data.columns"))
+        try:
+            self.train.check_job(self)
+        except ValueError as exc:  # a check across sections, reported at the train section
+            raise _error(("train",), self.train.strategy, exc) from None
         return self
 
     def with_overrides(self, *overrides: str) -> JobConfig:
