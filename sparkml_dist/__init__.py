@@ -56,6 +56,7 @@ _EXPORTS: dict[str, str] = {
     # training methods
     "TrainMethod": "sparkml_dist.methods.base",
     "TrainRequest": "sparkml_dist.methods.base",
+    "LaunchNeeds": "sparkml_dist.methods.base",
     "register_method": "sparkml_dist.methods.base",
     "get_method": "sparkml_dist.methods.base",
     "LoopMethod": "sparkml_dist.methods.loop",

@@ -50,3 +50,21 @@ def test_a_method_registered_outside_the_package_runs_through_the_pipeline(spark
     assert run.data.params["train.average_every"] == "4", "its own key is logged with the run"
     history = MlflowClient(cfg.tracking.tracking_uri).get_metric_history(summary.run_id, "val_accuracy")
     assert [m.step for m in history] == [0, 1, 2, 3], "its epochs take the same logging path as every method's"
+
+
+@pytest.mark.parametrize("overrides, ranks, backend, fresh", [
+    ([], 2, "torch", False),
+    (["train.backend=horovod"], 2, "horovod", True),
+    (["train.strategy=fsdp", "train.num_ranks=4"], 4, "torch", True),
+    (["train.strategy=async", "train.num_ranks=3"], 3, "torch", True),
+    (["train.strategy=federated", "federated.client_column=occupation"], 0, "torch", False),
+])
+def test_each_method_says_what_it_needs_from_the_launcher(adult_config_path, overrides, ranks, backend, fresh):
+    from sparkml_dist.methods import get_method
+
+    cfg = load_config(adult_config_path, overrides)
+    needs = get_method(cfg.train.strategy).needs(cfg.train)
+    assert (needs.ranks, needs.backend, needs.fresh_process) == (ranks, backend, fresh)
+    if ranks:
+        made = needs.make_backend(cfg.train.device, cfg.train.timeout_s)
+        assert made.name == backend and made.needs_fresh_process == fresh

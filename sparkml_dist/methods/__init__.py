@@ -7,8 +7,16 @@ the one rank loop: `LoopMethod`), async (parameter servers: its own rank program
 (a driver-side algorithm). docs/architecture.md shows how to add one.
 """
 
-from sparkml_dist.methods.base import TrainMethod, TrainRequest, WarmStart, get_method, method_names, register_method
+from sparkml_dist.methods.base import (
+    LaunchNeeds,
+    TrainMethod,
+    TrainRequest,
+    WarmStart,
+    get_method,
+    method_names,
+    register_method,
+)
 from sparkml_dist.methods.loop import LoopMethod, loop_job, make_job
 
-__all__ = ["LoopMethod", "TrainMethod", "TrainRequest", "WarmStart", "get_method", "loop_job", "make_job",
+__all__ = ["LaunchNeeds", "LoopMethod", "TrainMethod", "TrainRequest", "WarmStart", "get_method", "loop_job", "make_job",
            "method_names", "register_method"]

@@ -6,8 +6,8 @@ returns the same way, so a new method is one module and one `register_method` ca
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from sparkml_dist.config.schema import TRAIN_METHODS, JobConfig, TrainConfig
 from sparkml_dist.models.spec import ModelSpec
@@ -17,8 +17,26 @@ if TYPE_CHECKING:  # kept out of the import: choosing a method while reading a c
     from pyspark.sql import SparkSession
 
     from sparkml_dist.data.dataset import PreprocessResult
+    from sparkml_dist.launch.backend import Backend
     from sparkml_dist.train.adapters import AdaptSpec
     from sparkml_dist.train.job import EpochSink
+
+
+@dataclass(frozen=True)
+class LaunchNeeds:
+    """What a method asks of the barrier launcher for a config: how many ranks, which backend
+    (`launch.backends`, with its options) and whether each rank needs a freshly forked process.
+    `ranks=0`: the method starts no barrier stage (it runs on the driver and ordinary Spark tasks)."""
+
+    ranks: int
+    backend: str = "torch"
+    fresh_process: bool = False
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def make_backend(self, device: str, timeout_s: int) -> "Backend":
+        from sparkml_dist.launch.backends import get_backend
+
+        return get_backend(self.backend, device, timeout_s, needs_fresh_process=self.fresh_process, **self.options)
 
 
 @dataclass(frozen=True)
@@ -51,6 +69,10 @@ class TrainMethod(ABC):
     config: type[TrainConfig]
     summary: str = ""  # one line: what it is and when to use it
     supports_warm_start: ClassVar[bool] = False  # can start from a registered model (fine-tuning)
+
+    @abstractmethod
+    def needs(self, cfg: TrainConfig) -> LaunchNeeds:
+        """What it asks of the launcher for this config."""
 
     @abstractmethod
     def run(self, request: TrainRequest) -> TrainOutcome:

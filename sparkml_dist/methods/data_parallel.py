@@ -11,11 +11,10 @@ from pydantic import Field, model_validator
 from typing import TYPE_CHECKING
 
 from sparkml_dist.config.schema import Section, TrainConfig
-from sparkml_dist.methods.base import register_method
+from sparkml_dist.methods.base import LaunchNeeds, register_method
 from sparkml_dist.methods.loop import LoopMethod
 
 if TYPE_CHECKING:
-    from sparkml_dist.launch.backend import Backend
     from sparkml_dist.train.strategies import Strategy
 
 
@@ -69,13 +68,11 @@ def place_data_parallel(cfg: DataParallelConfig, world_size: int, rank: int) -> 
 
 
 class DataParallelMethod(LoopMethod):
-    def backend(self, cfg: DataParallelConfig) -> "Backend":
-        from sparkml_dist.launch.backends import get_backend
-
-        if cfg.backend == "horovod":  # always forks: hvd.init() cannot run twice in one process
-            return get_backend("horovod", cfg.device, cfg.timeout_s, cycle_time_ms=cfg.horovod.cycle_time_ms,
-                               fusion_threshold_mib=cfg.horovod.fusion_threshold_mib)
-        return super().backend(cfg)
+    def needs(self, cfg: DataParallelConfig) -> LaunchNeeds:
+        if cfg.backend == "horovod":  # its backend always forks: hvd.init() cannot run twice in one process
+            return LaunchNeeds(cfg.num_ranks, "horovod", True, {"cycle_time_ms": cfg.horovod.cycle_time_ms,
+                                                                "fusion_threshold_mib": cfg.horovod.fusion_threshold_mib})
+        return super().needs(cfg)
 
 
 DDP = register_method(DataParallelMethod(

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field
 
 from sparkml_dist.config.schema import JobConfig, TrainConfig
-from sparkml_dist.methods.base import TrainMethod, TrainRequest, register_method
+from sparkml_dist.methods.base import LaunchNeeds, TrainMethod, TrainRequest, register_method
 from sparkml_dist.train.records import RankStats, TrainedModel, TrainOutcome
 
 if TYPE_CHECKING:
@@ -34,6 +34,9 @@ class FederatedMethod(TrainMethod):
     config: type[TrainConfig] = FederatedTrainConfig
     summary: str = ("federated averaging (FedAvg/FedProx) over clients = values of a column, rows kept in their "
                     "partitions; clipping, noise and secure aggregation")
+
+    def needs(self, cfg: TrainConfig) -> LaunchNeeds:
+        return LaunchNeeds(0)  # no barrier stage: the driver runs the rounds, clients are ordinary tasks
 
     def run(self, request: TrainRequest, slow_clients: dict[str, float] | None = None) -> TrainOutcome:
         """`slow_clients` (tests): client value -> seconds of delay per batch."""

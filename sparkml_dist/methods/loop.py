@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from sparkml_dist.config.schema import JobConfig, TrainConfig
 from sparkml_dist.errors import ConfigError
-from sparkml_dist.methods.base import TrainMethod, TrainRequest, WarmStart, get_method
+from sparkml_dist.methods.base import LaunchNeeds, TrainMethod, TrainRequest, WarmStart, get_method
 from sparkml_dist.train.records import TrainedModel, TrainOutcome
 
 # Heavy modules (torch, Spark) are imported where a method runs, not where it is registered:
@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from sparkml_dist.data.dataset import PreprocessResult
-    from sparkml_dist.launch.backend import Backend
     from sparkml_dist.launch.relaunch import Launched
     from sparkml_dist.train.job import EpochSink, Placement, TrainJob
     from sparkml_dist.train.records import RankResult
@@ -35,10 +34,8 @@ class LoopMethod(TrainMethod):
     fresh_process: bool = True
     supports_warm_start: ClassVar[bool] = True
 
-    def backend(self, cfg) -> "Backend":
-        from sparkml_dist.launch.backends import get_backend
-
-        return get_backend("torch", cfg.device, cfg.timeout_s, needs_fresh_process=self.fresh_process)
+    def needs(self, cfg: TrainConfig) -> LaunchNeeds:
+        return LaunchNeeds(cfg.num_ranks, "torch", self.fresh_process)
 
     def run(self, request: TrainRequest) -> TrainOutcome:
         if request.data is None:
@@ -60,8 +57,9 @@ class LoopMethod(TrainMethod):
         from sparkml_dist.train.loop import train_rank
 
         cfg = job.train
-        return run_with_relaunch(spark, train_rank, lambda attempt: replace(job, attempt=attempt), cfg.num_ranks,
-                                 self.backend(cfg), cfg.max_attempts)
+        needs = self.needs(cfg)
+        return run_with_relaunch(spark, train_rank, lambda attempt: replace(job, attempt=attempt), needs.ranks,
+                                 needs.make_backend(cfg.device, cfg.timeout_s), cfg.max_attempts)
 
 
 def make_job(cfg: JobConfig, data: "PreprocessResult", checkpoint_dir: str, *, placement: Placement | None = None,

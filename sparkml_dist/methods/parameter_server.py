@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from sparkml_dist.config.schema import Section, TrainConfig
 from sparkml_dist.errors import ConfigError
-from sparkml_dist.methods.base import TrainMethod, TrainRequest, register_method
+from sparkml_dist.methods.base import LaunchNeeds, TrainMethod, TrainRequest, register_method
 from sparkml_dist.methods.loop import make_job
 from sparkml_dist.train.records import EpochRecord, RankResult, TrainedModel, TrainOutcome
 
@@ -48,8 +48,10 @@ class ParameterServerMethod(TrainMethod):
     summary: str = ("parameter servers + asynchronous SGD over torch RPC: workers never wait for each other; "
                     "stale updates dropped or down-weighted and counted")
 
+    def needs(self, cfg: TrainConfig) -> LaunchNeeds:
+        return LaunchNeeds(cfg.num_ranks, "torch", fresh_process=True)  # torch RPC: a fresh agent per launch
+
     def run(self, request: TrainRequest) -> TrainOutcome:
-        from sparkml_dist.launch.backends import get_backend
         from sparkml_dist.launch.relaunch import run_with_relaunch
         from sparkml_dist.train.async_ps import async_rank
 
@@ -57,9 +59,9 @@ class ParameterServerMethod(TrainMethod):
             raise ConfigError("train.strategy=async trains on the preprocessed splits: run preprocess first")
         cfg = request.cfg.train
         job = make_job(request.cfg, request.data, request.checkpoint_dir)  # the rank program places the model
-        backend = get_backend("torch", cfg.device, cfg.timeout_s, needs_fresh_process=True)
-        launched = run_with_relaunch(request.spark, async_rank, lambda a: replace(job, attempt=a), cfg.num_ranks,
-                                     backend, cfg.max_attempts)
+        needs = self.needs(cfg)
+        launched = run_with_relaunch(request.spark, async_rank, lambda a: replace(job, attempt=a), needs.ranks,
+                                     needs.make_backend(cfg.device, cfg.timeout_s), cfg.max_attempts)
         record = final_record(launched, cfg.epochs)
         if request.sink is not None:
             request.sink(record)
