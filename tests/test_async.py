@@ -69,9 +69,11 @@ def test_a_slowed_worker_does_not_slow_the_others(spark, adult_prep, tmp_path):
     slowed = {r.stats.rank: r for r in run_barrier(spark, async_rank, slowed_job, 4, FRESH)}
     assert slowed[3].stats.step_ms >= 50, "the fault slowed rank 3"
     for rank in (1, 2):
-        # median step times: warm-up and scheduling noise on 2 shared cores do not decide it
-        assert slowed[rank].stats.step_ms < 0.5 * slowed[3].stats.step_ms, "not held to the slow worker's pace"
-        assert slowed[rank].stats.step_ms <= even[rank].stats.step_ms / 0.7, (
+        # median step times. Held to the slow worker's pace (synchronous SGD) a step would take
+        # >= 50 ms; on 2 shared cores with 4 ranks and a JVM a fast worker's few-ms step still
+        # varies run to run (2.9 vs 5.1 ms seen), so the bound against the even run is 2x
+        assert slowed[rank].stats.step_ms < 0.25 * slowed[3].stats.step_ms, "not held to the slow worker's pace"
+        assert slowed[rank].stats.step_ms <= 2 * even[rank].stats.step_ms, (
             f"rank {rank}: {slowed[rank].stats.step_ms:.1f} ms a step beside a slow peer, "
             f"{even[rank].stats.step_ms:.1f} without")
     server = slowed[0].counters

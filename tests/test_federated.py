@@ -50,12 +50,12 @@ def centralized_accuracy(adult_prep, tmp_path, epochs: int) -> float:
 def run(spark, cfg, slow_clients=None):
     """The federated method through the train stage's own logging (as the `federated` job runs it)."""
     from sparkml_dist.methods import TrainRequest, get_method
-    from sparkml_dist.stages.train import record
+    from sparkml_dist.stages.train import record_outcome
     from sparkml_dist.tracking.client import EpochLogger, tracked_run
 
     with tracked_run(cfg.tracking, "federated", cfg.flat_params()) as handle:
         request = TrainRequest(spark, cfg, None, "", sink=EpochLogger(handle))
-        trained = record(handle, cfg, get_method("federated").run(request, slow_clients=slow_clients))
+        trained = record_outcome(handle, cfg, get_method("federated").run(request, slow_clients=slow_clients))
         return trained, trained.outcome.detail, handle.run_id
 
 

@@ -71,18 +71,19 @@ class ParameterServerMethod(TrainMethod):
 
 
 def final_record(launched: "Launched[RankResult]", epochs: int) -> EpochRecord:
-    """The run as one record: workers' loss and pace, the chief's validation, the servers' tallies."""
-    workers = [r for r in launched.results if r.stats.role == "worker"]
+    """The run as one record (the workers keep no common epochs): their loss and pace, the chief's
+    validation of the final parameters, the servers' tallies."""
+    workers = [r.stats for r in launched.results if r.stats.role == "worker"]
     servers = [r.counters for r in launched.results if r.stats.role == "server"]
-    samples = sum(w.counters["samples"] for w in workers)
+    samples = sum(w.samples for w in workers)  # rows per epoch, all workers
     counters = {"updates_applied": float(sum(s["applied"] for s in servers)),
                 "updates_dropped": float(sum(s["dropped"] for s in servers)),
                 "updates_downweighted": float(sum(s["downweighted"] for s in servers)),
                 "staleness_mean": float(np.mean([s["staleness_mean"] for s in servers])),
                 "staleness_max": float(max(s["staleness_max"] for s in servers))}
     chief = launched.results[0].records[-1]
-    return EpochRecord(epoch=epochs - 1, train_loss=sum(w.counters["loss_sum"] for w in workers) / max(samples, 1),
-                       samples=int(samples // max(epochs, 1)), samples_per_s=sum(w.stats.samples_per_s for w in workers),
+    return EpochRecord(epoch=epochs - 1, train_loss=sum(w.train_loss * w.samples for w in workers) / max(samples, 1),
+                       samples=samples, samples_per_s=sum(w.samples_per_s for w in workers),
                        evaluation=chief.evaluation, counters=counters)
 
 

@@ -43,10 +43,10 @@ def train(spark: SparkSession, cfg: JobConfig, prep: PreprocessResult | None, ru
     paths = OutputPaths.of(cfg)
     method = get_method(method_name or cfg.train.strategy)
     outcome = method.run(TrainRequest(spark, cfg, prep, paths.checkpoints(run.run_id), sink=EpochLogger(run)))
-    return record(run, cfg, outcome)
+    return record_outcome(run, cfg, outcome)
 
 
-def record(run: RunHandle, cfg: JobConfig, outcome: TrainOutcome) -> TrainResult:
+def record_outcome(run: RunHandle, cfg: JobConfig, outcome: TrainOutcome) -> TrainResult:
     """Log `outcome` under `run` and leave `train.json` for the evaluate and register stages."""
     paths = OutputPaths.of(cfg)
     model_uri = log_outcome(run, outcome, paths.plots)

@@ -182,8 +182,8 @@ def _work(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[s
     stats = RankStats(rank=ctx.rank, role="worker", samples=samples // max(cfg.epochs, 1), steps=steps,
                       samples_per_s=samples / max(seconds, 1e-9),
                       step_ms=1000 * float(np.median(step_times)) if step_times else 0.0,
-                      param_bytes=local_param_bytes(model))
-    return RankResult(stats, counters={"loss_sum": loss_sum, "samples": float(samples)})
+                      param_bytes=local_param_bytes(model), train_loss=loss_sum / max(samples, 1))
+    return RankResult(stats)
 
 
 def _final(job: TrainJob, model: nn.Module) -> tuple[Evaluation, bytes]:

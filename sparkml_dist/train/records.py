@@ -83,6 +83,7 @@ class RankStats:
     steps: int = 0
     samples_per_s: float = 0.0
     step_ms: float = 0.0
+    train_loss: float = math.nan  # mean over the rows this rank trained on (where the method has it per rank)
     param_bytes: int = 0  # parameters this rank held (a shard under model parallelism)
     param_checksum: tuple[float, ...] | None = None  # per-parameter sums; None: not a full replica
 
