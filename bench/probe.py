@@ -19,6 +19,7 @@ from torch import nn
 from sparkml_dist.methods import get_method
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.spec import ModelSpec
+from sparkml_dist.tasks.losses import BinaryLoss
 from sparkml_dist.train.parallel.pipeline import PipelineParallel
 from sparkml_dist.train.strategies import Strategy, local_param_bytes
 
@@ -58,7 +59,8 @@ def synthetic_batches(spec: ModelSpec, steps: int, global_batch: int, seed: int)
     for _ in range(steps):
         x = rng.normal(size=(global_batch, dim)).astype(np.float32)
         y = (x @ w + 0.5 * rng.normal(size=global_batch) > 0).astype(np.float32)
-        out.append((torch.from_numpy(x), torch.from_numpy(y)))
+        packed = np.stack([y, np.ones_like(y)], axis=1)  # (label, weight), as the loader yields them
+        out.append((torch.from_numpy(x), torch.from_numpy(packed)))
     return out
 
 
@@ -67,7 +69,7 @@ def reference_losses(probe: Probe) -> list[float]:
     torch.manual_seed(probe.seed)
     model = build_model(probe.model_spec)
     optimizer = torch.optim.AdamW(model.parameters(), lr=probe.lr)
-    strategy, loss_fn, losses = Strategy(1), nn.BCEWithLogitsLoss(), []
+    strategy, loss_fn, losses = Strategy(1), BinaryLoss(), []
     for x, y in synthetic_batches(probe.model_spec, probe.steps, probe.global_batch, probe.seed):
         losses.append(float(strategy.train_step(model, x, y, loss_fn, 1)))
         optimizer.step()
@@ -94,7 +96,7 @@ def probe_rank(ctx, probe: Probe) -> ProbeResult:
     model = build_model(probe.model_spec)  # the same initial weights as the reference
     full_bytes = local_param_bytes(model)
     model, optimizer = strategy.wrap(model, lambda params: torch.optim.AdamW(params, lr=probe.lr))
-    loss_fn = nn.BCEWithLogitsLoss()
+    loss_fn = BinaryLoss()
     losses, times, sent = [], [], []
     _reset_peak_rss()
     for x, y in synthetic_batches(probe.model_spec, probe.steps, probe.global_batch, probe.seed):

@@ -48,7 +48,7 @@ from sparkml_dist.tracking.client import end_run, start_run
 run = start_run(cfg.tracking, "notebook", cfg.flat_params(), tags={"sparkml_dist.stage": "notebook"})
 trained = train(spark, cfg, prep, run)
 for r in trained.records:
-    print(f"epoch {r.epoch + 1}: train_loss {r.train_loss:.4f} val_accuracy {r.evaluation.accuracy:.4f}")
+    print(f"epoch {r.epoch + 1}: train_loss {r.train_loss:.4f} val_{r.evaluation.metric} {r.evaluation.value:.4f}")
 print("ranks ended with identical parameters:", trained.ranks_in_step)
 
 # COMMAND ----------
@@ -73,7 +73,7 @@ from sparkml_dist.stages import evaluate, log_report, register, score
 
 report = evaluate(spark, cfg, trained.model_uri, run.tracking_uri)
 log_report(run, report, cfg, step=trained.records[-1].epoch)
-decision = register(spark, cfg, run, trained.model_uri, report.metrics)
+decision = register(spark, cfg, run, trained.model_uri, report)
 scored = score(spark, cfg)
 end_run(run, ok=True)
 summary = {

@@ -41,7 +41,8 @@ def _train(spark, cfg: JobConfig, args) -> str:
 
     result = train_preprocessed(spark, cfg)
     last = result.records[-1]
-    held_out = (f"{last.evaluation.rows}_accuracy {last.evaluation.accuracy:.4f}" if last.evaluation else "")
+    e = last.evaluation
+    held_out = f"{e.rows}_{e.metric} {e.value:.4f}" if e else ""
     return (f"train: run {result.run_id} ({result.outcome.method}), model {result.model_uri}, rows per rank "
             f"{[r.samples for r in result.outcome.ranks]}, {held_out}, ranks in step: {result.ranks_in_step}")
 

@@ -16,6 +16,8 @@ from sparkml_dist import storage
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.ingest import ingest
 from sparkml_dist.stages import evaluate, log_report, preprocess, register, score, train
+from sparkml_dist.stages.preprocess import describe_target
+from sparkml_dist.tasks.base import get_task
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tracking.client import RunHandle, tracked_run
 
@@ -34,6 +36,8 @@ class Summary:
     alias: str
     gate_reason: str
     outputs: dict[str, str]
+    task: str = "binary"
+    target: str = ""  # what the model predicts: its classes (and threshold), or the label's scale
     seconds: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -57,7 +61,7 @@ def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:
             report = evaluate(spark, cfg, trained.model_uri, run.tracking_uri, test_input.accepted)
             log_report(run, report, cfg, step=trained.outcome.last.epoch)
         with timer("register"):
-            decision = register(spark, cfg, run, trained.model_uri, report.metrics, test_input.accepted)
+            decision = register(spark, cfg, run, trained.model_uri, report, test_input.accepted)
     with timer("score"):
         scored = score(spark, cfg)
     manifest = prep.manifest
@@ -82,6 +86,8 @@ def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:
         outputs={"preprocess": prep.path, "predictions": scored.path, "model_uri": trained.model_uri,
                  "registered": f"models:/{decision.name}/{decision.version}", "plots": paths.plots,
                  "summary": paths.summary},
+        task=trained.outcome.model.target.task,
+        target=describe_target(trained.outcome.model.target),
         seconds=timer.seconds,
     )
     storage.write_text(paths.summary, summary.to_json())
@@ -116,8 +122,8 @@ def format_summary(s: Summary) -> str:
         f"rows rejected  : train {s.rows['rejected']['train']:,}  test {s.rows['rejected']['test']:,}  (quarantined with reasons)",
         f"rows trained   : {s.rows['trained']:,} (validation {s.rows['validation']:,}, test {s.rows['test']:,})",
         f"rows scored    : {s.rows['scored']:,} (rejected at scoring {s.rows['score_rejected']:,})",
-        f"test metrics   : accuracy {m['accuracy']:.4f}  roc_auc {m['roc_auc']:.4f}  f1 {m['f1']:.4f}  "
-        f"log_loss {m['log_loss']:.4f}  precision {m['precision']:.4f}  recall {m['recall']:.4f}",
+        f"task           : {s.task}: {s.target}",
+        "test metrics   : " + "  ".join(f"{k} {m[k]:.4f}" for k in get_task(s.task).metrics if k in m),
         f"mlflow run     : {s.run_id} (experiment {s.experiment_id})",
         f"registry       : {s.registered_model} version {s.version} -> alias '{s.alias}' ({s.gate_reason})",
         f"predictions    : {s.outputs['predictions']}",

@@ -43,7 +43,7 @@ def test_async_sgd_reaches_synchronous_ddp_accuracy_and_logs_staleness(spark, ad
 
     cfg, prep = adult_prep
     ddp_job = job_for(cfg, prep, tmp_path / "ddp", "epochs=4")
-    ddp = run_barrier(spark, train_rank, ddp_job, 2, TorchBackend(timeout_s=120))[0].records[-1].evaluation.accuracy
+    ddp = run_barrier(spark, train_rank, ddp_job, 2, TorchBackend(timeout_s=120))[0].records[-1].evaluation.value
 
     async_cfg = cfg.with_overrides("train.strategy=async", "train.num_ranks=3", "train.epochs=4",
                                    f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}")
@@ -51,7 +51,7 @@ def test_async_sgd_reaches_synchronous_ddp_accuracy_and_logs_staleness(spark, ad
         result = train(spark, async_cfg, prep, run)
     final = result.records[-1]
     assert final.evaluation.rows == "val", "measured on the validation split, and says so"
-    assert final.evaluation.accuracy >= ddp - 0.01, f"async {final.evaluation.accuracy:.4f} vs DDP {ddp:.4f}"
+    assert final.evaluation.value >= ddp - 0.01, f"async {final.evaluation.value:.4f} vs DDP {ddp:.4f}"
     assert [r.role for r in result.outcome.ranks] == ["server", "worker", "worker"]
     metrics = MlflowClient(async_cfg.tracking.tracking_uri).get_run(run.run_id).data.metrics
     assert metrics["updates_applied"] + metrics["updates_dropped"] > 0

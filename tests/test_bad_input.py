@@ -12,7 +12,7 @@ from sparkml_dist.data.loader import ShardLoader
 from sparkml_dist.errors import DataError
 from sparkml_dist.inference.bundle import ModelBundle
 from sparkml_dist.models.spec import ModelSpec
-from sparkml_dist.stages.score import check_schema
+from sparkml_dist.stages.score import check_schema, schema_of
 from test_ingest import COLUMNS, small_config
 
 
@@ -73,6 +73,6 @@ def test_scoring_config_that_drifted_from_the_training_schema_is_refused(tmp_pat
     trained = {"age": "int/numeric", "score": "double/numeric", "town": "string/categorical", "y": "string/label"}
     bundle = ModelBundle(spec=ModelSpec("mlp", 1), weights=b"", uri="models:/m@champion", training_schema=trained)
     with pytest.raises(DataError, match=r"schema drift: models:/m@champion .* missing \['town'\], unexpected \['city'\]"):
-        check_schema(cfg, bundle)
+        check_schema(schema_of(cfg), bundle)
     same = {"age": "int/numeric", "score": "double/numeric", "city": "string/categorical", "y": "string/label"}
-    check_schema(cfg, ModelBundle(spec=ModelSpec("mlp", 1), weights=b"", training_schema=same))
+    check_schema(schema_of(cfg), ModelBundle(spec=ModelSpec("mlp", 1), weights=b"", training_schema=same))

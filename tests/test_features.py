@@ -20,13 +20,13 @@ def test_features_have_fixed_width_and_survive_unseen_categories(spark, tmp_path
     cfg = small_config(train)
     rows = ingest(spark, str(train), cfg).accepted
     model = build_feature_pipeline(cfg, FeatureConfig()).fit(rows)
-    feats = to_feature_frame(model, rows).collect()
+    feats = to_feature_frame(model, rows, with_label=False).collect()
     # 2 scaled numerics + city one-hot over {Rome, Paris, __missing__} + 1 unseen slot
     assert {len(r["features"]) for r in feats} == {6}
     assert all(all(v == v for v in r["features"]) for r in feats), "no NaN after imputation"
     names = feature_names(model, rows)
     assert len(names) == 6 and any("city" in n for n in names)
-    unseen = to_feature_frame(model, ingest(spark, str(score), cfg).accepted).collect()
+    unseen = to_feature_frame(model, ingest(spark, str(score), cfg).accepted, with_label=False).collect()
     assert len(unseen) == 1 and len(unseen[0]["features"]) == 6
     assert unseen[0]["features"][-1] == 1.0, "the unseen category lands in the extra slot"
 
@@ -36,7 +36,7 @@ def test_scaled_numerics_are_standardised(spark, tmp_path):
     train.write_text("".join(f"{20 + i}, {i}.0, A, yes\n" for i in range(50)))
     cfg = small_config(train)
     rows = ingest(spark, str(train), cfg).accepted
-    out = to_feature_frame(build_feature_pipeline(cfg, FeatureConfig()).fit(rows), rows)
+    out = to_feature_frame(build_feature_pipeline(cfg, FeatureConfig()).fit(rows), rows, with_label=False)
     stats = out.select(F.avg(F.col("features")[0]).alias("m"), F.stddev(F.col("features")[0]).alias("s")).first()
     assert abs(stats["m"]) < 1e-5 and abs(stats["s"] - 1) < 1e-5
 
@@ -47,14 +47,14 @@ def _dense_from_compact(model, rows):
 
     compiled = compile_features(model)
     assert compiled is not None, "a pipeline build_feature_pipeline made must compile"
-    table = compiled.frame(rows).orderBy("row_id").toArrow()
+    table = compiled.frame(rows, with_label=False).orderBy("row_id").toArrow()
     return compiled.layout, compiled.layout.to_dense(table)
 
 
 def _dense_from_spark_ml(model, rows):
     from sparkml_dist.data.loader import features_to_numpy
 
-    return features_to_numpy(to_feature_frame(model, rows).orderBy("row_id").toArrow().column("features"))
+    return features_to_numpy(to_feature_frame(model, rows, with_label=False).orderBy("row_id").toArrow().column("features"))
 
 
 @pytest.mark.parametrize("one_hot,scale", [(True, True), (False, False)])
@@ -134,5 +134,5 @@ def test_a_pipeline_that_does_not_compile_falls_back_to_dense_vectors(spark, tmp
     rows = ingest(spark, str(train), cfg).accepted
     model = pipeline.fit(rows)
     assert compile_features(model) is None
-    frame, layout = scoring_frame(model, rows)
+    frame, layout = scoring_frame(model, rows, with_label=False)
     assert layout is None and len(frame.first()["features"]) == len(feature_names(model, rows))

@@ -67,7 +67,7 @@ def test_fedavg_over_occupations_comes_within_2pc_of_centralized(spark, make_adu
     cfg = make_adult_config("federated.client_column=occupation", "federated.rounds=5")
     trained, result, run_id = run(spark, cfg)
     central = centralized_accuracy(adult_prep, tmp_path, epochs=3)
-    assert result.accuracy >= central - 0.02, f"federated {result.accuracy:.4f} vs centralized {central:.4f}"
+    assert result.score >= central - 0.02, f"federated {result.score:.4f} vs centralized {central:.4f}"
 
     sizes = np.array(list(result.clients.values()))
     assert len(sizes) == 15 and sizes.sum() == 32561, "every training row belongs to exactly one client"
@@ -82,7 +82,7 @@ def test_fedavg_over_occupations_comes_within_2pc_of_centralized(spark, make_adu
     from sparkml_dist.stages.evaluate import evaluate
 
     scored = evaluate(spark, cfg, trained.model_uri, cfg.tracking.tracking_uri).metrics
-    assert scored["accuracy"] == pytest.approx(result.accuracy, abs=1e-3)
+    assert scored["accuracy"] == pytest.approx(result.score, abs=1e-3)
 
 
 @pytest.mark.spark
@@ -98,7 +98,7 @@ def test_secure_aggregation_with_a_late_client_clipping_noise_and_fedprox(spark,
     late = [r.counters["late"] for r in result.records]
     sampled_slow = sum(1 for r in result.records if r.counters["late"])
     assert sum(late) == sampled_slow >= 1, "the slow client is dropped from the rounds it was sampled for"
-    assert result.accuracy > 0.80, "masks cancel: the sum of masked updates is the real update"
+    assert result.score > 0.80, "masks cancel: the sum of masked updates is the real update"
     assert result.received.largest_value > 100, "no single masked update says what it is"
     params = MlflowClient(cfg.tracking.tracking_uri).get_run(run_id).data.params
     assert params["federated.noise_multiplier"] == "0.05" and params["federated.clip_norm"] == "2.0"

@@ -67,7 +67,8 @@ def test_skip_batches_resumes_exactly_where_it_left_off(dataset):
 def test_labels_travel_with_their_rows(dataset):
     root, groups, _ = dataset
     for x, y in ShardLoader(root, groups, 0, 1, 64, seed=0).epoch(0):
-        assert np.array_equal(x[:, 0] % 2, y)
+        assert y.shape == (len(x), 2), "a target row is (label, weight)"
+        assert np.array_equal(x[:, 0] % 2, y[:, 0]) and (y[:, 1] == 1).all(), "weight 1 without a weight column"
 
 
 def test_pieces_split_row_groups_at_rank_boundaries():

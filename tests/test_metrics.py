@@ -1,26 +1,92 @@
-"""Spark-aggregated metrics agree with scikit-learn on the same predictions."""
+"""Spark-aggregated metrics agree with scikit-learn on the same predictions, for every task,
+with and without row weights."""
 
 import numpy as np
 import pytest
 from sklearn import metrics as skm
 
-from sparkml_dist.validation.metrics import binary_report
+from sparkml_dist.tasks import Target
+from sparkml_dist.validation.binary import best_f1_threshold, binary_report
+from sparkml_dist.validation.multiclass import multiclass_report
+from sparkml_dist.validation.regression import regression_report
 
 pytestmark = pytest.mark.spark
 
 
-def test_binary_report_matches_sklearn(spark):
-    rng = np.random.default_rng(0)
-    y = rng.integers(0, 2, 5000)
-    p = np.clip(0.35 * y + rng.random(5000) * 0.65, 0, 1)
-    rows = [(int(a), float(b), int(b >= 0.5)) for a, b in zip(y, p)]
-    df = spark.createDataFrame(rows, "label int, probability double, prediction int")
-    report = binary_report(df, roc_bins=5000)
+def binary_rows(n=5000, seed=0):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    p = np.clip(0.35 * y + rng.random(n) * 0.65, 0, 1)
+    w = rng.uniform(0.2, 3.0, n)
+    return y, p, w
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_binary_report_matches_sklearn(spark, weighted):
+    y, p, w = binary_rows()
+    rows = [(int(a), float(b), int(b >= 0.5), float(c)) for a, b, c in zip(y, p, w)]
+    df = spark.createDataFrame(rows, "label int, probability double, prediction int, weight double")
+    report = binary_report(df, Target("binary", ("no", "yes")), weight="weight" if weighted else None, roc_bins=5000)
     pred = (p >= 0.5).astype(int)
-    assert report.metrics["accuracy"] == pytest.approx(skm.accuracy_score(y, pred))
-    assert report.metrics["precision"] == pytest.approx(skm.precision_score(y, pred))
-    assert report.metrics["recall"] == pytest.approx(skm.recall_score(y, pred))
-    assert report.metrics["f1"] == pytest.approx(skm.f1_score(y, pred))
-    assert report.metrics["log_loss"] == pytest.approx(skm.log_loss(y, p), rel=1e-4)
-    assert report.metrics["roc_auc"] == pytest.approx(skm.roc_auc_score(y, p), abs=2e-3)
-    assert report.confusion == skm.confusion_matrix(y, pred).tolist()
+    sw = w if weighted else None
+    assert report.metrics["accuracy"] == pytest.approx(skm.accuracy_score(y, pred, sample_weight=sw))
+    assert report.metrics["precision"] == pytest.approx(skm.precision_score(y, pred, sample_weight=sw))
+    assert report.metrics["recall"] == pytest.approx(skm.recall_score(y, pred, sample_weight=sw))
+    assert report.metrics["f1"] == pytest.approx(skm.f1_score(y, pred, sample_weight=sw))
+    assert report.metrics["log_loss"] == pytest.approx(skm.log_loss(y, p, sample_weight=sw), rel=1e-4)
+    assert report.metrics["roc_auc"] == pytest.approx(skm.roc_auc_score(y, p, sample_weight=sw), abs=2e-3)
+    assert [name for name, _ in report.plots] == ["roc.png", "confusion_matrix.png"]
+
+
+def test_the_f1_threshold_is_the_best_one_on_the_rows(spark):
+    rng = np.random.default_rng(1)
+    y = (rng.random(20000) < 0.06).astype(int)  # 6% positives: 0.5 is far from the best threshold
+    p = np.clip(0.25 * y + rng.random(20000) * 0.3, 0, 1)
+    df = spark.createDataFrame([(int(a), float(b)) for a, b in zip(y, p)], "label int, probability double")
+    threshold, f1 = best_f1_threshold(df, "label", None)
+    cuts = np.arange(0, 1000) / 1000
+    best = max(skm.f1_score(y, (p >= c).astype(int), zero_division=0) for c in cuts)
+    assert f1 == pytest.approx(best, abs=1e-9)
+    assert skm.f1_score(y, (p >= threshold).astype(int)) == pytest.approx(best, abs=1e-9)
+    assert skm.f1_score(y, (p >= 0.5).astype(int), zero_division=0) < f1 - 0.2
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_multiclass_report_matches_sklearn(spark, weighted):
+    rng = np.random.default_rng(2)
+    k, n = 5, 4000
+    y = rng.integers(0, k, n)
+    logits = rng.normal(size=(n, k)) + 2.0 * np.eye(k)[y] * rng.random((n, 1))
+    proba = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    pred = proba.argmax(axis=1)
+    w = rng.uniform(0.5, 2.0, n)
+    rows = [(int(a), int(b), float(c[b]), [float(v) for v in c], float(d)) for a, b, c, d in zip(y, pred, proba, w)]
+    df = spark.createDataFrame(rows, "label int, prediction int, probability double, probabilities array<double>, "
+                                     "weight double")
+    classes = tuple(f"c{i}" for i in range(k))
+    report = multiclass_report(df, Target("multiclass", classes), "label", "weight" if weighted else None)
+    sw = w if weighted else None
+    assert report.metrics["accuracy"] == pytest.approx(skm.accuracy_score(y, pred, sample_weight=sw))
+    assert report.metrics["macro_f1"] == pytest.approx(skm.f1_score(y, pred, average="macro", sample_weight=sw))
+    assert report.metrics["weighted_f1"] == pytest.approx(skm.f1_score(y, pred, average="weighted", sample_weight=sw))
+    assert report.metrics["log_loss"] == pytest.approx(skm.log_loss(y, proba, sample_weight=sw), rel=1e-4)
+    per_class = report.tables["per_class.json"]
+    assert [r["class"] for r in per_class] == list(classes)
+    recall = skm.recall_score(y, pred, average=None, sample_weight=sw)
+    assert [r["recall"] for r in per_class] == pytest.approx(list(recall))
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_regression_report_matches_sklearn(spark, weighted):
+    rng = np.random.default_rng(3)
+    y = rng.normal(50, 10, 3000)
+    p = y + rng.normal(0, 4, 3000)
+    w = rng.uniform(0.5, 2.0, 3000)
+    df = spark.createDataFrame([(float(a), float(b), float(c)) for a, b, c in zip(y, p, w)],
+                               "label double, prediction double, weight double")
+    report = regression_report(df, "label", "weight" if weighted else None)
+    sw = w if weighted else None
+    assert report.metrics["rmse"] == pytest.approx(np.sqrt(skm.mean_squared_error(y, p, sample_weight=sw)))
+    assert report.metrics["mae"] == pytest.approx(skm.mean_absolute_error(y, p, sample_weight=sw))
+    assert report.metrics["r2"] == pytest.approx(skm.r2_score(y, p, sample_weight=sw))
+    assert [name for name, _ in report.plots] == ["predicted_vs_actual.png", "residuals.png"]

@@ -34,7 +34,7 @@ def uninterrupted(spark, adult_prep, tmp_path_factory):
 
 
 def held_out_accuracy(result) -> float:
-    return result.records[-1].evaluation.accuracy
+    return result.records[-1].evaluation.value
 
 
 @pytest.mark.parametrize("rank, epoch, step", [(0, 0, 5), (1, 0, 23), (1, 1, 0), (0, 1, 31), (1, 1, 55)])

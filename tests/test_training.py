@@ -25,7 +25,7 @@ def test_two_rank_ddp_keeps_ranks_identical_and_loss_falls(spark, adult_prep, tm
     assert results[0].stats.param_checksum == results[1].stats.param_checksum, "parameters equal across ranks"
     records = results[0].records
     assert records[-1].train_loss < records[0].train_loss
-    assert records[-1].evaluation.rows == "val" and records[-1].evaluation.accuracy > 0.83
+    assert records[-1].evaluation.rows == "val" and records[-1].evaluation.value > 0.83
     assert sum(r.stats.samples for r in results) == prep.manifest.splits["train"].rows, "every row trained on"
     assert [p.rank for p in records[-1].per_rank] == [0, 1], "each rank's pace is in the record"
     assert len(list_checkpoints(tmp_path / "ckpt")) == cfg.train.checkpoint_keep
@@ -35,7 +35,7 @@ def test_one_rank_without_spark_trains_and_checkpoints(adult_prep, tmp_path):
     cfg, prep = adult_prep
     job = job_for(cfg, prep, tmp_path / "ckpt", "epochs=2")
     result = train_rank(ONE_RANK, job)
-    assert result.records[-1].evaluation.accuracy > 0.82
+    assert result.records[-1].evaluation.value > 0.82
     latest = load_latest(tmp_path / "ckpt")
     assert latest["epoch"] == 1 and set(latest) >= {"model", "optimizer", "history"}
     # resuming a finished run trains nothing more and returns the same weights and records

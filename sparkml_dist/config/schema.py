@@ -9,6 +9,7 @@ from pydantic_core import PydanticCustomError
 
 from sparkml_dist.config.overrides import apply_overrides
 from sparkml_dist.registry import Registry
+from sparkml_dist.tasks.base import TASKS, resolve_task
 
 
 class Section(BaseModel):
@@ -17,45 +18,87 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-ColumnType = Literal["int", "double", "string"]
-ColumnRole = Literal["numeric", "categorical", "label", "id", "ignore"]
+ColumnType = Literal["int", "double", "string", "boolean"]
+ColumnRole = Literal["numeric", "categorical", "label", "id", "ignore", "weight"]
+SourceFormat = Literal["csv", "parquet", "orc", "json", "table"]
+TYPED_FORMATS = ("parquet", "orc", "json", "table")
+_EXTENSIONS = {".parquet": "parquet", ".pq": "parquet", ".orc": "orc", ".json": "json", ".jsonl": "json"}
 
 
 class ColumnSpec(Section):
-    """One input column."""
+    """One input column. For CSV every column is listed, in file order, with its type; for typed
+    sources (parquet, orc, json, table) the types come from the source and an entry only
+    overrides a column's role."""
 
     name: str = Field(min_length=1, description="column name (CSV columns are positional: list them in file order)")
-    type: ColumnType = Field(description="how the raw text is parsed; a value that does not parse is quarantined")
-    role: ColumnRole = Field(description="numeric and categorical columns are features; one column is the label; "
-                                         "id and ignore columns are read but not fed to the model")
+    type: ColumnType | None = Field(None, description="CSV: how the raw text is parsed (required); a value that does not "
+                                                      "parse is quarantined. Typed sources: a cast of the source column")
+    role: ColumnRole = Field(description="numeric and categorical columns are features; one column is the label; id "
+                                         "columns pass through to predictions; ignore columns are read and dropped; "
+                                         "weight: data.weight_column")
 
 
 class LabelSpec(Section):
-    """The label column and the raw values of its two classes."""
+    """The label column and what kind of target it is."""
 
-    column: str = Field(description="the column with role label")
-    positive: str = Field(description="raw value of the positive class")
-    negative: str = Field(description="raw value of the negative class")
-    strip_suffix: str = Field("", description="suffix removed before matching, e.g. '.'")
+    column: str = Field(description="the label column")
+    task: str | None = Field(None, description="binary, multiclass or regression; default: binary when positive and "
+                                               "negative are given, else regression for a double label and "
+                                               "multiclass for any other")
+    positive: str | None = Field(None, description="binary: raw value of the positive class")
+    negative: str | None = Field(None, description="binary: raw value of the negative class")
+    classes: list[str] | None = Field(None, description="multiclass: the classes, in output order (default: every "
+                                                        "value in the training rows, sorted); other values are rejected")
+    strip_suffix: str = Field("", description="classification: suffix removed before matching, e.g. '.'")
+
+
+def format_of(path: str, declared: str | None) -> str:
+    """`data.format`, or the one the path's extension names (csv when it names none)."""
+    if declared:
+        return declared
+    lower = path.lower().rstrip("/")
+    for ext, fmt in _EXTENSIONS.items():
+        if lower.endswith(ext) or lower.endswith(ext + "/*"):
+            return fmt
+    return "csv"
 
 
 class DataConfig(Section):
-    """The input: where the rows are, their columns and how to parse them, the label, the splits."""
+    """The input: where the rows are, their columns and how to read them, the label, the splits."""
 
-    train_path: str = Field(description="CSV file(s) for training; pkg://<package>/<file> reads a file shipped in an installed package")
+    train_path: str = Field(description="training rows: a file, a directory or a glob, or a table name with format "
+                                        "table; pkg://<package>/<file> reads a file shipped in an installed package")
     test_path: str = Field(description="held-out rows for the test metrics and the gate (same format as train_path)")
     score_path: str | None = Field(None, description="raw rows to score; defaults to test_path")
-    header: bool = Field(False, description="the first line of each file names the columns (checked against columns)")
-    delimiter: str = Field(",", min_length=1, max_length=1, description="field separator")
-    null_values: list[str] = Field(["?"], description="raw values read as missing (imputed for numeric features)")
-    columns: list[ColumnSpec] = Field(min_length=2, description="every column of the input, in order")
-    label: LabelSpec = Field(description="the label column and its two classes")
+    format: SourceFormat | None = Field(None, description="csv, parquet, orc, json or table (spark.table(<path>)); "
+                                                          "default from the path's extension, else csv")
+    header: bool = Field(False, description="csv: the first line of each file names the columns (checked against columns)")
+    delimiter: str = Field(",", min_length=1, max_length=1, description="csv: field separator")
+    null_values: list[str] = Field(["?"], description="csv: raw values read as missing (imputed for numeric features)")
+    columns: list[ColumnSpec] = Field(default_factory=list, description="csv: every column of the input, in order; "
+                                                                        "typed sources: only the roles to override")
+    label: LabelSpec = Field(description="the label column and its task")
+    weight_column: str | None = Field(None, description="a numeric column of per-row weights for the loss and the "
+                                                        "metrics (>= 0; a row with a missing or negative weight is "
+                                                        "rejected)")
     validation_fraction: float = Field(0.1, gt=0.0, lt=0.5, description="share of the training rows held out for "
                                                                         "validation, by a hash of the row id")
     split_seed: int = Field(7, description="seed of the validation split (same input, same split)")
     files_per_rank: int = Field(2, ge=1, le=64, description="Parquet files per rank in the training split")
     row_group_rows: int = Field(2048, ge=64, description="about this many rows per Parquet row group (the unit a "
                                                          "rank reads and shuffles)")
+
+    @property
+    def source_format(self) -> str:
+        return format_of(self.train_path, self.format)
+
+    @property
+    def typed(self) -> bool:
+        return self.source_format in TYPED_FORMATS
+
+    @property
+    def declared_label_type(self) -> str | None:
+        return next((c.type for c in self.columns if c.name == self.label.column), None)
 
     @model_validator(mode="after")
     def _roles_are_consistent(self) -> DataConfig:
@@ -64,16 +107,26 @@ class DataConfig(Section):
         if dupes:
             raise ValueError(f"column names must be unique; repeated: {dupes}")
         labels = [c.name for c in self.columns if c.role == "label"]
-        if labels != [self.label.column]:
-            raise ValueError(
-                f"exactly one column must have role 'label' and be label.column "
-                f"('{self.label.column}'); found role 'label' on {labels}"
-            )
+        if labels not in ([self.label.column], [] if self.typed else [self.label.column]):
+            raise ValueError(f"the label column is data.label.column ('{self.label.column}'); found role 'label' on "
+                             f"{labels}" + ("" if self.typed else ": give exactly that column role 'label'"))
+        weights = [c.name for c in self.columns if c.role == "weight"]
+        if weights not in ([], [self.weight_column]):
+            raise ValueError(f"role 'weight' on {weights} but data.weight_column is {self.weight_column!r}; set "
+                             f"data.weight_column to the weight column")
         for c in self.columns:
-            if c.role == "numeric" and c.type == "string":
-                raise ValueError(f"column '{c.name}' has role 'numeric' but type 'string'; use int or double")
+            if c.role == "numeric" and c.type in ("string", "boolean"):
+                raise ValueError(f"column '{c.name}' has role 'numeric' but type '{c.type}'; use int or double")
+        if self.typed:
+            return self
+        untyped = [c.name for c in self.columns if c.type is None]
+        if len(self.columns) < 2 or untyped:
+            raise ValueError("data.columns: a csv source lists every column, in file order, each with a type "
+                             f"(int, double, string, boolean){'; no type on ' + str(untyped) if untyped else ''}")
         if not any(c.role in ("numeric", "categorical") for c in self.columns):
             raise ValueError("no feature columns: give at least one column role 'numeric' or 'categorical'")
+        if self.weight_column is not None and self.weight_column not in weights:
+            raise ValueError(f"data.weight_column {self.weight_column!r}: list it in data.columns with role 'weight'")
         return self
 
     def names_with_role(self, role: ColumnRole) -> list[str]:
@@ -141,6 +194,10 @@ class TrainConfig(Section):
     device: Literal["cpu", "cuda", "auto"] = Field("auto", description="auto: the GPU Spark assigned the task, else CPU")
     threads_per_rank: int = Field(0, ge=0, description="torch intra-op threads; 0 = cores / ranks")
     log_every_steps: int = Field(50, ge=1, description="rank 0 prints a progress line every N steps")
+    loss: Literal["mse", "huber"] | None = Field(None, description="regression: mse (default) or huber on the "
+                                                                 "standardised label; classifiers use cross-entropy")
+    class_weight: Literal["none", "balanced"] = Field("none", description="classification: balanced weighs each class "
+                                                                          "by rows / (classes x its rows) in the loss")
 
     @model_validator(mode="after")
     def _backend_is_supported(self) -> TrainConfig:
@@ -195,11 +252,32 @@ def _error(loc: tuple[str, ...], value: Any, error: Exception) -> ValidationErro
 
 
 class GateConfig(Section):
-    """When a newly registered version may take the champion alias."""
+    """When a newly registered version may take the champion alias. The metric is any the task
+    reports (binary: accuracy, roc_auc, f1, precision, recall, log_loss; multiclass: accuracy,
+    macro_f1, weighted_f1, log_loss; regression: rmse, mae, r2); lower is better for log_loss,
+    rmse and mae, and the bound and the champion comparison follow that."""
 
-    metric: Literal["accuracy", "roc_auc", "f1"] = Field("accuracy", description="test metric the gate compares")
-    min_value: float = Field(0.84, ge=0.0, le=1.0, description="a new version becomes champion only at or above this")
+    metric: str | None = Field(None, description="test metric the gate compares; default by task: binary roc_auc, "
+                                                 "multiclass accuracy, regression r2")
+    min_value: float | None = Field(None, description="for a higher-is-better metric: the least a new champion may "
+                                                      "score (default: what a constant prediction scores)")
+    max_value: float | None = Field(None, description="for a lower-is-better metric: the most a new champion may score")
     must_beat_champion: bool = Field(True, description="and only if it beats the champion re-scored on the same rows")
+
+
+class EvaluateConfig(Section):
+    """How predictions are decided and judged."""
+
+    threshold: float | Literal["f1"] = Field(0.5, description="binary: the probability at or above which a row is "
+                                                              "predicted positive; f1: the one with the best F1 on the "
+                                                              "validation split (stored in the model, used by scoring)")
+
+    @field_validator("threshold")
+    @classmethod
+    def _probability(cls, value):
+        if isinstance(value, float) and not 0.0 < value < 1.0:
+            raise ValueError("a probability threshold is strictly between 0 and 1 (or f1)")
+        return value
 
 
 class TrackingConfig(Section):
@@ -285,6 +363,7 @@ class JobConfig(Section):
     # SerializeAsAny: dump the method's own keys too, not only the shared ones
     train: SerializeAsAny[TrainConfig] = Field(default_factory=lambda: _train_section({}),
                                                 description="training: shared keys plus the chosen method's own")
+    evaluate: EvaluateConfig = EvaluateConfig()
     tracking: TrackingConfig = TrackingConfig()
     spark: SparkConfig = SparkConfig()
     output: OutputConfig = OutputConfig()
@@ -300,14 +379,30 @@ class JobConfig(Section):
     @model_validator(mode="after")
     def _sections_agree(self) -> JobConfig:
         client = self.federated.client_column
-        if client is not None and client not in [c.name for c in self.data.columns]:
+        listed = [c.name for c in self.data.columns]
+        if client is not None and not self.data.typed and client not in listed:
             raise _error(("federated", "client_column"), client,
                          ValueError(f"federated.client_column {client!r} is not one of data.columns"))
+        if self.data.label.task is not None and self.data.label.task not in TASKS:
+            raise _error(("data", "label", "task"), self.data.label.task, ValueError(
+                f"unknown task {self.data.label.task!r}; known: {', '.join(TASKS.names())}"))
+        if self.task is not None:
+            for loc, problem in task_problems(self, self.task):
+                raise _error(loc, self.task, ValueError(problem))
         try:
             self.train.check_job(self)
         except ValueError as exc:  # a check across sections, reported at the train section
             raise _error(("train",), self.train.strategy, exc) from None
         return self
+
+    @property
+    def task(self) -> str | None:
+        """The task, where the config alone decides it (a typed source's label type may decide it
+        only when read: see `data.ingest`)."""
+        declared = self.data.declared_label_type
+        if self.data.label.task is None and self.data.label.positive is None and declared is None:
+            return None
+        return resolve_task(self.data.label, declared)
 
     def with_overrides(self, *overrides: str) -> JobConfig:
         """A copy with `--set`-style overrides applied and everything validated again (a changed
@@ -330,3 +425,33 @@ class JobConfig(Section):
 
         walk("", self.model_dump(mode="json"))
         return flat
+
+
+def task_problems(cfg: JobConfig, task_name: str) -> list[tuple[tuple[str, ...], str]]:
+    """What cannot work for this task in this config, each with the key to change (checked at load,
+    or once a typed source's label type is known)."""
+    task = TASKS.get(task_name)
+    problems: list[tuple[tuple[str, ...], str]] = []
+    try:
+        task.check_label(cfg.data.label)
+    except ValueError as exc:
+        problems.append((("data", "label"), str(exc)))
+    gate = cfg.tracking.gate
+    metric = gate.metric or task.default_gate[0]
+    if metric not in task.metrics:
+        problems.append((("tracking", "gate", "metric"), f"{metric!r} is not a {task_name} metric; one of "
+                                                          f"{', '.join(task.metrics)}"))
+    elif task.metrics[metric] == "lower" and gate.min_value is not None:
+        problems.append((("tracking", "gate", "min_value"), f"{metric} is better lower: bound it with "
+                                                            f"tracking.gate.max_value"))
+    elif task.metrics[metric] == "higher" and gate.max_value is not None:
+        problems.append((("tracking", "gate", "max_value"), f"{metric} is better higher: bound it with "
+                                                            f"tracking.gate.min_value"))
+    if cfg.evaluate.threshold != 0.5 and not task.thresholded:
+        problems.append((("evaluate", "threshold"), "a decision threshold applies to binary classification only"))
+    if cfg.train.loss is not None and task.classifier:
+        problems.append((("train", "loss"), f"train.loss is for regression; a {task_name} classifier uses "
+                                            f"cross-entropy"))
+    if cfg.train.class_weight != "none" and not task.classifier:
+        problems.append((("train", "class_weight"), "class weights apply to classification only"))
+    return problems

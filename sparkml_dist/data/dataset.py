@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from sparkml_dist import storage
 from sparkml_dist.data.ingest import LABEL
 from sparkml_dist.errors import DataError
+from sparkml_dist.tasks.base import Target
 
 MANIFEST = "manifest.json"
 SPLITS = ("train", "val", "test")
@@ -50,6 +51,8 @@ class Manifest:
     schema: dict[str, str]
     layout: dict[str, int]
     feature_layout: list[dict] | None = None  # FeatureLayout.to_json(); None: a dense `features` column
+    target: dict | None = None  # tasks.Target.to_json(); None: written before targets (binary)
+    weighted: bool = False  # the splits hold a `weight` column (data.weight_column)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -69,7 +72,12 @@ class Manifest:
             for name, s in raw["splits"].items()
         }
         return Manifest(raw["feature_dim"], raw["feature_names"], splits, raw["input_fingerprint"],
-                        raw["inputs"], raw["schema"], raw["layout"], raw.get("feature_layout"))
+                        raw["inputs"], raw["schema"], raw["layout"], raw.get("feature_layout"), raw.get("target"),
+                        raw.get("weighted", False))
+
+    @property
+    def target_spec(self) -> Target:
+        return Target.from_json(self.target)
 
 
 @dataclass
@@ -100,9 +108,10 @@ def write_split(df: DataFrame, path: str, num_files: int, row_group_rows: int, f
        .parquet(storage.spark_path(path)))
 
 
-def describe_split(split_dir: str) -> SplitInfo:
-    """Row and label counts and per-file row groups, from the written files themselves (their
-    footers and label column: a few MB read instead of a Spark job per split)."""
+def describe_split(split_dir: str, classes: int = 2) -> SplitInfo:
+    """Row counts (and per class label counts, for a classifier's `classes`) and per-file row
+    groups, from the written files themselves (their footers and label column: a few MB read
+    instead of a Spark job per split)."""
     files: dict[str, int] = {}
     groups: list[RowGroup] = []
     labels: dict[str, int] = {}
@@ -112,11 +121,13 @@ def describe_split(split_dir: str) -> SplitInfo:
         rel = f"{storage.name_of(split_dir)}/{storage.name_of(f)}"
         files[rel] = meta.num_rows
         groups.extend(RowGroup(rel, i, meta.row_group(i).num_rows) for i in range(meta.num_row_groups))
+        if not classes:  # a regression label has values, not classes
+            continue
         counts = parquet.read(columns=[LABEL]).column(LABEL).value_counts()
         for value, count in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()):
             key = str(int(value))
             labels[key] = labels.get(key, 0) + count
-    return SplitInfo(sum(files.values()), dict(sorted(labels.items())), files, groups)
+    return SplitInfo(sum(files.values()), dict(sorted(labels.items(), key=lambda kv: int(kv[0]))), files, groups)
 
 
 def split_frame(df: DataFrame, fraction: float, seed: int) -> tuple[DataFrame, DataFrame]:

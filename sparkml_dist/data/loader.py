@@ -43,11 +43,13 @@ def shard_pieces(groups: list[RowGroup], rank: int, world: int) -> list[Piece]:
 
 
 class ShardLoader:
-    """Yields (features float32 [B, D], labels float32 [B]) numpy batches for one rank."""
+    """Yields (features float32 [B, D], targets float32 [B, 2]) numpy batches for one rank; a
+    target row is (encoded label, weight), the weight 1 unless the splits carry one."""
 
     def __init__(self, root: str, groups: list[RowGroup], rank: int, world: int,
                  batch_size: int, seed: int, shuffle: bool = True, buffer_row_groups: int = 4,
-                 with_label: bool = True, decode_threads: int = 2, layout: FeatureLayout | None = None):
+                 with_label: bool = True, decode_threads: int = 2, layout: FeatureLayout | None = None,
+                 weighted: bool = False):
         self.root = str(root)  # a path or URI (sparkml_dist.storage)
         self.pieces = shard_pieces(groups, rank, world)
         self.rank = rank
@@ -56,7 +58,8 @@ class ShardLoader:
         self.shuffle = shuffle
         self.buffer_row_groups = buffer_row_groups
         self.layout = layout  # None: the files hold a dense `features` list column
-        self.columns = [*feature_columns(layout), *(["label"] if with_label else [])]
+        self.columns = [*feature_columns(layout), *(["label"] if with_label else []),
+                        *(["weight"] if with_label and weighted else [])]
         self._local = threading.local()  # ParquetFile readers are not thread-safe: one set per thread
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader-prefetch")
         self._decoders = ThreadPoolExecutor(max_workers=decode_threads, thread_name_prefix="loader-decode")
@@ -139,7 +142,12 @@ class ShardLoader:
             raise DataError(f"{storage.join(self.root, p.file)}: row group {p.row_group} is unreadable ({exc}); "
                             f"re-run the preprocess stage to rewrite the dataset") from None
         x = dense_features(table, self.layout, where=f"{storage.join(self.root, p.file)} row group {p.row_group}")
-        y = table.column("label").to_numpy().astype(np.float32, copy=False) if "label" in self.columns else None
+        if "label" not in self.columns:
+            return x, None
+        y = np.ones((table.num_rows, 2), np.float32)
+        y[:, 0] = table.column("label").to_numpy()
+        if "weight" in self.columns:
+            y[:, 1] = table.column("weight").to_numpy()
         return x, y
 
     def _file(self, rel: str) -> pq.ParquetFile:

@@ -1,17 +1,63 @@
-"""Resolve input locations. `pkg://<package>/<path>` names a data file shipped inside an
-installed Python package (how the real datasets arrive offline); anything else is a path/URI."""
+"""Input sources (`data.format`): each turns its input into raw rows for ingest.
+
+- `csv`: text lines parsed with the config's column list and types (`data.columns`, in order);
+  a line with the wrong field count or a value that does not parse is a reject with its reason.
+- `parquet`, `orc`, `json`: Spark's readers; `table`: `spark.table(<path>)`. Types come from the
+  source schema and roles from the types (numbers -> numeric, strings and booleans ->
+  categorical, anything else -> ignore); `data.columns` entries only override roles.
+
+`pkg://<package>/<path>` names a data file shipped inside an installed Python package (how the
+real datasets arrive offline); anything else is a path, glob or URI.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from sparkml_dist import storage
-from sparkml_dist.errors import DataError
+from sparkml_dist.config.schema import ColumnSpec, DataConfig
+from sparkml_dist.errors import ConfigError, DataError
+from sparkml_dist.registry import Registry
+from sparkml_dist.tasks.base import TASKS, resolve_task
+
+log = logging.getLogger(__name__)
 
 PKG_SCHEME = "pkg://"
+ROW_ID, SOURCE_FILE, RAW_LINE = "row_id", "source_file", "raw_line"
+_CORRUPT = "_corrupt"
+_CASTS = {"int": "int", "double": "double", "string": "string", "boolean": "boolean"}
+
+
+@dataclass
+class RawRows:
+    """What a source hands ingest: `rows` has source_file, row_id, raw_line and every configured
+    column already typed (null where a value did not parse); `problems` are the source's own
+    reject reasons; `data` is the config resolved against the source (every column with a type
+    and a role, the task named)."""
+
+    rows: DataFrame
+    problems: list[Column]
+    data: DataConfig
+    explain_all_rejected: Callable[[DataFrame, str], None]
+
+
+Reader = Callable[[SparkSession, str, str, DataConfig], RawRows]
+SOURCES: Registry[Reader] = Registry("data.format")
+
+
+def read_source(spark: SparkSession, path: str, location: str, cfg: DataConfig) -> RawRows:
+    return SOURCES.get(cfg.source_format)(spark, path, location, cfg)
 
 
 def resolve_path(location: str) -> str:
@@ -30,6 +76,196 @@ def resolve_path(location: str) -> str:
     return str(path)
 
 
+def with_task(cfg: DataConfig, columns: list[ColumnSpec]) -> DataConfig:
+    """`cfg` with these columns and its task resolved from the label's type; the label settings
+    are checked against that task."""
+    label_type = next((c.type for c in columns if c.name == cfg.label.column), None)
+    task = resolve_task(cfg.label, label_type)
+    try:
+        TASKS.get(task).check_label(cfg.label)
+    except ValueError as exc:
+        raise ConfigError(f"data.label: {exc}") from None
+    return cfg.model_copy(update={"columns": columns, "label": cfg.label.model_copy(update={"task": task})})
+
+
+# ---- csv ---------------------------------------------------------------------------------------
+
+def read_csv(spark: SparkSession, path: str, location: str, cfg: DataConfig) -> RawRows:
+    lines = _read_lines(spark, path, cfg)
+    schema = ", ".join(f"`{c.name}` STRING" for c in cfg.columns) + f", {_CORRUPT} STRING"
+    options = {"sep": cfg.delimiter, "ignoreLeadingWhiteSpace": "true", "ignoreTrailingWhiteSpace": "true",
+               "mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+    parsed = lines.withColumn("_parsed", F.from_csv(F.col("value"), schema, options))
+    raw = {c.name: F.col(f"_parsed.`{c.name}`") for c in cfg.columns}
+    raw = {name: F.when(col.isin(cfg.null_values), None).otherwise(col) for name, col in raw.items()}
+    n = len(cfg.columns)
+    problems = [F.when(F.col(f"_parsed.{_CORRUPT}").isNotNull(),
+                       F.lit(f"malformed line: expected {n} fields separated by '{cfg.delimiter}'"))]
+    typed = []
+    for c in cfg.columns:
+        if c.role == "label":  # the task reads the raw text
+            typed.append(raw[c.name].alias(c.name))
+            continue
+        typed.append(raw[c.name].try_cast(_CASTS[c.type]).alias(c.name))
+        if c.type != "string":
+            problems.append(_parse_problem(c, raw[c.name]))
+    # the problems read the parse result: evaluated on `parsed`, carried as one column
+    reason = F.concat_ws("; ", *problems)
+    rows = parsed.select(SOURCE_FILE, ROW_ID, F.col("value").alias(RAW_LINE), *typed, reason.alias("_source_problem"))
+    problem = F.when(F.col("_source_problem") == "", F.lit(None).cast("string")).otherwise(F.col("_source_problem"))
+    return RawRows(rows, [problem], with_task(cfg, list(cfg.columns)),
+                   lambda rejects, where: _explain_csv(rejects, where, cfg))
+
+
+def _parse_problem(c: ColumnSpec, raw: Column) -> Column:
+    cast = raw.try_cast(_CASTS[c.type])
+    bad_type = raw.isNotNull() & cast.isNull()
+    kind = {"int": "an int", "double": "a number", "boolean": "true or false"}[c.type]
+    message = F.when(bad_type, F.concat(F.lit(f"column '{c.name}': '"), raw, F.lit(f"' is not {kind}")))
+    if c.type == "double" and c.role != "weight":
+        not_finite = cast.isNotNull() & (F.isnan(cast) | (F.abs(cast) == float("inf")))
+        message = message.when(not_finite, F.concat(F.lit(f"column '{c.name}': '"), raw,
+                                                    F.lit("' is not finite (NaN/inf)")))
+    return message
+
+
+def _read_lines(spark: SparkSession, path: str, cfg: DataConfig) -> DataFrame:
+    try:
+        text = spark.read.text(storage.spark_path(path))
+    except Exception as exc:  # AnalysisException: path does not exist
+        raise DataError(f"cannot read input '{path}': {str(exc).splitlines()[0]}") from None
+    lines = (
+        text.where(F.trim("value") != "")
+        .withColumn(SOURCE_FILE, F.input_file_name())
+        .withColumn(ROW_ID, F.monotonically_increasing_id())
+    )
+    if cfg.header:
+        check_header(spark, path, cfg)
+        header = cfg.delimiter.join(c.name for c in cfg.columns)
+        lines = lines.where(F.regexp_replace("value", r"\s", "") != header.replace(" ", ""))
+    return lines
+
+
+def check_header(spark: SparkSession, path: str, cfg: DataConfig) -> None:
+    """With data.header, the header must name exactly the configured columns (any order is not
+    accepted: CSV columns are positional)."""
+    files = local_files(path)
+    headers = ({str(f): f.open().readline() for f in files} if files
+               else {path: spark.read.text(storage.spark_path(path)).first()["value"]})
+    expected = [c.name for c in cfg.columns]
+    for name, line in headers.items():
+        got = [h.strip() for h in line.strip().split(cfg.delimiter)]
+        if got != expected:
+            missing = [c for c in expected if c not in got]
+            extra = [c for c in got if c not in expected]
+            raise DataError(f"{name}: header {got} does not match data.columns; missing {missing}, "
+                            f"unexpected {extra}. Fix the input or data.columns (order matters).")
+
+
+def _explain_csv(rejects: DataFrame, location: str, cfg: DataConfig) -> None:
+    """Every row rejected with the same wrong field count is a schema problem, not dirty rows."""
+    fields = F.size(F.split(F.col(RAW_LINE), re.escape(cfg.delimiter)))
+    top = rejects.groupBy(fields.alias("fields")).count().orderBy(F.desc("count")).first()
+    expected = len(cfg.columns)
+    if top is not None and top["fields"] != expected:
+        names = ", ".join(c.name for c in cfg.columns)
+        raise DataError(
+            f"{location}: every row was rejected; most rows have {top['fields']} fields but data.columns "
+            f"lists {expected} ({names}). The input's columns differ from the config (missing or extra "
+            f"columns, or another delimiter than '{cfg.delimiter}'); fix data.columns or the input. "
+            f"Rejected rows and reasons: see the rejects output."
+        )
+    _explain_typed(rejects, location)
+
+
+# ---- parquet, orc, json, table -------------------------------------------------------------------
+
+def read_typed(spark: SparkSession, path: str, location: str, cfg: DataConfig) -> RawRows:
+    fmt = cfg.source_format
+    try:
+        frame = spark.table(path) if fmt == "table" else spark.read.format(fmt).load(storage.spark_path(path))
+        fields = frame.schema.fields
+    except Exception as exc:  # AnalysisException: no such path or table, not that format
+        raise DataError(f"cannot read {fmt} input '{location}': {str(exc).splitlines()[0]}") from None
+    columns = resolve_columns(cfg, fields, location)
+    every = [F.col(f"`{f.name}`") for f in fields]
+    typed = [_typed(c, {f.name: f for f in fields}[c.name]) for c in columns]
+    rows = frame.select(F.input_file_name().alias(SOURCE_FILE), F.monotonically_increasing_id().alias(ROW_ID),
+                        F.to_json(F.struct(*every)).alias(RAW_LINE), *typed)
+    problems = [_not_finite(c.name) for c in columns if c.role == "numeric" and c.type == "double"]
+    return RawRows(rows, problems, with_task(cfg, columns), _explain_typed)
+
+
+def resolve_columns(cfg: DataConfig, fields: list[T.StructField], location: str) -> list[ColumnSpec]:
+    """Every source column with a type (the source's, or the configured cast) and a role (the
+    configured one, the label's, the weight's, or the type's)."""
+    names = [f.name for f in fields]
+    wanted = [c.name for c in cfg.columns] + [cfg.label.column] + ([cfg.weight_column] if cfg.weight_column else [])
+    missing = [n for n in dict.fromkeys(wanted) if n not in names]
+    if missing:
+        raise DataError(f"{location}: column(s) {missing} named in data are not in the source; its columns: "
+                        f"{names[:50]}{' ...' if len(names) > 50 else ''}")
+    configured = {c.name: c for c in cfg.columns}
+    out, ignored = [], []
+    for f in fields:
+        source_type = _type_name(f.dataType)
+        spec = configured.get(f.name)
+        role = (spec.role if spec else "label" if f.name == cfg.label.column
+                else "weight" if f.name == cfg.weight_column
+                else "numeric" if source_type in ("int", "double")
+                else "categorical" if source_type in ("string", "boolean") else "ignore")
+        kind = (spec.type if spec and spec.type else source_type) or "string"
+        if role == "ignore" and spec is None and source_type is None:
+            ignored.append(f"{f.name} ({f.dataType.simpleString()})")
+        if role in ("numeric", "weight") and kind not in ("int", "double"):
+            raise DataError(f"{location}: column '{f.name}' is {f.dataType.simpleString()}, which cannot be role "
+                            f"'{role}'; give it role categorical or ignore in data.columns, or a numeric type")
+        out.append(ColumnSpec(name=f.name, type=kind, role=role))
+    if ignored:
+        log.info("%s: columns of other types are not features: %s", location, ", ".join(ignored))
+    if not any(c.role in ("numeric", "categorical") for c in out):
+        raise DataError(f"{location}: no feature columns (numbers, strings or booleans besides the label)")
+    return out
+
+
+def _type_name(dtype: T.DataType) -> str | None:
+    if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+        return "int"
+    if isinstance(dtype, (T.FloatType, T.DoubleType, T.DecimalType)):
+        return "double"
+    if isinstance(dtype, (T.StringType, T.VarcharType, T.CharType)):
+        return "string"
+    if isinstance(dtype, T.BooleanType):
+        return "boolean"
+    return None
+
+
+def _typed(c: ColumnSpec, field: T.StructField) -> Column:
+    col = F.col(f"`{c.name}`")
+    if c.role == "label" or c.type == _type_name(field.dataType):
+        return col.alias(c.name)
+    return col.try_cast(_CASTS[c.type]).alias(c.name)
+
+
+def _not_finite(name: str) -> Column:
+    value = F.col(name).cast("double")
+    return F.when(value.isNotNull() & (F.isnan(value) | (F.abs(value) == float("inf"))),
+                  F.concat(F.lit(f"column '{name}': '"), F.col(name).cast("string"), F.lit("' is not finite (NaN/inf)")))
+
+
+def _explain_typed(rejects: DataFrame, location: str) -> None:
+    top = rejects.groupBy("reason").count().orderBy(F.desc("count")).first()
+    raise DataError(f"{location}: every row was rejected; the most common reason ({top['count']:,} rows): "
+                    f"{top['reason']}. Rejected rows and reasons: see the rejects output.")
+
+
+SOURCES.register("csv", read_csv)
+for _fmt in ("parquet", "orc", "json", "table"):
+    SOURCES.register(_fmt, read_typed)
+
+
+# ---- fingerprints --------------------------------------------------------------------------------
+
 def local_files(path: str) -> list[Path]:
     """The local files behind a path (file or directory); empty for remote URIs."""
     local = storage.local_path(path) if "://" not in path or path.startswith("file:") else None
@@ -46,13 +282,15 @@ def local_files(path: str) -> list[Path]:
 def fingerprint(paths: list[str]) -> str:
     """sha256 over the input files, for the manifest: names and bytes of local files; names,
     sizes and modification times of remote ones (reading a bucket through to hash it would cost
-    more than the job)."""
+    more than the job); a table's name."""
     digest = hashlib.sha256()
     for path in paths:
         if not local_files(path) and "://" in path and not path.startswith("file:"):
             for entry in _remote_entries(path):
                 digest.update(f"{entry.name}:{entry.size}:{entry.mtime_ns}".encode())
             continue
+        if not local_files(path):
+            digest.update(path.encode())
         for f in local_files(path):
             digest.update(f.name.encode())
             digest.update(str(os.path.getsize(f)).encode())

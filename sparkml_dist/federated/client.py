@@ -11,12 +11,12 @@ from typing import Any, Iterable
 
 import numpy as np
 import torch
-from torch import nn
 
 from sparkml_dist.federated import secure
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.models.weights import state_dict_from_bytes
+from sparkml_dist.tasks.base import Target
 
 MASK_SCALE = 1e3  # masks far larger than any update: a masked update says nothing about its update
 
@@ -36,14 +36,18 @@ class RoundTask:
     clip_norm: float | None
     noise_std: float  # per client: noise_multiplier x clip_norm / sqrt(sampled clients)
     time_budget_s: float  # a client still training this long after it started sends no update (late)
+    target: Target = Target("binary")  # what the label is: the task's loss
+    class_weights: tuple[float, ...] | None = None
+    loss_kind: str | None = None  # regression: train.loss
     publics: dict[int, bytes] | None = None  # secure aggregation: every sampled client's public key
     slow_clients: tuple[tuple[int, float], ...] = ()  # tests: (client, seconds of delay per batch)
 
 
 def client_rows(rows: Iterable) -> tuple[np.ndarray, np.ndarray]:
+    """A client's (features, label, weight) rows -> features [n, d] and packed targets [n, 2]."""
     rows = list(rows)
     x = np.asarray([r[0] for r in rows], dtype=np.float32)
-    y = np.asarray([r[1] for r in rows], dtype=np.float32)
+    y = np.asarray([(r[1], r[2]) for r in rows], dtype=np.float32).reshape(len(rows), 2)
     return x, y
 
 
@@ -86,7 +90,7 @@ def _train_locally(index: int, x: np.ndarray, y: np.ndarray, global_state: dict,
     model.load_state_dict(global_state)
     anchor = {k: v.detach().clone() for k, v in model.named_parameters()}
     optimizer = torch.optim.AdamW(model.parameters(), lr=task.learning_rate)  # fresh state each round
-    loss_fn = nn.BCEWithLogitsLoss()
+    loss_fn = task.target.kind.loss(task.target, task.class_weights, task.loss_kind)
     delay = dict(task.slow_clients).get(index, 0.0)
     # from this client's own start: Spark starts clients as slots free up, and waiting in that
     # queue is not the client's lateness
@@ -107,6 +111,6 @@ def _train_locally(index: int, x: np.ndarray, y: np.ndarray, global_state: dict,
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            loss_sum, seen = loss_sum + float(loss) * len(batch), seen + len(batch)
+            loss_sum, seen = loss_sum + float(loss.detach()) * len(batch), seen + len(batch)
     local = model.state_dict()
     return {k: (local[k] - global_state[k]).float() for k in global_state}, False, loss_sum / max(seen, 1)

@@ -24,7 +24,8 @@ from sparkml_dist import storage
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.dataset import split_frame
 from sparkml_dist.data.features import FEATURES, build_feature_pipeline, feature_names, to_feature_frame
-from sparkml_dist.data.ingest import LABEL, ingest
+from sparkml_dist.data.ingest import LABEL, WEIGHT, ingest
+from sparkml_dist.data.labels import check_task, encode_labels, fit_target
 from sparkml_dist.data.loader import features_to_numpy
 from sparkml_dist.errors import ConfigError
 from sparkml_dist.federated.client import RoundTask, client_update, public_key
@@ -32,6 +33,7 @@ from sparkml_dist.models.factory import build_model, model_spec
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.models.weights import state_dict_to_bytes
 from sparkml_dist.storage.paths import OutputPaths
+from sparkml_dist.tasks.base import Target
 from sparkml_dist.train.records import EpochRecord, Evaluation
 
 log = logging.getLogger(__name__)
@@ -71,12 +73,15 @@ class FederatedResult:
     weights: bytes
     feature_pipeline: str  # location of the pipeline fitted from Spark aggregates
     clients: dict[str, int]  # client value -> its rows (counted where they live)
+    target: Target
+    training_schema: dict[str, str]
     records: list[EpochRecord] = field(default_factory=list)
     received: ReceivedLog | None = None
 
     @property
-    def accuracy(self) -> float:
-        return self.records[-1].evaluation.accuracy
+    def score(self) -> float:
+        """The final round's held-out metric on the driver's test rows (accuracy, or rmse)."""
+        return self.records[-1].evaluation.value
 
 
 RoundSink = Callable[[EpochRecord], None]
@@ -90,22 +95,29 @@ def run_federated(spark: SparkSession, cfg: JobConfig, sink: RoundSink | None = 
     if fed.client_column is None:
         raise ConfigError("federated.client_column: name the column whose values are the clients, e.g. occupation")
     with ingest(spark, cfg.data.train_path, cfg.data) as train_input:
-        fit_rows, _ = split_frame(train_input.accepted, cfg.data.validation_fraction, cfg.data.split_seed)
-        pipeline = build_feature_pipeline(cfg.data, cfg.features).fit(fit_rows)
+        data = train_input.data
+        check_task(cfg, data)
+        # the target from Spark aggregates over every client (class counts, or the label's scale)
+        target = fit_target(cfg, data, train_input.accepted)
+        rows = encode_labels(train_input.accepted, target, data).known
+        fit_rows, _ = split_frame(rows, data.validation_fraction, data.split_seed)
+        pipeline = build_feature_pipeline(data, cfg.features).fit(fit_rows)
         names = feature_names(pipeline, fit_rows)
-        spec = model_spec(cfg.model, len(names), names)
-        clients, rdd = client_partitions(pipeline, train_input.accepted, fed.client_column)
+        spec = model_spec(cfg.model, len(names), names, target.kind.output_dim(target))
+        clients, rdd = client_partitions(pipeline, rows, fed.client_column, data.weight_column is not None)
         try:
-            state, records, received = _run_rounds(spark, cfg, spec, clients, rdd,
-                                                   _test_arrays(spark, cfg, pipeline), slow_clients or {}, sink)
+            test = _test_arrays(spark, cfg, pipeline, target)
+            state, records, received = _run_rounds(spark, cfg, spec, target, clients, rdd, test,
+                                                   slow_clients or {}, sink)
         finally:
             rdd.unpersist()
     pipeline_dir = OutputPaths.of(cfg).under("federated", "feature_pipeline")
     pipeline.write().overwrite().save(storage.spark_path(pipeline_dir))  # travels inside the model: it scores raw rows
-    return FederatedResult(spec, state_dict_to_bytes(state), pipeline_dir, clients, records, received)
+    schema = {c.name: f"{c.type}/{c.role}" for c in data.columns}
+    return FederatedResult(spec, state_dict_to_bytes(state), pipeline_dir, clients, target, schema, records, received)
 
 
-def _run_rounds(spark, cfg: JobConfig, spec: ModelSpec, clients: dict[str, int], rdd,
+def _run_rounds(spark, cfg: JobConfig, spec: ModelSpec, target: Target, clients: dict[str, int], rdd,
                 test: tuple[np.ndarray, np.ndarray], slow_clients: dict[str, float],
                 sink: RoundSink | None) -> tuple[dict, list[EpochRecord], ReceivedLog]:
     """The rounds from a fresh model: sample clients, aggregate their updates, evaluate on `test`."""
@@ -119,34 +131,38 @@ def _run_rounds(spark, cfg: JobConfig, spec: ModelSpec, clients: dict[str, int],
     for round_index in range(fed.rounds):
         sampled = _sample(rng, len(clients), fed.client_fraction)
         started = time.perf_counter()
-        state, stats = run_round(spark, rdd, cfg, spec, state, round_index, sampled, received, delays)
+        state, stats = run_round(spark, rdd, cfg, spec, target, state, round_index, sampled, received, delays)
         samples = int(stats.pop("samples"))
         record = EpochRecord(round_index, stats.pop("train_loss"), samples,
                              samples / max(time.perf_counter() - started, 1e-9),
-                             evaluate_arrays(spec, state, *test), counters=stats)
+                             evaluate_arrays(spec, state, *test, target), counters=stats)
         records.append(record)
         if sink is not None:
             sink(record)
-        log.info("round %d/%d: %d clients, %d late, %d clipped, test accuracy %.4f", round_index + 1, fed.rounds,
-                 stats["clients"], stats["late"], stats["clipped"], record.evaluation.accuracy)
+        e = record.evaluation
+        log.info("round %d/%d: %d clients, %d late, %d clipped, test %s %.4f", round_index + 1, fed.rounds,
+                 stats["clients"], stats["late"], stats["clipped"], e.metric, e.value)
     return state, records, received
 
 
-def client_partitions(pipeline, rows: DataFrame, column: str):
-    """One partition per client value, cached where it is: (features, label) rows only."""
+def client_partitions(pipeline, rows: DataFrame, column: str, weighted: bool = False):
+    """One partition per client value, cached where it is: (features, label, weight) rows only."""
     keyed = rows.withColumn(CLIENT, F.coalesce(F.col(column).cast("string"), F.lit("__missing__")))
     counts = keyed.groupBy(CLIENT).count().orderBy(F.desc("count"), CLIENT).collect()
     clients = {r[CLIENT]: r["count"] for r in counts}
     index = {c: i for i, c in enumerate(clients)}
-    rdd = (to_feature_frame(pipeline, keyed, extra=(CLIENT,)).select(CLIENT, FEATURES, LABEL).rdd
-           .map(lambda r: (r[0], (r[1], r[2])))
+    extra = (CLIENT, WEIGHT) if weighted else (CLIENT,)
+    weight = F.col(WEIGHT).cast("float") if weighted else F.lit(1.0).cast("float")
+    rdd = (to_feature_frame(pipeline, keyed, extra=extra).select(CLIENT, FEATURES, LABEL, weight).rdd
+           .map(lambda r: (r[0], (r[1], r[2], r[3])))
            .partitionBy(len(clients), lambda c: index[c])
            .values()
            .cache())
     return clients, rdd
 
 
-def run_round(spark, rdd, cfg: JobConfig, spec: ModelSpec, state: dict, round_index: int, sampled: tuple[int, ...],
+def run_round(spark, rdd, cfg: JobConfig, spec: ModelSpec, target: Target, state: dict, round_index: int,
+              sampled: tuple[int, ...],
               received: ReceivedLog, delays: dict[int, float]) -> tuple[dict, dict[str, float]]:
     fed = cfg.federated
     stats = {"clients": float(len(sampled)), "late": 0.0, "clipped": 0.0, "skipped": 0.0, "update_norm": 0.0,
@@ -157,7 +173,9 @@ def run_round(spark, rdd, cfg: JobConfig, spec: ModelSpec, state: dict, round_in
     noise_std = fed.noise_multiplier * (fed.clip_norm or 0.0) / math.sqrt(len(sampled))
     task = RoundTask(round_index, sampled, spec, state_dict_to_bytes(state), fed.local_epochs, fed.batch_size,
                      fed.learning_rate, fed.proximal_mu if fed.algorithm == "fedprox" else 0.0, fed.clip_norm,
-                     noise_std, fed.round_timeout_s, slow_clients=tuple(delays.items()))
+                     noise_std, fed.round_timeout_s, target=target,
+                     class_weights=target.balanced_weights() if cfg.train.class_weight == "balanced" else None,
+                     loss_kind=cfg.train.loss, slow_clients=tuple(delays.items()))
     if fed.secure_aggregation:
         keys = _on_clients(spark, rdd, sampled, public_key, task)
         for payload in keys:
@@ -206,22 +224,28 @@ def _sample(rng: np.random.Generator, n: int, fraction: float) -> tuple[int, ...
     return tuple(sorted(int(i) for i in rng.choice(n, size=k, replace=False)))
 
 
-def _test_arrays(spark, cfg: JobConfig, pipeline) -> tuple[np.ndarray, np.ndarray]:
-    """The driver's own held-out rows (the test file), as arrays for per-round evaluation."""
+def _test_arrays(spark, cfg: JobConfig, pipeline, target: Target) -> tuple[np.ndarray, np.ndarray]:
+    """The driver's own held-out rows (the test file; rows whose label the target does not know
+    left out), as arrays for per-round evaluation: features and packed (label, weight) targets."""
     with ingest(spark, cfg.data.test_path, cfg.data) as test_input:
-        table = to_feature_frame(pipeline, test_input.accepted).toArrow()
-    return features_to_numpy(table.column(FEATURES)), table.column(LABEL).to_numpy().astype(np.float32)
+        rows = encode_labels(test_input.accepted, target, test_input.data).known
+        weighted = test_input.data.weight_column is not None
+        table = to_feature_frame(pipeline, rows, extra=(WEIGHT,) if weighted else ()).toArrow()
+    y = np.ones((table.num_rows, 2), np.float32)
+    y[:, 0] = table.column(LABEL).to_numpy()
+    if weighted:
+        y[:, 1] = table.column(WEIGHT).to_numpy()
+    return features_to_numpy(table.column(FEATURES)), y
 
 
 @torch.no_grad()
-def evaluate_arrays(spec: ModelSpec, state: dict, x: np.ndarray, y: np.ndarray) -> Evaluation:
+def evaluate_arrays(spec: ModelSpec, state: dict, x: np.ndarray, y: np.ndarray, target: Target) -> Evaluation:
     model = build_model(spec)
     model.load_state_dict(state)
     model.eval()
-    features, labels = torch.tensor(x), torch.tensor(y)  # copies: Arrow's buffers are read-only
-    logits = model(features)
-    loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
-    return Evaluation("test", loss=float(loss), accuracy=float(((logits > 0).float() == labels).float().mean()))
+    outputs = model(torch.tensor(x))  # a copy: Arrow's buffers are read-only
+    sums = target.kind.held_out_sums(target, outputs, torch.tensor(y))
+    return target.kind.held_out(target, *sums, rows="test")
 
 
 def result_lines(result: FederatedResult, cfg: JobConfig, model_uri: str) -> str:
@@ -234,10 +258,10 @@ def result_lines(result: FederatedResult, cfg: JobConfig, model_uri: str) -> str
         f"{fed.client_fraction:.0%} sampled per round",
         f"algorithm      : {fed.algorithm}, {fed.rounds} rounds x {fed.local_epochs} local epoch(s), "
         f"clip {fed.clip_norm}, noise multiplier {fed.noise_multiplier}, secure aggregation {fed.secure_aggregation}",
-        "test accuracy  : " + " ".join(f"{r.evaluation.accuracy:.4f}" for r in result.records),
+        f"test {last.evaluation.metric:9s}: " + " ".join(f"{r.evaluation.value:.4f}" for r in result.records),
         f"late / skipped : {int(sum(r.counters['late'] for r in result.records))} client-rounds late, "
         f"{int(sum(r.counters['skipped'] for r in result.records))} rounds skipped",
         f"driver received: {result.received.payloads} payloads, every update shaped like the model's parameters",
-        f"final          : test accuracy {last.evaluation.accuracy:.4f}, loss {last.evaluation.loss:.4f}",
+        f"final          : test {last.evaluation.metric} {last.evaluation.value:.4f}, loss {last.evaluation.loss:.4f}",
         f"model          : {model_uri}",
     ])

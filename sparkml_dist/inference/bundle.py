@@ -6,6 +6,7 @@ import hashlib
 from dataclasses import dataclass
 
 from sparkml_dist.models.spec import ModelSpec
+from sparkml_dist.tasks.base import Target
 
 
 @dataclass(frozen=True)
@@ -15,6 +16,7 @@ class ModelBundle:
     feature_pipeline_path: str | None = None
     uri: str = ""
     training_schema: dict[str, str] | None = None  # column -> "type/role" the model was trained on
+    target: Target = Target("binary")  # what the outputs mean (models logged before targets: binary)
 
     @property
     def key(self) -> str:

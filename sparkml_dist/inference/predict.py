@@ -13,6 +13,7 @@ from torch import nn
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.models.weights import state_dict_from_bytes
+from sparkml_dist.tasks.base import Target
 
 
 class ModelCache:
@@ -41,14 +42,25 @@ MODEL_CACHE = ModelCache()
 
 
 @torch.inference_mode()
+def network_outputs(model: nn.Module, x: np.ndarray, batch_rows: int = 65536) -> np.ndarray:
+    """The network's raw outputs for `x`: [rows] (one output) or [rows, outputs]; the task turns
+    them into predictions (`tasks.Task.predict`)."""
+    parts = [model(_as_tensor(x[start:start + batch_rows])).float().numpy() for start in range(0, len(x), batch_rows)]
+    if not parts:
+        width = getattr(model, "output_dim", 1)
+        return np.empty((0,) if width == 1 else (0, width), np.float32)
+    return np.concatenate(parts)
+
+
+def predict(model: nn.Module, target: Target, x: np.ndarray) -> dict[str, np.ndarray]:
+    """Features -> the task's prediction columns (probability/prediction, per-class
+    probabilities, or the value in the label's units)."""
+    return target.kind.predict(target, network_outputs(model, x))
+
+
 def predict_proba(model: nn.Module, x: np.ndarray, batch_rows: int = 65536) -> np.ndarray:
-    if len(x) == 0:
-        return np.empty(0, np.float64)
-    out = np.empty(len(x), np.float64)
-    for start in range(0, len(x), batch_rows):
-        xb = _as_tensor(x[start:start + batch_rows])
-        out[start:start + len(xb)] = torch.sigmoid(model(xb)).double().numpy()
-    return out
+    """A binary model's probability of the positive class."""
+    return 1.0 / (1.0 + np.exp(-network_outputs(model, x, batch_rows).astype(np.float64)))
 
 
 def _as_tensor(x: np.ndarray) -> torch.Tensor:

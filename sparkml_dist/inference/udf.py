@@ -11,36 +11,49 @@ from pyspark.sql import DataFrame
 from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.loader import feature_columns
 from sparkml_dist.inference.bundle import ModelBundle
+from sparkml_dist.tasks.base import PREDICTION, PROBABILITY
 
-PROBABILITY = "probability"
-PREDICTION = "prediction"
+__all__ = ["PREDICTION", "PROBABILITY", "score_features"]
+
+_ARROW = {"double": pa.float64(), "integer": pa.int32()}
 
 
 def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int = 1,
-                   threshold: float = 0.5, passthrough: tuple[str, ...] = ("row_id",),
-                   layout: FeatureLayout | None = None) -> DataFrame:
-    """(passthrough..., features array<float>) -> (passthrough..., probability, prediction).
-    With a `layout`, the features arrive as its per-feature columns (`scoring_frame`) and each
-    Arrow batch is made dense in the worker."""
+                   passthrough: tuple[str, ...] = ("row_id",), layout: FeatureLayout | None = None) -> DataFrame:
+    """(passthrough..., features) -> (passthrough..., the task's prediction columns: probability
+    and prediction; prediction, probability and probabilities; or prediction). With a `layout`,
+    the features arrive as its per-feature columns (`scoring_frame`) and each Arrow batch is made
+    dense in the worker."""
     spark = df.sparkSession
     weights = spark.sparkContext.broadcast(bundle.weights)
-    key, spec = bundle.key, bundle.spec
+    key, spec, target = bundle.key, bundle.spec, bundle.target
     keep = [c for c in passthrough if c in df.columns]
-    schema = df.select(*keep).schema.add(PROBABILITY, "double", True).add(PREDICTION, "integer", True)
-    names = [*keep, PROBABILITY, PREDICTION]
+    outputs = target.kind.output_columns(target)
+    schema = df.select(*keep).schema
+    for name, kind in outputs:
+        schema = schema.add(name, kind, True)
+    names = [*keep, *(name for name, _ in outputs)]
 
     def score_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import torch
 
         from sparkml_dist.data.loader import dense_features
-        from sparkml_dist.inference.predict import MODEL_CACHE, predict_proba
+        from sparkml_dist.inference.predict import MODEL_CACHE, predict
 
         torch.set_num_threads(threads_per_worker)
         model = MODEL_CACHE.get(key, spec, lambda: weights.value)
         for batch in batches:
-            proba = predict_proba(model, dense_features(batch, layout, where="a scoring batch"))
+            columns = predict(model, target, dense_features(batch, layout, where="a scoring batch"))
             arrays = [batch.column(c) for c in keep]
-            arrays += [pa.array(proba, pa.float64()), pa.array((proba >= threshold).astype(np.int32), pa.int32())]
+            arrays += [_arrow(columns[name], kind) for name, kind in outputs]
             yield pa.RecordBatch.from_arrays(arrays, names=names)
 
     return df.select(*keep, *feature_columns(layout)).mapInArrow(score_batches, schema)
+
+
+def _arrow(values: np.ndarray, kind: str) -> pa.Array:
+    if kind in _ARROW:
+        return pa.array(values, _ARROW[kind])
+    rows, width = values.shape  # array<double>: one list of `width` values per row, without a Python loop
+    offsets = pa.array(np.arange(0, rows * width + 1, width, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1), pa.float64()))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from sparkml_dist.config.schema import TRAIN_METHODS, JobConfig, TrainConfig
 from sparkml_dist.models.spec import ModelSpec
+from sparkml_dist.tasks.base import Target
 from sparkml_dist.train.records import TrainOutcome
 
 if TYPE_CHECKING:  # kept out of the import: choosing a method while reading a config needs none of them
@@ -47,6 +48,7 @@ class WarmStart:
     weights: bytes
     feature_pipeline: str | None
     training_schema: Mapping[str, str]
+    target: Target  # the model's own: its classes and scale decide how the new rows are encoded
     adapt: "AdaptSpec | None" = None  # frozen prefixes and low-rank adapters
 
 

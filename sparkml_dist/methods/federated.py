@@ -46,8 +46,7 @@ class FederatedMethod(TrainMethod):
 
 
 def outcome_of(result: "FederatedResult", cfg: JobConfig) -> TrainOutcome:
-    schema = {c.name: f"{c.type}/{c.role}" for c in cfg.data.columns}
-    model = TrainedModel(result.spec, result.weights, result.feature_pipeline, schema)
+    model = TrainedModel(result.spec, result.weights, result.feature_pipeline, result.training_schema, result.target)
     clients = tuple(RankStats(rank=i, role="client", samples=rows) for i, rows in enumerate(result.clients.values()))
     return TrainOutcome("federated", model, tuple(result.records), clients, unit="round", detail=result)
 

@@ -47,7 +47,7 @@ class LoopMethod(TrainMethod):
         chief = launched.results[0]
         model = TrainedModel(job.model_spec, chief.weights,
                              warm.feature_pipeline if warm else request.data.feature_pipeline,
-                             warm.training_schema if warm else request.data.manifest.schema)
+                             warm.training_schema if warm else request.data.manifest.schema, job.target)
         return TrainOutcome(self.name, model, chief.records, tuple(r.stats for r in launched.results),
                             launched.attempts, chief.stragglers)
 
@@ -64,13 +64,16 @@ class LoopMethod(TrainMethod):
 
 def make_job(cfg: JobConfig, data: "PreprocessResult", checkpoint_dir: str, *, placement: Placement | None = None,
              sink: "EpochSink | None" = None, warm_start: WarmStart | None = None) -> "TrainJob":
-    """A rank program's payload for `cfg` on `data`."""
+    """A rank program's payload for `cfg` on `data`: the model for the data's target (or the
+    fine-tuned model's), the target, its class weights."""
     from sparkml_dist.data.layout import FeatureLayout
     from sparkml_dist.models.factory import model_spec
     from sparkml_dist.train.job import TrainJob
 
     manifest = data.manifest
-    spec = warm_start.spec if warm_start else model_spec(cfg.model, manifest.feature_dim, manifest.feature_names)
+    target = warm_start.target if warm_start else manifest.target_spec
+    spec = warm_start.spec if warm_start else model_spec(cfg.model, manifest.feature_dim, manifest.feature_names,
+                                                         target.kind.output_dim(target))
     return TrainJob(
         data_root=data.path,
         train_groups=tuple(manifest.splits["train"].row_groups),
@@ -83,6 +86,9 @@ def make_job(cfg: JobConfig, data: "PreprocessResult", checkpoint_dir: str, *, p
         init_weights=warm_start.weights if warm_start else None,
         adapt=warm_start.adapt if warm_start else None,
         feature_layout=FeatureLayout.from_json(manifest.feature_layout),
+        target=target,
+        class_weights=target.balanced_weights() if cfg.train.class_weight == "balanced" else None,
+        weighted=manifest.weighted,
     )
 
 

@@ -66,7 +66,8 @@ class ParameterServerMethod(TrainMethod):
         if request.sink is not None:
             request.sink(record)
         chief = launched.results[0]
-        model = TrainedModel(job.model_spec, chief.weights, request.data.feature_pipeline, request.data.manifest.schema)
+        model = TrainedModel(job.model_spec, chief.weights, request.data.feature_pipeline, request.data.manifest.schema,
+                             job.target)
         return TrainOutcome(self.name, model, (record,), tuple(r.stats for r in launched.results), launched.attempts)
 
 

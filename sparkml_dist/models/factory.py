@@ -12,35 +12,39 @@ from sparkml_dist.models.transformer import TabularTransformer, token_layout
 
 
 class TabularMLP(nn.Module):
-    """Dense features -> one logit (binary classification)."""
+    """Dense features -> `output_dim` outputs ([rows] when it is 1: a logit or a value)."""
 
-    def __init__(self, input_dim: int, hidden: list[int], dropout: float):
+    def __init__(self, input_dim: int, hidden: list[int], dropout: float, output_dim: int = 1):
         super().__init__()
         layers: list[nn.Module] = []
         width = input_dim
         for h in hidden:
             layers += [nn.Linear(width, h), nn.ReLU(), nn.Dropout(dropout)]
             width = h
-        layers.append(nn.Linear(width, 1))
+        layers.append(nn.Linear(width, output_dim))
         self.net = nn.Sequential(*layers)
+        self.output_dim = output_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x).squeeze(-1)
+        out = self.net(x)
+        return out.squeeze(-1) if self.output_dim == 1 else out
 
 
-def model_spec(cfg: ModelConfig, input_dim: int, feature_names: list[str] | None = None) -> ModelSpec:
+def model_spec(cfg: ModelConfig, input_dim: int, feature_names: list[str] | None = None,
+               output_dim: int = 1) -> ModelSpec:
     shape = None
     if cfg.kind == "transformer":
         names = feature_names or [f"f{i}" for i in range(input_dim)]
         t = cfg.transformer
         shape = TransformerShape(tuple(token_layout(names)), t.d_model, t.heads, t.layers, t.mlp_hidden)
-    return ModelSpec(cfg.kind, int(input_dim), cfg.dropout, tuple(cfg.hidden), shape)
+    return ModelSpec(cfg.kind, int(input_dim), cfg.dropout, tuple(cfg.hidden), shape, output_dim)
 
 
 def build_model(spec: ModelSpec) -> nn.Module:
     if spec.kind == "mlp":
-        return TabularMLP(spec.input_dim, list(spec.hidden), spec.dropout)
+        return TabularMLP(spec.input_dim, list(spec.hidden), spec.dropout, spec.output_dim)
     if spec.kind == "transformer" and spec.transformer is not None:
         t = spec.transformer
-        return TabularTransformer(list(t.layout), t.d_model, t.heads, t.layers, t.mlp_hidden, spec.dropout)
+        return TabularTransformer(list(t.layout), t.d_model, t.heads, t.layers, t.mlp_hidden, spec.dropout,
+                                  spec.output_dim)
     raise ValueError(f"unknown model kind {spec.kind!r}; known: mlp, transformer")

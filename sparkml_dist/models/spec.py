@@ -31,10 +31,11 @@ class ModelSpec:
     dropout: float = 0.0
     hidden: tuple[int, ...] = ()  # mlp: hidden widths
     transformer: TransformerShape | None = None  # transformer only
+    output_dim: int = 1  # one logit (binary), one per class (multiclass), one value (regression)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "input_dim": self.input_dim, "hidden": list(self.hidden),
-                               "dropout": self.dropout}
+                               "dropout": self.dropout, "output_dim": self.output_dim}
         if self.transformer is not None:
             t = self.transformer
             out.update(layout=list(t.layout), d_model=t.d_model, heads=t.heads, layers=t.layers,
@@ -48,4 +49,4 @@ class ModelSpec:
             shape = TransformerShape(tuple(raw["layout"]), raw["d_model"], raw["heads"], raw["layers"],
                                      raw["mlp_hidden"])
         return ModelSpec(raw["kind"], int(raw["input_dim"]), float(raw.get("dropout", 0.0)),
-                         tuple(raw.get("hidden", ())), shape)
+                         tuple(raw.get("hidden", ())), shape, int(raw.get("output_dim", 1)))

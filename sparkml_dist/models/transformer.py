@@ -87,23 +87,26 @@ class TokenEmbedding(nn.Module):
 
 
 class Head(nn.Module):
-    def __init__(self, d_model: int):
+    def __init__(self, d_model: int, outputs: int = 1):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        # no bias: the norm's shift already gives the logit an intercept, and every parameter
+        # no bias: the norm's shift already gives each output an intercept, and every parameter
         # keeps a dimension that a power-of-two mesh splits evenly (what DCP reshards)
-        self.out = nn.Linear(d_model, 1, bias=False)
+        self.out = nn.Linear(d_model, outputs, bias=False)
+        self.outputs = outputs
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.out(self.norm(h[:, 0])).squeeze(-1)
+        out = self.out(self.norm(h[:, 0]))
+        return out.squeeze(-1) if self.outputs == 1 else out
 
 
 class TabularTransformer(nn.Module):
-    def __init__(self, layout: list[int], d_model: int, heads: int, layers: int, mlp_hidden: int, dropout: float):
+    def __init__(self, layout: list[int], d_model: int, heads: int, layers: int, mlp_hidden: int, dropout: float,
+                 outputs: int = 1):
         super().__init__()
         self.embed: TokenEmbedding | None = TokenEmbedding(layout, d_model)
         self.blocks = nn.ModuleDict({str(i): Block(d_model, heads, mlp_hidden, dropout) for i in range(layers)})
-        self.head: Head | None = Head(d_model)
+        self.head: Head | None = Head(d_model, outputs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # a pipeline stage without the embedding receives hidden states, one without the head returns them

@@ -66,7 +66,8 @@ def contribute(spark: SparkSession, cfg: JobConfig, run: RunHandle, delta_source
         merged_uri = _check_and_merge(spark, cfg, run, bundle, blob, verdict)
         verdict.accepted = True
         verdict.reason = (f"shapes match, norm {verdict.norm:.4g} <= {community.max_delta_norm:g}, "
-                          f"{cfg.tracking.gate.metric} {verdict.metric_before:.4f} -> {verdict.metric_after:.4f}")
+                          f"{cfg.tracking.gate.metric or bundle.target.kind.default_gate[0]} {verdict.metric_before:.4f} -> "
+                          f"{verdict.metric_after:.4f}")
         verdict.version = create_version(run, merged_uri, cfg.tracking.registered_model, {
             "parent_version": parent or "", "parent_model": base_uri, "contributor": contributor,
             "contribution.sha256": verdict.sha256, "contribution.reason": verdict.reason})
@@ -88,14 +89,17 @@ def _check_and_merge(spark, cfg: JobConfig, run: RunHandle, bundle, blob: bytes,
     verdict.norm = check_norm(delta, community.max_delta_norm)
     merged = state_dict_to_bytes(apply_delta(base, delta))
     merged_uri = log_model(run, TrainedModel(bundle.spec, merged, bundle.feature_pipeline_path,
-                                             bundle.training_schema or {}))
-    metric = cfg.tracking.gate.metric
+                                             bundle.training_schema or {}, bundle.target))
+    task = bundle.target.kind
+    metric = cfg.tracking.gate.metric or task.default_gate[0]
     with ingest(spark, community.validation_path or cfg.data.test_path, cfg.data) as held_out:
         verdict.metric_before = evaluate(spark, cfg, bundle.uri, run.tracking_uri, held_out.accepted).metrics[metric]
         verdict.metric_after = evaluate(spark, cfg, merged_uri, run.tracking_uri, held_out.accepted).metrics[metric]
     RankTracker(run, 0).log({"delta_norm": verdict.norm, f"base_{metric}": verdict.metric_before,
                              metric: verdict.metric_after}, 0)
-    drop = verdict.metric_before - verdict.metric_after
+    # how much worse, in the metric's own direction
+    drop = (verdict.metric_after - verdict.metric_before if task.metrics[metric] == "lower"
+            else verdict.metric_before - verdict.metric_after)
     if drop > community.max_regression:
         raise DeltaRejected(f"regression on held-out rows: {metric} {verdict.metric_before:.4f} -> "
                             f"{verdict.metric_after:.4f} (drop {drop:.4f} > community.max_regression "

@@ -10,43 +10,54 @@ from pyspark.sql import DataFrame, SparkSession
 from sparkml_dist import storage
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.features import scoring_frame
-from sparkml_dist.data.ingest import LABEL, ROW_ID, ingest
+from sparkml_dist.data.ingest import LABEL, ROW_ID, WEIGHT, ingest
+from sparkml_dist.data.labels import encode_labels, model_target
 from sparkml_dist.errors import SparkMLDistError
 from sparkml_dist.inference.udf import score_features
 from sparkml_dist.stages.records import EvaluateRecord, TrainRecord
 from sparkml_dist.storage.paths import OutputPaths
-from sparkml_dist.tracking import plots
 from sparkml_dist.tracking.client import RunHandle, resolve_tracking_uri
 from sparkml_dist.tracking.models import load_bundle
 from sparkml_dist.tracking.outcome import log_plot
-from sparkml_dist.validation.metrics import BinaryReport, binary_report
+from sparkml_dist.tasks.base import TaskReport
 
 
 def evaluate(spark: SparkSession, cfg: JobConfig, model_uri: str, tracking_uri: str,
-             test_rows: DataFrame | None = None) -> BinaryReport:
-    """Score `test_rows` (typed raw columns + label; default: the config's test file) with the
-    model's own feature pipeline and weights, and aggregate the metrics in Spark."""
+             test_rows: DataFrame | None = None) -> TaskReport:
+    """Score `test_rows` (typed raw columns + label, as ingest makes them; default: the config's
+    test file) with the model's own feature pipeline, target and weights, and aggregate the task's
+    metrics in Spark. Rows whose label the model does not know (a class it was not trained on)
+    are not scored; `metrics["unknown_label_rows"]` counts them."""
     bundle = load_bundle(model_uri, tracking_uri)
     if test_rows is None:
         with ingest(spark, cfg.data.test_path, cfg.data) as test_input:
             return evaluate(spark, cfg, model_uri, tracking_uri, test_input.accepted)
+    target = model_target(bundle.target, cfg.data)
+    labelled = encode_labels(test_rows, target, cfg.data)
+    weighted = WEIGHT in test_rows.columns
     pipeline = PipelineModel.load(storage.spark_path(bundle.feature_pipeline_path))
-    features, layout = scoring_frame(pipeline, test_rows, with_label=True)
-    scored = score_features(features, bundle, passthrough=(ROW_ID, LABEL), layout=layout)
-    return binary_report(scored)
+    extra = (WEIGHT,) if weighted else ()
+    features, layout = scoring_frame(pipeline, labelled.known, with_label=True, extra=extra)
+    scored = score_features(features, bundle, passthrough=(ROW_ID, LABEL, *extra), layout=layout)
+    report = target.kind.report(scored, target, LABEL, WEIGHT if weighted else None)
+    report.target = target
+    if labelled.unknown_rows:
+        report.metrics["unknown_label_rows"] = float(labelled.unknown_rows)
+    return report
 
 
-def log_report(run: RunHandle, report: BinaryReport, cfg: JobConfig, step: int = 0) -> None:
-    """Test metrics (`test_<name>`) at `step` (the model's last epoch) and the ROC and confusion plots."""
+def log_report(run: RunHandle, report: TaskReport, cfg: JobConfig, step: int = 0) -> None:
+    """Test metrics (`test_<name>`) at `step` (the model's last epoch), the task's plots and tables."""
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
     run.client().log_batch(run.run_id, metrics=[Metric(f"test_{k}", float(v), now, step)
                                                 for k, v in report.metrics.items()])
-    label, plot_dir = cfg.data.label, OutputPaths.of(cfg).plots
-    log_plot(run, lambda path: plots.roc(*report.roc, report.metrics["roc_auc"], path), storage.join(plot_dir, "roc.png"))
-    log_plot(run, lambda path: plots.confusion(report.confusion, (label.negative, label.positive), path),
-             storage.join(plot_dir, "confusion_matrix.png"))
+    plot_dir = OutputPaths.of(cfg).plots
+    for name, render in report.plots:
+        log_plot(run, render, storage.join(plot_dir, name))
+    for name, rows in report.tables.items():
+        run.client().log_dict(run.run_id, rows, f"metrics/{name}")
 
 
 def evaluate_trained(spark: SparkSession, cfg: JobConfig, model_uri: str | None = None) -> EvaluateRecord:
@@ -62,6 +73,6 @@ def evaluate_trained(spark: SparkSession, cfg: JobConfig, model_uri: str | None 
     report = evaluate(spark, cfg, uri, tracking_uri)
     if trained is not None and uri == trained.model_uri:
         log_report(RunHandle.existing(tracking_uri, trained.run_id), report, cfg, trained.last_epoch)
-    result = EvaluateRecord(uri, report.metrics)
+    result = EvaluateRecord(uri, report.metrics, report.target)
     result.save(paths.evaluate_record)
     return result

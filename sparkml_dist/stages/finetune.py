@@ -23,12 +23,14 @@ from sparkml_dist.errors import ConfigError
 from sparkml_dist.methods.base import TrainRequest, WarmStart, get_method
 from sparkml_dist.stages.evaluate import evaluate
 from sparkml_dist.stages.preprocess import preprocess, select_rows
-from sparkml_dist.stages.score import check_schema
+from sparkml_dist.stages.score import check_schema, schema_of
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tracking.client import EpochLogger, RankTracker, RunHandle
 from sparkml_dist.tracking.models import load_bundle, model_version
 from sparkml_dist.tracking.models import register as create_version
 from sparkml_dist.tracking.outcome import log_outcome
+from sparkml_dist.data.labels import model_target
+from sparkml_dist.tasks.base import Target
 from sparkml_dist.train.adapters import AdaptSpec
 
 log = logging.getLogger(__name__)
@@ -55,16 +57,20 @@ def finetune(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> FinetuneRes
                           f"one of the rank-loop methods (ddp, fsdp, tensor, pipeline, hybrid)")
     base_uri = ft.base_model or f"models:/{cfg.tracking.registered_model}@champion"
     bundle = load_bundle(base_uri, run.tracking_uri)
-    check_schema(cfg.data, bundle)
+    if not cfg.data.typed:  # a typed source's columns are known once read: checked after preprocess
+        check_schema(schema_of(cfg.data), bundle)
+    target = model_target(bundle.target, cfg.data)
     parent_version = model_version(base_uri, run.tracking_uri)
     log.info("fine-tuning %s (version %s) on %s", base_uri, parent_version or "-", ft.where or "all rows")
 
     out = OutputPaths.of(cfg).under("finetune")
     fitted = PipelineModel.load(storage.spark_path(bundle.feature_pipeline_path))
-    prep = preprocess(spark, cfg, fitted=fitted, where=ft.where, out=storage.join(out, "preprocess"))
+    # the new rows are encoded the way the base model saw its own: its pipeline, its classes or scale
+    prep = preprocess(spark, cfg, fitted=fitted, where=ft.where, out=storage.join(out, "preprocess"), target=target)
+    check_schema(prep.manifest.schema, bundle)
     train_cfg = cfg.train.model_copy(update={"epochs": ft.epochs, "learning_rate": ft.learning_rate})
     warm = WarmStart(bundle.spec, bundle.weights, bundle.feature_pipeline_path, bundle.training_schema or {},
-                     AdaptSpec(tuple(ft.freeze), ft.lora_rank, ft.lora_alpha))
+                     target, AdaptSpec(tuple(ft.freeze), ft.lora_rank, ft.lora_alpha))
     request = TrainRequest(spark, cfg.model_copy(update={"train": train_cfg}), prep,
                            storage.join(out, "checkpoints", run.run_id), sink=EpochLogger(run), warm_start=warm)
     model_uri = log_outcome(run, method.run(request), storage.join(out, "plots"))
@@ -75,7 +81,7 @@ def finetune(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> FinetuneRes
         new = {k: evaluate(spark, cfg, model_uri, run.tracking_uri, rows).metrics for k, rows in sets.items()}
     _log_comparison(run, base, new)
 
-    passed, reason = _guard(cfg, base["test"], new["test"])
+    passed, reason = _guard(cfg, target, base["test"], new["test"])
     tags = {"parent_model": base_uri, "parent_version": parent_version or "", "finetune.where": ft.where or "",
             "finetune.reason": reason, "finetune.lora_rank": str(ft.lora_rank),
             "finetune.freeze": ",".join(ft.freeze)}
@@ -90,11 +96,15 @@ def finetune(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> FinetuneRes
                           reason, base, new)
 
 
-def _guard(cfg: JobConfig, base: dict[str, float], new: dict[str, float]) -> tuple[bool, str]:
-    metric, bound = cfg.tracking.gate.metric, cfg.finetune.max_original_drop
-    drop = base[metric] - new[metric]
-    if drop > bound:
-        return False, f"original test {metric} fell {drop:.4f} ({base[metric]:.4f} -> {new[metric]:.4f}), more than finetune.max_original_drop {bound}"
+def _guard(cfg: JobConfig, target: Target, base: dict[str, float], new: dict[str, float]) -> tuple[bool, str]:
+    """The gate's metric on the original test rows may get worse by at most
+    `finetune.max_original_drop` (in the metric's own direction)."""
+    task = target.kind
+    metric, bound = cfg.tracking.gate.metric or task.default_gate[0], cfg.finetune.max_original_drop
+    worse = (new[metric] - base[metric]) if task.metrics[metric] == "lower" else (base[metric] - new[metric])
+    if worse > bound:
+        return False, (f"original test {metric} got worse by {worse:.4f} ({base[metric]:.4f} -> {new[metric]:.4f}), "
+                       f"more than finetune.max_original_drop {bound}")
     return True, f"original test {metric} {base[metric]:.4f} -> {new[metric]:.4f} (allowed drop {bound})"
 
 
@@ -108,7 +118,7 @@ def _log_comparison(run: RunHandle, base: dict[str, dict[str, float]], new: dict
 
 def result_lines(result: FinetuneResult) -> str:
     def show(m: dict[str, float]) -> str:
-        return f"accuracy {m['accuracy']:.4f}  roc_auc {m['roc_auc']:.4f}  log_loss {m['log_loss']:.4f}"
+        return "  ".join(f"{k} {v:.4f}" for k, v in m.items() if k not in ("rows", "unknown_label_rows"))
 
     return "\n".join([
         "=== sparkml_dist finetune ===",

@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sparkml_dist import storage
-from sparkml_dist.config.schema import JobConfig
+from sparkml_dist.config.schema import DataConfig, JobConfig
 from sparkml_dist.data.dataset import Manifest, PreprocessResult, describe_split, split_frame, write_split
 from sparkml_dist.data.features import (
     FEATURES,
@@ -21,10 +21,12 @@ from sparkml_dist.data.features import (
     feature_names,
     to_feature_frame,
 )
-from sparkml_dist.data.ingest import IngestResult, ingest
+from sparkml_dist.data.ingest import WEIGHT, IngestResult, ingest
+from sparkml_dist.data.labels import EncodedRows, check_task, encode_labels, fit_target
 from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.sources import fingerprint, resolve_path
 from sparkml_dist.errors import ConfigError
+from sparkml_dist.tasks.base import Target
 from sparkml_dist.spark.session import job_phase
 from sparkml_dist.storage.hadoop import atomic_dir
 from sparkml_dist.storage.paths import OutputPaths
@@ -35,32 +37,48 @@ __all__ = ["PreprocessResult", "preprocess", "select_rows"]
 
 
 def preprocess(spark: SparkSession, cfg: JobConfig, fitted: PipelineModel | None = None, where: str | None = None,
-               out: str | None = None) -> PreprocessResult:
-    """Fit the feature pipeline on the training rows (or reuse `fitted`, a model's own, when
-    fine-tuning) and write the splits under `out` (default `<output.root>/preprocess`, a path or
-    URI); `where` keeps only the rows it matches."""
-    data = cfg.data
+               out: str | None = None, target: Target | None = None) -> PreprocessResult:
+    """Fit the feature pipeline and the target on the training rows (or reuse `fitted` and
+    `target`, a model's own, when fine-tuning) and write the splits under `out` (default
+    `<output.root>/preprocess`, a path or URI); `where` keeps only the rows it matches."""
     out = storage.absolute(str(out)) if out is not None else OutputPaths.of(cfg).preprocess
     inputs = _ingest_inputs(spark, cfg)
     try:
+        data = inputs["train"].data
+        check_task(cfg, data)
         accepted = {name: select_rows(r.accepted, where) for name, r in inputs.items()}
-        train_rows, val_rows = split_frame(accepted["train"], data.validation_fraction, data.split_seed)
+        with job_phase(spark, "preprocess: fit target"):
+            target = target or fit_target(cfg, data, accepted["train"])
+            labelled = {name: encode_labels(rows, target, data) for name, rows in accepted.items()}
+        log.info("task %s: %s", target.task, describe_target(target))
+        train_rows, val_rows = split_frame(labelled["train"].known, data.validation_fraction, data.split_seed)
         with job_phase(spark, "preprocess: fit features"):
             pipeline = fitted or build_feature_pipeline(data, cfg.features).fit(train_rows)
-            encoded = _encode(pipeline, {"train": train_rows, "val": val_rows, "test": accepted["test"]})
+            encoded = _encode(pipeline, {"train": train_rows, "val": val_rows, "test": labelled["test"].known},
+                              weighted=data.weight_column is not None)
         with atomic_dir(spark, out) as staging, ThreadPoolExecutor(1, "preprocess-save") as background:
             # Spark ML's save is a dozen tiny jobs, latency not work: overlap it with the writes
             saved = background.submit(_save_pipeline, spark, pipeline, f"{staging}/feature_pipeline")
             _write_splits(spark, cfg, encoded, staging)
             with job_phase(spark, "preprocess: rejects and manifest"):
-                _write_rejects(inputs, f"{staging}/rejects")
-                manifest = _manifest(cfg, staging, pipeline, train_rows, encoded, inputs)
+                _write_rejects(inputs, labelled, f"{staging}/rejects")
+                manifest = _manifest(cfg, data, staging, pipeline, train_rows, encoded, inputs, labelled, target)
             saved.result()
             manifest.save(staging)
     finally:
         for result in inputs.values():
             result.release()
     return PreprocessResult(out, manifest)
+
+
+def describe_target(target: Target) -> str:
+    """One line: the classes (and a binary model's threshold), or the label's scale."""
+    if target.kind.thresholded:
+        return f"positive '{target.classes[-1]}' at probability >= {target.threshold:.4g}"
+    if target.classes:
+        shown = ", ".join(target.classes[:10]) + (" ..." if len(target.classes) > 10 else "")
+        return f"{len(target.classes)} classes ({shown})"
+    return f"label mean {target.mean:.4g}, std {target.std:.4g} (predictions in the label's units)"
 
 
 def _ingest_inputs(spark: SparkSession, cfg: JobConfig) -> dict[str, IngestResult]:
@@ -101,12 +119,14 @@ class _Encoded:
         return self.layout.row_bytes if self.layout is not None else 4 * self.dim
 
 
-def _encode(pipeline: PipelineModel, rows: dict[str, DataFrame]) -> _Encoded:
+def _encode(pipeline: PipelineModel, rows: dict[str, DataFrame], weighted: bool) -> _Encoded:
     """Each split's rows as stored features: compact when the pipeline compiles, else dense."""
+    extra = (WEIGHT,) if weighted else ()
     compiled = compile_features(pipeline)
     if compiled is not None:
-        return _Encoded({name: compiled.frame(df) for name, df in rows.items()}, compiled.layout, compiled.layout.dim)
-    frames = {name: to_feature_frame(pipeline, df) for name, df in rows.items()}
+        frames = {name: compiled.frame(df, extra=extra) for name, df in rows.items()}
+        return _Encoded(frames, compiled.layout, compiled.layout.dim)
+    frames = {name: to_feature_frame(pipeline, df, extra=extra) for name, df in rows.items()}
     return _Encoded(frames, None, frames["train"].select(F.size(FEATURES)).first()[0])
 
 
@@ -121,26 +141,38 @@ def select_rows(rows: DataFrame, where: str | None) -> DataFrame:
                           f"{[c for c in rows.columns if not c.startswith('_')]}: {str(exc).splitlines()[0]}") from None
 
 
-def _write_rejects(inputs: dict[str, IngestResult], path: str) -> None:
+def _write_rejects(inputs: dict[str, IngestResult], labelled: dict[str, EncodedRows], path: str) -> None:
     frames = [r.rejects.withColumn("input", F.lit(name)) for name, r in inputs.items()]
+    frames += [e.unknown.withColumn("input", F.lit(name)) for name, e in labelled.items() if e.unknown_rows]
     union: DataFrame = frames[0]
     for f in frames[1:]:
         union = union.unionByName(f)
     union.coalesce(1).write.mode("overwrite").parquet(path)
 
 
-def _manifest(cfg: JobConfig, staging: str, pipeline, train_rows, encoded: _Encoded,
-              inputs: dict[str, IngestResult]) -> Manifest:
-    splits = {name: describe_split(storage.join(staging, name)) for name in ("train", "val", "test")}
-    schema = {c.name: f"{c.type}/{c.role}" for c in cfg.data.columns}
+def _manifest(cfg: JobConfig, data: DataConfig, staging: str, pipeline, train_rows, encoded: _Encoded,
+              inputs: dict[str, IngestResult], labelled: dict[str, EncodedRows], target: Target) -> Manifest:
+    classes = len(target.classes)
+    splits = {name: describe_split(storage.join(staging, name), classes) for name in ("train", "val", "test")}
+    schema = {c.name: f"{c.type}/{c.role}" for c in data.columns}
+    counts = {name: _counts_after_labels(r, labelled[name]) for name, r in inputs.items()}
     return Manifest(
         feature_dim=encoded.dim,
         feature_names=feature_names(pipeline, train_rows),
         splits=splits,
         input_fingerprint=fingerprint([resolve_path(cfg.data.train_path), resolve_path(cfg.data.test_path)]),
-        inputs={name: r.counts() for name, r in inputs.items()},
+        inputs=counts,
         schema=schema,
         layout={"num_ranks": cfg.train.num_ranks, "files_per_rank": cfg.data.files_per_rank,
                 "row_group_rows": cfg.data.row_group_rows},
         feature_layout=encoded.layout.to_json() if encoded.layout is not None else None,
+        target=target.to_json(),
+        weighted=data.weight_column is not None,
     )
+
+
+def _counts_after_labels(result: IngestResult, labels: EncodedRows) -> dict[str, int]:
+    """Ingest's counts with the rows whose label the target did not know moved to the rejects."""
+    counts = result.counts()
+    return counts | {"accepted": counts["accepted"] - labels.unknown_rows,
+                     "rejected": counts["rejected"] + labels.unknown_rows}

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkml_dist import storage
+from sparkml_dist.tasks.base import Target
 from sparkml_dist.train.records import EpochRecord
 
 
@@ -41,13 +42,15 @@ class TrainRecord:
 class EvaluateRecord:
     model_uri: str
     metrics: dict[str, float]
+    target: Target | None = None  # the model's (its task decides the gate's metric and direction)
 
     def save(self, uri: str) -> str:
-        return storage.write_json(uri, {"model_uri": self.model_uri, "metrics": self.metrics})
+        return storage.write_json(uri, {"model_uri": self.model_uri, "metrics": self.metrics,
+                                        "target": self.target.to_json() if self.target else None})
 
     @staticmethod
     def load(uri: str) -> "EvaluateRecord | None":
         if not storage.exists(uri):
             return None
         raw: dict[str, Any] = storage.read_json(uri)
-        return EvaluateRecord(raw["model_uri"], raw["metrics"])
+        return EvaluateRecord(raw["model_uri"], raw["metrics"], Target.from_json(raw.get("target")))

@@ -11,6 +11,7 @@ from sparkml_dist.errors import SparkMLDistError
 from sparkml_dist.stages.evaluate import evaluate
 from sparkml_dist.stages.records import EvaluateRecord, TrainRecord
 from sparkml_dist.storage.paths import OutputPaths
+from sparkml_dist.tasks.base import Target, TaskReport
 from sparkml_dist.tracking.client import RunHandle, resolve_tracking_uri
 from sparkml_dist.tracking.models import champion_version
 from sparkml_dist.tracking.models import register as create_version
@@ -29,15 +30,22 @@ class RegistryDecision:
 
 
 def register(spark: SparkSession, cfg: JobConfig, run: RunHandle, model_uri: str,
-             metrics: dict[str, float], test_rows: DataFrame | None = None) -> RegistryDecision:
+             report: TaskReport, test_rows: DataFrame | None = None) -> RegistryDecision:
+    """A new version of `model_uri` with the alias the gate gives it; `report` is its evaluation."""
     name = cfg.tracking.registered_model
+    target = report.target or Target("binary")
     current = champion_version(run.tracking_uri, name)
     champion_metrics = None
     if current is not None:  # re-score the champion on the same test rows
-        champion_metrics = evaluate(spark, cfg, f"models:/{name}@{CHAMPION}", run.tracking_uri, test_rows).metrics
-    decision = decide(cfg.tracking.gate, metrics, champion_metrics)
+        champion = evaluate(spark, cfg, f"models:/{name}@{CHAMPION}", run.tracking_uri, test_rows)
+        if (champion.target or target).task != target.task:
+            raise SparkMLDistError(f"register: the champion of {name} is a {(champion.target or target).task} model "
+                                   f"and this one {target.task}; register it under another tracking.registered_model")
+        champion_metrics = champion.metrics
+    decision = decide(cfg.tracking.gate, target, report.metrics, champion_metrics)
     alias = CHAMPION if decision.promote else CHALLENGER
-    version = create_version(run, model_uri, name, {"gate_reason": decision.reason, "gate_metric": cfg.tracking.gate.metric})
+    metric = cfg.tracking.gate.metric or target.kind.default_gate[0]
+    version = create_version(run, model_uri, name, {"gate_reason": decision.reason, "gate_metric": metric})
     client = run.client()
     client.set_registered_model_alias(name, alias, version)
     client.set_tag(run.run_id, "registry.version", version)
@@ -57,4 +65,4 @@ def register_evaluated(spark: SparkSession, cfg: JobConfig, model_uri: str | Non
     if evaluated is None or evaluated.model_uri != uri:
         raise SparkMLDistError(f"register: {uri} has not been evaluated; run the evaluate stage first")
     run = RunHandle.existing(resolve_tracking_uri(cfg.tracking), trained.run_id)
-    return register(spark, cfg, run, uri, evaluated.metrics)
+    return register(spark, cfg, run, uri, TaskReport(evaluated.metrics, target=evaluated.target))

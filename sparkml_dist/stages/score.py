@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 from pyspark.ml import PipelineModel
 from pyspark.sql import SparkSession
@@ -12,13 +13,17 @@ from sparkml_dist import storage
 from sparkml_dist.config.schema import DataConfig, JobConfig
 from sparkml_dist.data.features import scoring_frame
 from sparkml_dist.data.ingest import ROW_ID, IngestResult, ingest
+from sparkml_dist.data.labels import model_target
 from sparkml_dist.errors import DataError
 from sparkml_dist.inference.bundle import ModelBundle
-from sparkml_dist.inference.udf import PREDICTION, PROBABILITY, score_features
+from sparkml_dist.inference.udf import PREDICTION, score_features
 from sparkml_dist.storage.hadoop import atomic_dir
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tracking.client import resolve_tracking_uri
 from sparkml_dist.tracking.models import load_bundle
+
+
+PREDICTED_LABEL = "predicted_label"
 
 
 @dataclass
@@ -34,20 +39,21 @@ def score(spark: SparkSession, cfg: JobConfig, model_uri: str | None = None, inp
           output_path: str | None = None) -> ScoreResult:
     uri = model_uri or f"models:/{cfg.tracking.registered_model}@champion"
     bundle = load_bundle(uri, resolve_tracking_uri(cfg.tracking))
-    check_schema(cfg.data, bundle)
     with ingest(spark, input_path or cfg.data.score_path or cfg.data.test_path, cfg.data, require_label=False) as raw:
+        check_schema(schema_of(raw.data), bundle)
         return _score_rows(spark, cfg, uri, bundle, raw, output_path)
 
 
 def _score_rows(spark: SparkSession, cfg: JobConfig, uri: str, bundle: ModelBundle, raw: IngestResult,
                 output_path: str | None) -> ScoreResult:
     pipeline = PipelineModel.load(storage.spark_path(bundle.feature_pipeline_path))
-    features, layout = scoring_frame(pipeline, raw.accepted, with_label=False)
-    label = cfg.data.label
-    scored = score_features(features, bundle, layout=layout).select(
-        ROW_ID, PROBABILITY, PREDICTION,
-        F.when(F.col(PREDICTION) == 1, F.lit(label.positive)).otherwise(F.lit(label.negative)).alias("predicted_label"),
-    )
+    ids = tuple(raw.data.names_with_role("id"))  # pass through: predictions join back to the input on them
+    features, layout = scoring_frame(pipeline, raw.accepted, with_label=False, extra=ids)
+    scored = score_features(features, bundle, layout=layout, passthrough=(ROW_ID, *ids))
+    classes = model_target(bundle.target, raw.data).classes
+    if classes:  # a classifier: the predicted class as the label's own value
+        scored = scored.withColumn(PREDICTED_LABEL, F.element_at(F.array(*[F.lit(c) for c in classes]),
+                                                                 F.col(PREDICTION) + 1))
     out = storage.absolute(output_path) if output_path else OutputPaths.of(cfg).predictions
     with atomic_dir(spark, out) as staging:
         scored.write.mode("overwrite").parquet(f"{staging}/scored")
@@ -58,12 +64,19 @@ def _score_rows(spark: SparkSession, cfg: JobConfig, uri: str, bundle: ModelBund
     return ScoreResult(uri, storage.join(out, "scored"), raw.input_rows, written, raw.rejected_rows)
 
 
-def check_schema(data: DataConfig, bundle: ModelBundle) -> None:
-    """The scoring config's feature columns must be the ones the model was trained on."""
+def schema_of(data: DataConfig) -> dict[str, str]:
+    """column -> "type/role", as the model and the manifest record it."""
+    return {c.name: f"{c.type}/{c.role}" for c in data.columns}
+
+
+def check_schema(schema: Mapping[str, str], bundle: ModelBundle) -> None:
+    """The feature columns to score (`schema`: column -> "type/role") must be the ones the model
+    was trained on."""
     if not bundle.training_schema:
         return
-    now = {c.name: f"{c.type}/{c.role}" for c in data.columns if c.role in ("numeric", "categorical")}
-    then = {k: v for k, v in bundle.training_schema.items() if v.split("/")[1] in ("numeric", "categorical")}
+    features = ("numeric", "categorical")
+    now = {k: v for k, v in schema.items() if v.split("/")[1] in features}
+    then = {k: v for k, v in bundle.training_schema.items() if v.split("/")[1] in features}
     if now != then:
         missing = sorted(set(then) - set(now))
         extra = sorted(set(now) - set(then))

@@ -5,7 +5,7 @@ feature pipeline, the loss plot, and `train.json` for the stages after it."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyspark.sql import SparkSession
 
@@ -14,7 +14,7 @@ from sparkml_dist.data.dataset import PreprocessResult
 from sparkml_dist.methods.base import TrainRequest, get_method
 from sparkml_dist.stages.records import TrainRecord
 from sparkml_dist.storage.paths import OutputPaths
-from sparkml_dist.tracking.client import EpochLogger, RunHandle, tracked_run
+from sparkml_dist.tracking.client import EpochLogger, RankTracker, RunHandle, tracked_run
 from sparkml_dist.tracking.outcome import log_outcome
 from sparkml_dist.train.records import EpochRecord, TrainOutcome
 
@@ -43,7 +43,41 @@ def train(spark: SparkSession, cfg: JobConfig, prep: PreprocessResult | None, ru
     paths = OutputPaths.of(cfg)
     method = get_method(method_name or cfg.train.strategy)
     outcome = method.run(TrainRequest(spark, cfg, prep, paths.checkpoints(run.run_id), sink=EpochLogger(run)))
+    if cfg.evaluate.threshold == "f1":
+        outcome = with_f1_threshold(spark, cfg, outcome, run)
     return record_outcome(run, cfg, outcome)
+
+
+def with_f1_threshold(spark: SparkSession, cfg: JobConfig, outcome: TrainOutcome, run: RunHandle) -> TrainOutcome:
+    """`evaluate.threshold: f1`: the probability threshold with the best F1 on the validation
+    split (the training rows the model did not learn from), scored through the model's own
+    feature pipeline; it goes into the model and decides every later prediction."""
+    from pyspark.ml import PipelineModel
+
+    from sparkml_dist import storage
+    from sparkml_dist.data.dataset import split_frame
+    from sparkml_dist.data.features import scoring_frame
+    from sparkml_dist.data.ingest import LABEL, ROW_ID, WEIGHT, ingest
+    from sparkml_dist.data.labels import encode_labels
+    from sparkml_dist.inference.bundle import ModelBundle
+    from sparkml_dist.inference.udf import score_features
+    from sparkml_dist.validation.binary import best_f1_threshold
+
+    model = outcome.model
+    bundle = ModelBundle(model.spec, model.weights, model.feature_pipeline, target=model.target)
+    with ingest(spark, cfg.data.train_path, cfg.data) as rows:
+        _, val = split_frame(encode_labels(rows.accepted, model.target, rows.data).known,
+                             cfg.data.validation_fraction, cfg.data.split_seed)
+        weighted = rows.data.weight_column is not None
+        extra = (WEIGHT,) if weighted else ()
+        pipeline = PipelineModel.load(storage.spark_path(model.feature_pipeline))
+        features, layout = scoring_frame(pipeline, val, with_label=True, extra=extra)
+        scored = score_features(features, bundle, passthrough=(ROW_ID, LABEL, *extra), layout=layout)
+        threshold, f1 = best_f1_threshold(scored, LABEL, WEIGHT if weighted else None)
+    log.info("evaluate.threshold=f1: %.3f (validation F1 %.4f)", threshold, f1)
+    RankTracker(run, 0).log({"threshold": threshold, "val_best_f1": f1}, outcome.last.epoch)
+    target = replace(model.target, threshold=threshold)
+    return replace(outcome, model=replace(model, target=target))
 
 
 def record_outcome(run: RunHandle, cfg: JobConfig, outcome: TrainOutcome) -> TrainResult:

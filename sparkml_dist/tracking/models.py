@@ -11,6 +11,7 @@ from typing import Mapping
 from sparkml_dist import storage
 from sparkml_dist.inference.bundle import ModelBundle
 from sparkml_dist.models.spec import ModelSpec
+from sparkml_dist.tasks.base import Target
 from sparkml_dist.tracking.client import RunHandle
 from sparkml_dist.train.records import TrainedModel
 
@@ -29,17 +30,18 @@ def log_model(handle: RunHandle, model: TrainedModel) -> str:
     """Save the pyfunc model locally, upload it under the run; return `runs:/<id>/model`."""
     with tempfile.TemporaryDirectory() as tmp:
         if model.feature_pipeline is None:
-            local = save_pyfunc_model(tmp, model.weights, model.spec, None, model.training_schema)
+            local = save_pyfunc_model(tmp, model.weights, model.spec, None, model.training_schema, model.target)
         else:  # MLflow uploads local directories: a remote pipeline comes down first
             with storage.local_copy(model.feature_pipeline) as pipeline:
-                local = save_pyfunc_model(tmp, model.weights, model.spec, str(pipeline), model.training_schema)
+                local = save_pyfunc_model(tmp, model.weights, model.spec, str(pipeline), model.training_schema,
+                                          model.target)
         handle.client().log_artifacts(handle.run_id, local, MODEL_DIR)
     return f"runs:/{handle.run_id}/{MODEL_DIR}"
 
 
 def save_pyfunc_model(directory: str, weights: bytes, spec: ModelSpec, feature_pipeline_dir: str | None,
-                      training_schema: Mapping[str, str] | None = None) -> str:
-    """Write the MLflow pyfunc model (spec, weights, feature pipeline, signature) under `directory`."""
+                      training_schema: Mapping[str, str] | None = None, target: Target | None = None) -> str:
+    """Write the MLflow pyfunc model (spec, weights, target, feature pipeline, signature) under `directory`."""
     import mlflow.pyfunc
     from mlflow.models import ModelSignature
     from mlflow.types.schema import Array, ColSpec, Schema
@@ -52,14 +54,19 @@ def save_pyfunc_model(directory: str, weights: bytes, spec: ModelSpec, feature_p
     files.mkdir(parents=True, exist_ok=True)
     (files / "weights.pt").write_bytes(weights)
     (files / "spec.json").write_text(json.dumps(spec.to_json()))
-    artifacts = {"weights": str(files / "weights.pt"), "spec": str(files / "spec.json")}
+    target = target or Target("binary")
+    (files / "target.json").write_text(json.dumps(target.to_json()))
+    artifacts = {"weights": str(files / "weights.pt"), "spec": str(files / "spec.json"),
+                 "target": str(files / "target.json")}
     if training_schema:
         (files / "training_schema.json").write_text(json.dumps(dict(training_schema)))
         artifacts["training_schema"] = str(files / "training_schema.json")
     if feature_pipeline_dir:
         artifacts["feature_pipeline"] = feature_pipeline_dir
-    signature = ModelSignature(inputs=Schema([ColSpec(Array("float"), "features")]),
-                               outputs=Schema([ColSpec("double", "probability")]))
+    columns = target.kind.output_columns(target)[:1] if target.kind.thresholded else target.kind.output_columns(target)
+    outputs = [ColSpec(Array("double") if kind.startswith("array") else "integer" if kind == "integer" else "double", name)
+               for name, kind in columns]
+    signature = ModelSignature(inputs=Schema([ColSpec(Array("float"), "features")]), outputs=Schema(outputs))
     local = Path(directory) / MODEL_DIR
     with warnings.catch_warnings():  # the explicit signature makes MLflow's type-hint advice moot
         warnings.simplefilter("ignore", UserWarning)
@@ -133,6 +140,8 @@ def load_bundle(model_uri: str, tracking_uri: str, dst: str | None = None) -> Mo
     spec = ModelSpec.from_json(json.loads((artifacts / "spec.json").read_text()))
     pipeline = artifacts / "feature_pipeline"
     schema = artifacts / "training_schema.json"
+    target = artifacts / "target.json"
     return ModelBundle(spec=spec, weights=(artifacts / "weights.pt").read_bytes(),
                        feature_pipeline_path=str(pipeline) if pipeline.exists() else None, uri=model_uri,
-                       training_schema=json.loads(schema.read_text()) if schema.exists() else None)
+                       training_schema=json.loads(schema.read_text()) if schema.exists() else None,
+                       target=Target.from_json(json.loads(target.read_text())) if target.exists() else Target("binary"))

@@ -22,13 +22,14 @@ def loss_curves(records: Sequence[EpochRecord], path: Path, unit: str = "epoch")
     evaluated = [r for r in records if r.evaluation is not None]
     rows = _ROWS[evaluated[0].evaluation.rows] if evaluated else "held-out"
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))
+    metric = evaluated[0].evaluation.metric if evaluated else "metric"
     ax1.plot(epochs, [r.train_loss for r in records], marker="o", label="train")
     ax1.plot([r.epoch + 1 for r in evaluated], [r.evaluation.loss for r in evaluated], marker="o", label=rows)
-    ax1.set(xlabel=unit, ylabel="log loss", title="Loss")
+    ax1.set(xlabel=unit, ylabel="loss", title="Loss")
     ax1.legend()
-    ax2.plot([r.epoch + 1 for r in evaluated], [r.evaluation.accuracy for r in evaluated], marker="o",
+    ax2.plot([r.epoch + 1 for r in evaluated], [r.evaluation.value for r in evaluated], marker="o",
              color="tab:green")
-    ax2.set(xlabel=unit, ylabel="accuracy", title=f"{rows.capitalize()} accuracy")
+    ax2.set(xlabel=unit, ylabel=metric, title=f"{rows.capitalize()} {metric}")
     return _save(fig, path)
 
 
@@ -41,15 +42,44 @@ def roc(fpr: list[float], tpr: list[float], auc: float, path: Path) -> Path:
     return _save(fig, path)
 
 
-def confusion(matrix: list[list[int]], labels: tuple[str, str], path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(4.5, 4))
+def confusion(matrix: list[list[float]], labels: Sequence[str], path: Path) -> Path:
+    """Rows: true class, columns: predicted; cells annotated while there are few enough to read."""
+    k = len(labels)
+    size = min(4.5 + 0.35 * k, 14)
+    fig, ax = plt.subplots(figsize=(size, size * 0.9))
     ax.imshow(matrix, cmap="Blues")
-    for i in range(2):
-        for j in range(2):
-            ax.text(j, i, f"{matrix[i][j]:,}", ha="center", va="center", fontsize=12)
-    ax.set_xticks([0, 1], labels=[f"pred {labels[0]}", f"pred {labels[1]}"])
-    ax.set_yticks([0, 1], labels=[f"true {labels[0]}", f"true {labels[1]}"])
+    if k <= 15:
+        for i in range(k):
+            for j in range(k):
+                value = matrix[i][j]
+                ax.text(j, i, f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}",
+                        ha="center", va="center", fontsize=12 if k <= 4 else 8)
+    ticks = list(range(k))
+    if k <= 4:
+        ax.set_xticks(ticks, labels=[f"pred {c}" for c in labels])
+        ax.set_yticks(ticks, labels=[f"true {c}" for c in labels])
+    else:
+        ax.set_xticks(ticks, labels=list(labels), rotation=90)
+        ax.set_yticks(ticks, labels=list(labels))
+        ax.set(xlabel="predicted", ylabel="true")
     ax.set_title("Confusion matrix (test)")
+    return _save(fig, path)
+
+
+def predicted_vs_actual(actual: Sequence[float], predicted: Sequence[float], r2: float, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(4.8, 4.5))
+    ax.scatter(actual, predicted, s=4, alpha=0.3)
+    lo, hi = (min(min(actual), min(predicted)), max(max(actual), max(predicted))) if actual else (0, 1)
+    ax.plot([lo, hi], [lo, hi], linestyle="--", color="grey")
+    ax.set(xlabel="actual", ylabel="predicted", title=f"Predicted vs actual (test, R2 {r2:.3f})")
+    return _save(fig, path)
+
+
+def residuals(actual: Sequence[float], predicted: Sequence[float], path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    ax.scatter(predicted, [a - p for a, p in zip(actual, predicted)], s=4, alpha=0.3)
+    ax.axhline(0.0, linestyle="--", color="grey")
+    ax.set(xlabel="predicted", ylabel="actual - predicted", title="Residuals (test)")
     return _save(fig, path)
 
 

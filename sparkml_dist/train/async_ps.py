@@ -153,7 +153,7 @@ def _work(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[s
     worker, workers = ctx.rank - servers, ctx.world_size - servers
     dist.barrier()  # servers are up
     loader = job.loader("train", worker, workers, cfg.batch_size, cfg.seed)
-    loss_fn, params = nn.BCEWithLogitsLoss(), dict(model.named_parameters())
+    loss_fn, params = job.loss(), dict(model.named_parameters())
     steps, samples, loss_sum, start = 0, 0, 0.0, time.perf_counter()
     step_times = []
     for epoch in range(cfg.epochs):
@@ -190,7 +190,7 @@ def _final(job: TrainJob, model: nn.Module) -> tuple[Evaluation, bytes]:
     """Rank 0: validation of the final parameters over all validation rows (the loop's own
     evaluation, as one process), and the weights to log."""
     loader = job.loader("val", 0, 1, 4096, job.train.seed, shuffle=False)
-    evaluation = evaluate(model, loader, Strategy(1), torch.device("cpu"))
+    evaluation = evaluate(model, loader, Strategy(1), torch.device("cpu"), job.target)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     return evaluation, state_dict_to_bytes(state)
 

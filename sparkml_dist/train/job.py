@@ -10,6 +10,7 @@ from sparkml_dist.data.dataset import RowGroup
 from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.loader import ShardLoader
 from sparkml_dist.models.spec import ModelSpec
+from sparkml_dist.tasks.base import Target
 from sparkml_dist.train.adapters import AdaptSpec
 from sparkml_dist.train.records import EpochRecord
 
@@ -65,9 +66,16 @@ class TrainJob:
     init_weights: bytes | None = None  # fine-tuning: the base model's state_dict (models.weights codec)
     adapt: AdaptSpec | None = None  # fine-tuning: frozen prefixes and low-rank adapters
     feature_layout: FeatureLayout | None = None  # how the splits store features (None: dense column)
+    target: Target = Target("binary")  # what the label is: the loss and the per-epoch metric follow it
+    class_weights: tuple[float, ...] | None = None  # per class, multiplied into each row's weight
+    weighted: bool = False  # the splits carry a weight per row
+
+    def loss(self):
+        """The task's loss for this target (a module; every rank builds its own)."""
+        return self.target.kind.loss(self.target, self.class_weights, self.train.loss)
 
     def loader(self, split: str, rank: int, world: int, batch_size: int, seed: int, **options) -> ShardLoader:
         """A rank's streaming reader over the `split` ("train" or "val") row groups."""
         groups = self.train_groups if split == "train" else self.val_groups
         return ShardLoader(self.data_root, list(groups), rank, world, batch_size, seed,
-                           layout=self.feature_layout, **options)
+                           layout=self.feature_layout, weighted=self.weighted, **options)

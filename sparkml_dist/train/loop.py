@@ -33,6 +33,7 @@ from sparkml_dist.train.faults import inject
 from sparkml_dist.train.job import TrainJob
 from sparkml_dist.train.parallel.checkpoint import load_sharded, save_sharded
 from sparkml_dist.train.progress import Progress
+from sparkml_dist.tasks.base import Target
 from sparkml_dist.train.records import EpochRecord, Evaluation, RankResult, RankStats, RankThroughput
 from sparkml_dist.train.strategies import Strategy, local_param_bytes
 
@@ -118,10 +119,11 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
                                                  "optimizer": optimizer.state_dict(), **meta},
                             epoch, step, cfg.checkpoint_keep)
 
+    loss_fn = job.loss()
     for epoch in range(position.epoch, cfg.epochs):
         start = position.step if epoch == position.epoch else 0
         stats = position.stats if epoch == position.epoch else EpochStats()
-        run = EpochRun(model=model, optimizer=optimizer, loss_fn=nn.BCEWithLogitsLoss(), loader=train_loader,
+        run = EpochRun(model=model, optimizer=optimizer, loss_fn=loss_fn, loader=train_loader,
                        steps=steps_per_epoch, strategy=strategy, device=device, progress=progress,
                        log_every=cfg.log_every_steps, checkpoint_every=cfg.checkpoint_every_steps,
                        checkpoint=checkpoint, seed=cfg.seed, rank=ctx.rank,
@@ -133,7 +135,7 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
             if is_peer_failure(exc):  # say which rank stopped, not only that a collective failed
                 raise PeerLost(f"{heartbeat.describe_missing() or 'a peer rank was lost'} ({exc})") from exc
             raise
-        record = epoch_record(epoch, stats, strategy, evaluate(model, val_loader, strategy, device),
+        record = epoch_record(epoch, stats, strategy, evaluate(model, val_loader, strategy, device, job.target),
                               cfg.straggler_factor)
         history.append(record)
         progress.epoch_end(record)
@@ -223,8 +225,9 @@ class EpochRun:
                 # same masks on replay; ranks sharing a batch (tensor/pipeline) share the masks
                 seed_dropout(self.device, step_seed(self.seed, epoch, step, self.strategy.data_rank))
                 if batch is None:  # this shard is done, the others are not: keep the collectives matched
+                    # weight 0: a step that changes nothing, with the collectives of a real one
                     idle_batch = idle_batch or self._tensors(np.zeros((1, self.loader.feature_dim), np.float32),
-                                                             np.zeros(1, np.float32))
+                                                             np.zeros((1, 2), np.float32))
                     self.strategy.idle_step(self.model, *idle_batch, self.loss_fn)
                     loss, rows = None, 0
                 else:
@@ -295,11 +298,11 @@ def find_stragglers(per_rank: tuple[RankThroughput, ...], factor: float) -> list
 
 
 @torch.no_grad()
-def evaluate(model, loader: ShardLoader, strategy: Strategy, device) -> Evaluation:
-    """Validation loss and accuracy over every data shard (sums allreduced)."""
+def evaluate(model, loader: ShardLoader, strategy: Strategy, device, target: Target) -> Evaluation:
+    """Validation loss and the task's held-out metric over every data shard (sums allreduced)."""
     model.eval()
-    loss_fn = nn.BCEWithLogitsLoss(reduction="sum")
-    loss_sum, correct, count = 0.0, 0.0, 0.0
+    task = target.kind
+    loss_sum, metric_sum, weight_sum = 0.0, 0.0, 0.0
     batches = loader.epoch(0)
     for _ in range(_steps_per_epoch(strategy, loader)):
         batch = next(batches, None)
@@ -310,13 +313,12 @@ def evaluate(model, loader: ShardLoader, strategy: Strategy, device) -> Evaluati
         logits = strategy.logits(model, xb)  # DDP: the bare module, no collective per batch
         if logits is None:  # a pipeline stage before the last
             continue
-        loss_sum += float(loss_fn(logits, yb))
-        correct += float(((logits > 0).float() == yb).sum())
-        count += len(xb)
+        sums = task.held_out_sums(target, logits, yb)
+        loss_sum, metric_sum, weight_sum = loss_sum + sums[0], metric_sum + sums[1], weight_sum + sums[2]
     share = strategy.metric_share
-    totals = strategy.allreduce_sum(torch.tensor([loss_sum * share, correct * share, count * share],
+    totals = strategy.allreduce_sum(torch.tensor([loss_sum * share, metric_sum * share, weight_sum * share],
                                                  dtype=torch.float64)).tolist()
-    return Evaluation("val", loss=totals[0] / max(totals[2], 1), accuracy=totals[1] / max(totals[2], 1))
+    return task.held_out(target, *totals)
 
 
 def parameter_checksum(model: nn.Module) -> tuple[float, ...]:

@@ -42,7 +42,7 @@ class Progress:
         shown = f"train_loss {record.train_loss:.4f} samples_per_s {record.samples_per_s:.1f}"
         if record.evaluation is not None:
             e = record.evaluation
-            shown += f" {e.rows}_loss {e.loss:.4f} {e.rows}_accuracy {e.accuracy:.4f}"
+            shown += f" {e.rows}_loss {e.loss:.4f} {e.rows}_{e.metric} {e.value:.4f}"
         log.info("epoch %d/%d done: %s (%d samples)", record.epoch + 1, self.epochs, shown, record.samples)
         if record.stragglers:
             log.warning("epoch %d: straggler rank(s) %s: median step time above the straggler factor x the ranks' "

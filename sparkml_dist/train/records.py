@@ -10,21 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Mapping
 
 from sparkml_dist.models.spec import ModelSpec
-
-EvalRows = Literal["val", "test"]
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """Loss and accuracy of the model after an epoch (or round), on `rows`."""
-
-    rows: EvalRows
-    loss: float
-    accuracy: float
-
+from sparkml_dist.tasks.base import Evaluation, Target
 
 @dataclass(frozen=True)
 class RankThroughput:
@@ -54,7 +43,7 @@ class EpochRecord:
                "stragglers": float(len(self.stragglers))}
         if self.evaluation is not None:
             out[f"{self.evaluation.rows}_loss"] = self.evaluation.loss
-            out[f"{self.evaluation.rows}_accuracy"] = self.evaluation.accuracy
+            out[f"{self.evaluation.rows}_{self.evaluation.metric}"] = self.evaluation.value
         for r in self.per_rank:
             out[f"samples_per_s_rank{r.rank}"] = r.samples_per_s
             out[f"step_time_ms_rank{r.rank}"] = r.step_ms
@@ -114,6 +103,7 @@ class TrainedModel:
     weights: bytes
     feature_pipeline: str | None  # location of the fitted Spark ML pipeline that encodes raw rows
     training_schema: Mapping[str, str]  # column -> "type/role" it was trained on
+    target: Target = Target("binary")  # what the outputs mean: task, classes or scale, threshold
 
 
 @dataclass(frozen=True)

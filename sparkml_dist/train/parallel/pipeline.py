@@ -2,23 +2,19 @@
 the head on the last, the blocks split evenly) with torch.distributed.pipelining's GPipe or
 1F1B schedule over micro-batches. All stages read the same batches.
 
-Every batch is padded to `batch_size` so micro-batch shapes never change; targets carry a
-per-row weight (m / real rows, 0 for padding), so the schedule's mean over micro-batches of
-`sum(weight x loss)` is exactly the batch mean over real rows, as in data-parallel training.
+Every batch is padded to `batch_size` so micro-batch shapes never change. A target row is
+(label, weight); the weights are rescaled to m x weight / (the batch's weight) and padding rows
+get 0, so the schedule's mean over micro-batches of `sum(weight x loss)` is exactly the batch's
+weighted mean loss, as in data-parallel training.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from sparkml_dist.train.strategies import OptimizerFactory, SharedBatch, Strategy
-
-
-def weighted_bce(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return (F.binary_cross_entropy_with_logits(logits, target[:, 0], reduction="none") * target[:, 1]).sum()
 
 
 class PipelineParallel(SharedBatch, Strategy):
@@ -31,7 +27,8 @@ class PipelineParallel(SharedBatch, Strategy):
         self.microbatches = microbatches
         self.schedule_name = schedule
         self.batch_size = batch_size
-        self.schedule = None
+        self.schedule = None  # made at the first step, with the task's loss
+        self.stage = None
         self.hidden = (0, 0)  # (tokens, width) of the activations sent between stages
 
     @property
@@ -43,29 +40,35 @@ class PipelineParallel(SharedBatch, Strategy):
         return 1.0 if self.is_last else 0.0
 
     def wrap(self, model: nn.Module, optimizer_factory: OptimizerFactory) -> tuple[nn.Module, torch.optim.Optimizer]:
-        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+        from torch.distributed.pipelining import PipelineStage
 
         self.hidden = (model.embed.token_ids.numel(), model.embed.values.shape[1])
         model = model.keep_stage(self.rank, self.world_size)
         device = next(model.parameters()).device
-        stage = PipelineStage(model, self.rank, self.world_size, device)
-        schedule_class = ScheduleGPipe if self.schedule_name == "gpipe" else Schedule1F1B
-        self.schedule = schedule_class(stage, n_microbatches=self.microbatches, loss_fn=weighted_bce)
+        self.stage = PipelineStage(model, self.rank, self.world_size, device)
         return model, optimizer_factory(model.parameters())
+
+    def _schedule(self, loss_fn: nn.Module):
+        if self.schedule is None:
+            from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
+
+            schedule_class = ScheduleGPipe if self.schedule_name == "gpipe" else Schedule1F1B
+            self.schedule = schedule_class(self.stage, n_microbatches=self.microbatches, loss_fn=loss_fn.weighted_sum)
+        return self.schedule
 
     def train_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module,
                    accumulate: int) -> torch.Tensor | None:
-        real = len(x)
+        schedule = self._schedule(loss_fn)
         if self.rank == 0:
-            self.schedule.step(self._pad(x))
+            schedule.step(self._pad(x))
             return None
         if not self.is_last:
-            self.schedule.step()
+            schedule.step()
             return None
-        weights = torch.full((real,), self.microbatches / real, dtype=y.dtype, device=y.device)
-        target = self._pad(torch.stack([y, weights], dim=1))
+        weights = y[:, 1] * (self.microbatches / y[:, 1].sum().clamp_min(1e-12))
+        target = self._pad(torch.stack([y[:, 0], weights], dim=1))
         losses: list[torch.Tensor] = []
-        self.schedule.step(target=target, losses=losses)
+        schedule.step(target=target, losses=losses)
         return torch.stack([loss.detach() for loss in losses]).sum() / self.microbatches
 
     def logits(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor | None:

@@ -1,0 +1,84 @@
+"""Regression: a numeric label. The network learns the label standardised on the training split
+((y - mean) / std, both saved with the model); predictions come back in the label's units.
+`train.loss`: mse (default) or huber (on the standardised label, delta 1)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sparkml_dist.tasks.base import PREDICTION, Evaluation, Target, Task, TaskReport, register_task
+
+if TYPE_CHECKING:
+    import numpy as np
+    from pyspark.sql import Column, DataFrame
+
+    from sparkml_dist.config.schema import LabelSpec
+
+
+class Regression(Task):
+    name = "regression"
+    metrics = {"rmse": "lower", "mae": "lower", "r2": "higher"}
+    held_out_metric = "rmse"
+    default_gate = ("r2", 0.0)  # better than predicting the mean
+    classifier = False
+
+    def check_label(self, label: "LabelSpec") -> None:
+        if label.positive is not None or label.negative is not None or label.classes is not None:
+            raise ValueError("data.label.task=regression takes no data.label.positive/negative/classes")
+
+    def label_value(self, label: "LabelSpec", raw: "Column") -> "Column":
+        return raw.try_cast("double")
+
+    def label_problem(self, label: "LabelSpec", raw: "Column") -> "Column":
+        from pyspark.sql import functions as F
+
+        value = raw.try_cast("double")
+        return F.when(raw.isNull(), F.lit(f"label '{label.column}' is missing")).when(
+            value.isNull(), F.concat(F.lit(f"label '{label.column}': '"), raw.cast("string"), F.lit("' is not a number"))
+        ).when(F.isnan(value) | (F.abs(value) == float("inf")),
+               F.concat(F.lit(f"label '{label.column}': '"), raw.cast("string"), F.lit("' is not finite (NaN/inf)")))
+
+    def fit(self, label: "LabelSpec", labels: "DataFrame", column: str) -> Target:
+        from pyspark.sql import functions as F
+
+        row = labels.agg(F.avg(column).alias("mean"), F.stddev_pop(column).alias("std")).first()
+        std = float(row["std"] or 0.0)
+        return Target(self.name, mean=float(row["mean"] or 0.0), std=std if std > 0 else 1.0)
+
+    def encode(self, target: Target, value: "Column") -> "Column":
+        return value.cast("float")
+
+    def output_dim(self, target: Target) -> int:
+        return 1
+
+    def loss(self, target: Target, class_weights=None, kind=None):
+        from sparkml_dist.tasks.losses import RegressionLoss
+
+        return RegressionLoss(target.mean, target.std, kind or "mse")
+
+    def held_out_sums(self, target: Target, outputs, packed) -> tuple[float, float, float]:
+        label, weight = packed[:, 0], packed[:, 1]
+        z = (label - target.mean) / target.std
+        loss = (outputs - z) ** 2
+        squared_error = (outputs * target.std + target.mean - label) ** 2
+        return float((loss * weight).sum()), float((squared_error * weight).sum()), float(weight.sum())
+
+    def held_out(self, target: Target, loss_sum: float, metric_sum: float, weight_sum: float, rows: str = "val"):
+        n = max(weight_sum, 1e-12)
+        return Evaluation(rows, loss=loss_sum / n, metric="rmse", value=(metric_sum / n) ** 0.5)
+
+    def predict(self, target: Target, outputs: "np.ndarray") -> dict[str, "np.ndarray"]:
+        import numpy as np
+
+        return {PREDICTION: outputs.astype(np.float64) * target.std + target.mean}
+
+    def output_columns(self, target: Target) -> list[tuple[str, str]]:
+        return [(PREDICTION, "double")]
+
+    def report(self, scored: "DataFrame", target: Target, label: str, weight: str | None) -> TaskReport:
+        from sparkml_dist.validation.regression import regression_report
+
+        return regression_report(scored, label, weight)
+
+
+REGRESSION = register_task(Regression())

@@ -1,0 +1,100 @@
+"""Binary-classification metrics as Spark aggregations over scored rows (encoded label,
+probability, prediction; optionally a weight per row): nothing is collected but a fixed-size
+histogram for the ROC curve."""
+
+from __future__ import annotations
+
+import numpy as np
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from sparkml_dist.tasks.base import PREDICTION, PROBABILITY, Target, TaskReport
+
+_EPS = 1e-7
+
+
+def weight_of(weight: str | None):
+    return F.col(weight).cast("double") if weight else F.lit(1.0)
+
+
+def binary_report(scored: DataFrame, target: Target, label: str = "label", weight: str | None = None,
+                  roc_bins: int = 2000) -> TaskReport:
+    y, p, yhat = F.col(label).cast("double"), F.col(PROBABILITY), F.col(PREDICTION).cast("double")
+    w = weight_of(weight)
+    clipped = F.least(F.greatest(p, F.lit(_EPS)), F.lit(1 - _EPS))
+    row = scored.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.sum(w).alias("w"),
+        F.sum(w * y * yhat).alias("tp"),
+        F.sum(w * (1 - y) * yhat).alias("fp"),
+        F.sum(w * y * (1 - yhat)).alias("fn"),
+        F.sum(w * (1 - y) * (1 - yhat)).alias("tn"),
+        F.sum(-w * (y * F.log(clipped) + (1 - y) * F.log(1 - clipped))).alias("log_loss"),
+    ).first()
+    n, total = int(row["n"] or 0), float(row["w"] or 0.0)
+    tp, fp, fn, tn = (float(row[k] or 0.0) for k in ("tp", "fp", "fn", "tn"))
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    fpr, tpr, auc = roc_curve(scored, label, w, roc_bins)
+    metrics = {
+        "rows": float(n),
+        "accuracy": (tp + tn) / total if total else 0.0,
+        "precision": precision,
+        "recall": recall,
+        "f1": 2 * precision * recall / (precision + recall) if precision + recall else 0.0,
+        "log_loss": float(row["log_loss"] or 0.0) / total if total else 0.0,
+        "roc_auc": auc,
+    }
+    confusion = [[_whole(tn), _whole(fp)], [_whole(fn), _whole(tp)]]
+    names = target.classes or ("negative", "positive")
+    return TaskReport(metrics, plots=[
+        ("roc.png", lambda path: _plots().roc(fpr, tpr, auc, path)),
+        ("confusion_matrix.png", lambda path: _plots().confusion(confusion, tuple(names), path)),
+    ])
+
+
+def roc_curve(scored: DataFrame, label: str, w, bins: int) -> tuple[list[float], list[float], float]:
+    """ROC from a (weighted) probability histogram, positives/negatives per bin; AUC by trapezoids."""
+    bucket = F.least(F.floor(F.col(PROBABILITY) * bins), F.lit(bins - 1)).cast("int")
+    rows = scored.groupBy(bucket.alias("b")).agg(
+        F.sum(w * F.col(label).cast("double")).alias("pos"), F.sum(w).alias("n")
+    ).collect()
+    pos = np.zeros(bins)
+    neg = np.zeros(bins)
+    for r in rows:
+        pos[r["b"]] = r["pos"]
+        neg[r["b"]] = r["n"] - r["pos"]
+    # thresholds from high to low probability
+    tpr = np.concatenate([[0.0], np.cumsum(pos[::-1]) / max(pos.sum(), 1e-12)])
+    fpr = np.concatenate([[0.0], np.cumsum(neg[::-1]) / max(neg.sum(), 1e-12)])
+    auc = float(np.trapezoid(tpr, fpr)) if hasattr(np, "trapezoid") else float(np.trapz(tpr, fpr))
+    return fpr.tolist(), tpr.tolist(), auc
+
+
+def best_f1_threshold(scored: DataFrame, label: str, weight: str | None, bins: int = 1000) -> tuple[float, float]:
+    """The probability threshold with the highest F1 on `scored` (a histogram of `bins` cut points,
+    aggregated in Spark), and that F1."""
+    w = weight_of(weight)
+    bucket = F.least(F.floor(F.col(PROBABILITY) * bins), F.lit(bins - 1)).cast("int")
+    rows = scored.groupBy(bucket.alias("b")).agg(
+        F.sum(w * F.col(label).cast("double")).alias("pos"), F.sum(w).alias("n")).collect()
+    pos, total = np.zeros(bins), np.zeros(bins)
+    for r in rows:
+        pos[r["b"]], total[r["b"]] = r["pos"], r["n"]
+    # predicting positive from bin b upwards: tp = positives at or above b, fp = the rest there
+    tp = np.cumsum(pos[::-1])[::-1]
+    predicted = np.cumsum(total[::-1])[::-1]
+    fn = pos.sum() - tp
+    f1 = np.where(predicted + fn > 0, 2 * tp / np.maximum(predicted + pos.sum(), 1e-12), 0.0)
+    best = int(np.argmax(f1))
+    return best / bins, float(f1[best])
+
+
+def _whole(x: float) -> float:
+    return int(round(x)) if abs(x - round(x)) < 1e-9 else round(x, 3)
+
+
+def _plots():
+    from sparkml_dist.tracking import plots
+
+    return plots

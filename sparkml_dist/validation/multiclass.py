@@ -1,0 +1,64 @@
+"""Multiclass metrics as Spark aggregations: a (weighted) confusion matrix (classes x classes
+cells, the only thing collected) gives accuracy, per-class precision/recall/F1 and their macro
+and support-weighted means; log loss is averaged over rows from the true class's probability."""
+
+from __future__ import annotations
+
+import numpy as np
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from sparkml_dist.tasks.base import PREDICTION, PROBABILITIES, Target, TaskReport
+from sparkml_dist.validation.binary import weight_of
+
+_EPS = 1e-7
+PLOTTED_CLASSES = 40  # a confusion matrix with more classes is a table, not a picture
+
+
+def multiclass_report(scored: DataFrame, target: Target, label: str = "label", weight: str | None = None) -> TaskReport:
+    k = len(target.classes)
+    w = weight_of(weight)
+    y = F.col(label).cast("int")
+    cells = scored.groupBy(y.alias("y"), F.col(PREDICTION).alias("p")).agg(F.sum(w).alias("w"), F.count(F.lit(1)).alias("n")).collect()
+    matrix = np.zeros((k, k))
+    rows = 0
+    for c in cells:
+        matrix[c["y"], c["p"]] += c["w"]
+        rows += c["n"]
+    true_p = F.greatest(F.try_element_at(F.col(PROBABILITIES), y + 1), F.lit(_EPS))
+    log_loss = scored.agg((F.sum(-w * F.log(true_p)) / F.sum(w)).alias("ll")).first()["ll"]
+    per_class = class_table(matrix, target.classes)
+    support = matrix.sum(axis=1)
+    seen = [r for r, s in zip(per_class, support) if s > 0 or r["predicted"] > 0]
+    total = matrix.sum()
+    metrics = {
+        "rows": float(rows),
+        "accuracy": float(np.trace(matrix) / total) if total else 0.0,
+        "macro_f1": float(np.mean([r["f1"] for r in seen])) if seen else 0.0,
+        "weighted_f1": float(sum(r["f1"] * r["support"] for r in per_class) / total) if total else 0.0,
+        "log_loss": float(log_loss or 0.0),
+    }
+    plots = []
+    if k <= PLOTTED_CLASSES:
+        plots.append(("confusion_matrix.png", lambda path: _plots().confusion(matrix.tolist(), target.classes, path)))
+    return TaskReport(metrics, plots=plots, tables={"per_class.json": per_class})
+
+
+def class_table(matrix: np.ndarray, classes: tuple[str, ...]) -> list[dict]:
+    """Per class: precision, recall, F1, support (true rows) and predicted rows, from the matrix."""
+    out = []
+    for i, name in enumerate(classes):
+        tp = matrix[i, i]
+        predicted, support = matrix[:, i].sum(), matrix[i, :].sum()
+        precision = tp / predicted if predicted else 0.0
+        recall = tp / support if support else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        out.append({"class": name, "precision": float(precision), "recall": float(recall), "f1": float(f1),
+                    "support": float(support), "predicted": float(predicted)})
+    return out
+
+
+def _plots():
+    from sparkml_dist.tracking import plots
+
+    return plots

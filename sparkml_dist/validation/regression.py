@@ -1,0 +1,48 @@
+"""Regression metrics as Spark aggregations (rmse, mae, r2, optionally weighted), and a bounded
+sample of (actual, predicted) pairs for the plots."""
+
+from __future__ import annotations
+
+import math
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from sparkml_dist.tasks.base import PREDICTION, TaskReport
+from sparkml_dist.validation.binary import weight_of
+
+PLOT_POINTS = 5000
+
+
+def regression_report(scored: DataFrame, label: str = "label", weight: str | None = None) -> TaskReport:
+    y, p, w = F.col(label).cast("double"), F.col(PREDICTION).cast("double"), weight_of(weight)
+    row = scored.agg(
+        F.count(F.lit(1)).alias("n"), F.sum(w).alias("w"),
+        F.sum(w * (y - p) * (y - p)).alias("sse"), F.sum(w * F.abs(y - p)).alias("sae"),
+        F.sum(w * y).alias("sy"), F.sum(w * y * y).alias("syy"),
+    ).first()
+    n, total = int(row["n"] or 0), float(row["w"] or 0.0)
+    sse, sae = float(row["sse"] or 0.0), float(row["sae"] or 0.0)
+    mean = float(row["sy"] or 0.0) / total if total else 0.0
+    ss_tot = float(row["syy"] or 0.0) - total * mean * mean
+    metrics = {
+        "rows": float(n),
+        "rmse": math.sqrt(sse / total) if total else 0.0,
+        "mae": sae / total if total else 0.0,
+        "r2": 1.0 - sse / ss_tot if ss_tot > 0 else 0.0,
+    }
+    sample = scored.select(y.alias("y"), p.alias("p"))
+    if n > PLOT_POINTS:
+        sample = sample.sample(fraction=min(1.0, 1.5 * PLOT_POINTS / n), seed=0)
+    pairs = [(r["y"], r["p"]) for r in sample.limit(PLOT_POINTS).collect()]
+    actual, predicted = [a for a, _ in pairs], [b for _, b in pairs]
+    return TaskReport(metrics, plots=[
+        ("predicted_vs_actual.png", lambda path: _plots().predicted_vs_actual(actual, predicted, metrics["r2"], path)),
+        ("residuals.png", lambda path: _plots().residuals(actual, predicted, path)),
+    ])
+
+
+def _plots():
+    from sparkml_dist.tracking import plots
+
+    return plots
