@@ -28,15 +28,37 @@ def make_frame(spark, rows: int):
     return df
 
 
-def bundle_for(hidden: list[int]):
+def bundle_for(hidden: list[int], target=None):
+    """An MLP over DIM features with random weights, for `target` (default: binary)."""
     from sparkml_dist.inference.bundle import ModelBundle
     from sparkml_dist.models.factory import build_model
     from sparkml_dist.models.spec import ModelSpec
     from sparkml_dist.models.weights import state_dict_to_bytes
+    from sparkml_dist.tasks.base import Target
 
-    spec = ModelSpec("mlp", DIM, 0.0, tuple(hidden))
+    target = target or Target("binary", ("0", "1"))
+    outputs = len(target.classes) if target.task == "multiclass" else 1
+    spec = ModelSpec("mlp", DIM, 0.0, tuple(hidden), output_dim=outputs)
     torch.manual_seed(0)
-    return ModelBundle(spec=spec, weights=state_dict_to_bytes(build_model(spec).state_dict()))
+    return ModelBundle(spec=spec, weights=state_dict_to_bytes(build_model(spec).state_dict()), target=target)
+
+
+def task_rows(df, rows: int) -> list[dict]:
+    """Scoring rows/s of each task's outputs against the binary model's, on the same rows: a
+    10-class model also returns the 10 probabilities (an array column), a regressor one value."""
+    from sparkml_dist.inference.udf import score_features
+    from sparkml_dist.tasks.base import Target
+
+    binary = bundle_for([64])
+    tasks = {"infer_multiclass10_vs_binary": Target("multiclass", tuple(str(d) for d in range(10))),
+             "infer_regression_vs_binary": Target("regression", mean=40.0, std=12.0)}
+    out = []
+    for name, target in tasks.items():
+        bundle = bundle_for([64], target)
+        o, b = alternate(lambda: timed_rows_per_s(lambda: score_features(df, bundle), rows),
+                         lambda: timed_rows_per_s(lambda: score_features(df, binary), rows))
+        out.append(entry(name, o, b, "rows/s", "higher", 0.9, note=f"MLP {DIM}-64-k, {rows:,} rows"))
+    return out
 
 
 def timed_rows_per_s(df_fn, rows: int) -> float:
@@ -86,6 +108,7 @@ def main(rows: int = 1_000_000, spark=None) -> list[dict]:
         mlflow_frame = mlflow_udf_frame(spark, df, small, tmp)
         o, b = alternate(lambda: timed_rows_per_s(ours_small, rows), lambda: timed_rows_per_s(mlflow_frame, rows))
     rows_out.append(entry("infer_vs_mlflow_spark_udf", o, b, "rows/s", "higher", 1.9))
+    rows_out.extend(task_rows(df, rows))
 
     big = bundle_for([1024, 1024])
     cores = spark.sparkContext.defaultParallelism

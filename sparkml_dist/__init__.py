@@ -68,6 +68,12 @@ _EXPORTS: dict[str, str] = {
     "RankResult": "sparkml_dist.train.records",
     "TrainedModel": "sparkml_dist.train.records",
     "ModelSpec": "sparkml_dist.models.spec",
+    # tasks
+    "Task": "sparkml_dist.tasks.base",
+    "Target": "sparkml_dist.tasks.base",
+    "TaskReport": "sparkml_dist.tasks.base",
+    "register_task": "sparkml_dist.tasks.base",
+    "get_task": "sparkml_dist.tasks.base",
     # storage
     "register_scheme": "sparkml_dist.storage.store",
     "Scheme": "sparkml_dist.storage.store",

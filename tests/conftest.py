@@ -71,7 +71,7 @@ def module_adult_config(tmp_path_factory):
     return lambda *overrides: adult_config(root, *overrides)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def adult_config_path() -> Path:
     return ADULT_CONFIG
 

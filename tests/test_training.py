@@ -42,3 +42,17 @@ def test_one_rank_without_spark_trains_and_checkpoints(adult_prep, tmp_path):
     again = train_rank(ONE_RANK, job)
     assert again.stats.param_checksum == result.stats.param_checksum
     assert again.records == result.records
+
+
+def test_progress_eta_is_paced_by_every_step_not_only_the_logged_ones(caplog, monkeypatch):
+    from sparkml_dist.train import progress
+
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
+    shown = progress.Progress(True, epochs=2, steps_per_epoch=100, world_size=2)
+    for _ in range(50):  # 50 steps of 0.1 s; only the 50th is logged
+        now[0] += 0.1
+        shown.advance()
+    with caplog.at_level("INFO", logger="sparkml_dist.train"):
+        shown.step(0, 49, 0.5, 1000.0)
+    assert "step 50/100" in caplog.text and "eta 0:00:15" in caplog.text, "150 steps left at 0.1 s each"

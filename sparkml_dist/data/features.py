@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 from sparkml_dist.config.schema import DataConfig, FeatureConfig
 from sparkml_dist.data.ingest import LABEL, ROW_ID
 from sparkml_dist.data.layout import ONEHOT, VALUE, FeatureBlock, FeatureLayout
+from sparkml_dist.data.sql import double, ident
 
 FEATURES = "features"
 MISSING_CATEGORY = "__missing__"
@@ -131,9 +132,9 @@ def compile_features(model: PipelineModel) -> CompiledFeatures | None:
             if not math.isnan(stages[ImputerModel].getMissingValue()):
                 return None  # the expressions treat null and NaN as missing, Imputer's default
             scaler = stages.get(StandardScalerModel) if part == "_num_scaled" else None
-            for name, value in _numeric_slots(stages[ImputerModel], scaler):
+            for name, column in _numeric_slots(stages[ImputerModel], scaler):
                 blocks.append(FeatureBlock(name, VALUE, 1))
-                cols.append(value.cast("float").alias(name))
+                cols.append(column)
         elif part.endswith(("__onehot", "__index")) and StringIndexerModel in stages:
             source = part.rsplit("__", 1)[0]
             index = _category_index(stages[StringIndexerModel], source)
@@ -156,17 +157,20 @@ def compile_features(model: PipelineModel) -> CompiledFeatures | None:
 
 
 def _numeric_slots(imputer: ImputerModel, scaler: StandardScalerModel | None) -> list[tuple[str, Column]]:
-    """Imputer then StandardScaler, as Spark ML computes them: missing (null or NaN) becomes the
-    surrogate; scaled is (x - mean) * (1 / std), and 0 where std is 0."""
+    """(name, float column) per numeric slot. Imputer then StandardScaler, as Spark ML computes them: missing (null or NaN) becomes the
+    surrogate; scaled is (x - mean) * (1 / std), and 0 where std is 0. SQL text, and the fitted
+    vectors fetched once: a 784-pixel input would otherwise make thousands of JVM calls (data/sql.py)."""
     surrogates = imputer.surrogateDF.first().asDict()
+    means, stds = (scaler.mean.toArray(), scaler.std.toArray()) if scaler is not None else (None, None)
     slots = []
     for i, (source, out) in enumerate(zip(imputer.getInputCols(), imputer.getOutputCols())):
-        x = F.col(source).cast("double")
-        value = F.when(x.isNull() | F.isnan(x), F.lit(float(surrogates[source]))).otherwise(x)
+        x = f"CAST({ident(source)} AS DOUBLE)"
+        value = f"(CASE WHEN {x} IS NULL OR isnan({x}) THEN {double(surrogates[source])} ELSE {x} END)"
         if scaler is not None:
-            std = float(scaler.std[i])
-            value = (value - F.lit(float(scaler.mean[i]))) * F.lit(0.0 if std == 0 else 1.0 / std)
-        slots.append((f"{source}__scaled" if scaler is not None else out, value))
+            std = float(stds[i])
+            value = f"(({value} - {double(means[i])}) * {double(0.0 if std == 0 else 1.0 / std)})"
+        name = f"{source}__scaled" if scaler is not None else out
+        slots.append((name, F.expr(f"CAST({value} AS FLOAT) AS {ident(name)}")))
     return slots
 
 

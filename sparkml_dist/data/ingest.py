@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 
 from sparkml_dist.config.schema import DataConfig
 from sparkml_dist.data.sources import RawRows, read_source, resolve_path
+from sparkml_dist.data.sql import ident
 from sparkml_dist.errors import DataError
 from sparkml_dist.tasks.base import get_task
 
@@ -71,15 +72,17 @@ def ingest(spark: SparkSession, location: str, cfg: DataConfig, require_label: b
     """Read `location`, type and check its rows, split into accepted and rejects (cached)."""
     raw = read_source(spark, resolve_path(location), location, cfg)
     data = raw.data
-    reason = _reject_reason(raw, data, require_label)
-    bad = reason.isNotNull()
+    typed = _typed_columns(data, require_label)
+    # the reason once (a wide source's checks are hundreds of expressions), then the rest from it
+    reasoned = raw.rows.select(*typed, SOURCE_FILE, RAW_LINE, _reject_reason(raw, data, require_label).alias(REASON))
+    bad = F.col(REASON).isNotNull()
+    names = reasoned.columns[:len(typed)]
     # Cache typed values, and the raw text and file only where a row is rejected: the accepted
     # rows' strings would make the cache several times larger and slower to build.
-    typed = _typed_columns(data, require_label)
-    checked = raw.rows.select(*typed, F.when(bad, F.col(SOURCE_FILE)).alias(SOURCE_FILE),
-                              F.when(bad, F.col(RAW_LINE)).alias(RAW_LINE), reason.alias(REASON)).cache()
-    rejects = checked.where(F.col(REASON).isNotNull()).select(SOURCE_FILE, ROW_ID, RAW_LINE, REASON)
-    accepted = checked.where(F.col(REASON).isNull()).select(*checked.columns[:len(typed)])
+    checked = reasoned.select(*names, F.when(bad, F.col(SOURCE_FILE)).alias(SOURCE_FILE),
+                              F.when(bad, F.col(RAW_LINE)).alias(RAW_LINE), REASON).cache()
+    rejects = checked.where(bad).select(SOURCE_FILE, ROW_ID, RAW_LINE, REASON)
+    accepted = checked.where(~bad).select(*names)
     counts = checked.agg(
         F.count(F.lit(1)).alias("n"), F.count(F.col(REASON)).alias("bad")
     ).first()
@@ -98,15 +101,13 @@ def _reject_reason(raw: RawRows, data: DataConfig, require_label: bool) -> Colum
         if c.role == "label":
             if require_label:
                 problems.append(get_task(data.label.task).label_problem(data.label, F.col(c.name)))
-        elif c.role == "weight":
-            problems.append(_weight_problem(c.name, require_label))
+        elif c.role == "weight" and require_label:  # scoring needs no weights
+            problems.append(_weight_problem(c.name))
     joined = F.concat_ws("; ", *problems)  # concat_ws skips nulls: "" means no problem
     return F.when(joined == "", F.lit(None).cast("string")).otherwise(joined)
 
 
-def _weight_problem(name: str, required: bool) -> Column | None:
-    if not required:  # scoring needs no weights
-        return None
+def _weight_problem(name: str) -> Column:
     value = F.col(name).cast("double")
     return F.when(value.isNull(), F.lit(f"weight '{name}' is missing")).when(
         F.isnan(value) | (F.abs(value) == float("inf")) | (value < 0),
@@ -114,12 +115,9 @@ def _weight_problem(name: str, required: bool) -> Column | None:
 
 
 def _typed_columns(data: DataConfig, with_label: bool) -> list[Column]:
-    cols = [F.col(ROW_ID)]
-    for c in data.columns:
-        if c.role == "numeric":
-            cols.append(F.col(c.name).cast("double").alias(c.name))
-        elif c.role in ("categorical", "id"):
-            cols.append(F.col(c.name).alias(c.name))
+    features = [f"CAST({ident(c.name)} AS DOUBLE) AS {ident(c.name)}" if c.role == "numeric" else ident(c.name)
+                for c in data.columns if c.role in ("numeric", "categorical", "id")]
+    cols = [F.col(ROW_ID), *[F.expr(f) for f in features]]  # SQL text: one JVM call a column (data/sql.py)
     if with_label:
         cols.append(get_task(data.label.task).label_value(data.label, F.col(data.label.column)).alias(LABEL))
         if data.weight_column:

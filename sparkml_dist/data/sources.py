@@ -27,6 +27,7 @@ from pyspark.sql import types as T
 
 from sparkml_dist import storage
 from sparkml_dist.config.schema import ColumnSpec, DataConfig
+from sparkml_dist.data.sql import ident, literal
 from sparkml_dist.errors import ConfigError, DataError
 from sparkml_dist.registry import Registry
 from sparkml_dist.tasks.base import TASKS, resolve_task
@@ -188,12 +189,11 @@ def read_typed(spark: SparkSession, path: str, location: str, cfg: DataConfig) -
     except Exception as exc:  # AnalysisException: no such path or table, not that format
         raise DataError(f"cannot read {fmt} input '{location}': {str(exc).splitlines()[0]}") from None
     columns = resolve_columns(cfg, fields, location)
-    every = [F.col(f"`{f.name}`") for f in fields]
-    typed = [_typed(c, {f.name: f for f in fields}[c.name]) for c in columns]
-    rows = frame.select(F.input_file_name().alias(SOURCE_FILE), F.monotonically_increasing_id().alias(ROW_ID),
-                        F.to_json(F.struct(*every)).alias(RAW_LINE), *typed)
-    problems = [_not_finite(c.name) for c in columns if c.role == "numeric" and c.type == "double"]
-    return RawRows(rows, problems, with_task(cfg, columns), _explain_typed)
+    source_types = {f.name: _type_name(f.dataType) for f in fields}
+    rows = frame.selectExpr(f"input_file_name() AS {SOURCE_FILE}", f"monotonically_increasing_id() AS {ROW_ID}",
+                            f"to_json(struct(*)) AS {RAW_LINE}", *[_typed(c, source_types[c.name]) for c in columns])
+    doubles = [c.name for c in columns if c.role == "numeric" and c.type == "double"]
+    return RawRows(rows, [_not_finite(doubles)] if doubles else [], with_task(cfg, columns), _explain_typed)
 
 
 def resolve_columns(cfg: DataConfig, fields: list[T.StructField], location: str) -> list[ColumnSpec]:
@@ -240,17 +240,27 @@ def _type_name(dtype: T.DataType) -> str | None:
     return None
 
 
-def _typed(c: ColumnSpec, field: T.StructField) -> Column:
-    col = F.col(f"`{c.name}`")
-    if c.role == "label" or c.type == _type_name(field.dataType):
-        return col.alias(c.name)
-    return col.try_cast(_CASTS[c.type]).alias(c.name)
+def _typed(c: ColumnSpec, source_type: str | None) -> str:
+    """The column as SQL text: as the source has it, or cast to the configured type."""
+    if c.role == "label" or c.type == source_type:
+        return ident(c.name)
+    return f"try_cast({ident(c.name)} AS {_CASTS[c.type].upper()}) AS {ident(c.name)}"
 
 
-def _not_finite(name: str) -> Column:
-    value = F.col(name).cast("double")
-    return F.when(value.isNotNull() & (F.isnan(value) | (F.abs(value) == float("inf"))),
-                  F.concat(F.lit(f"column '{name}': '"), F.col(name).cast("string"), F.lit("' is not finite (NaN/inf)")))
+def _not_finite(names: list[str]) -> Column:
+    """One check over every double feature: greatest(|x|) is NaN or infinite exactly when some
+    value is (Spark orders NaN above every number); only such rows name their columns. SQL text:
+    hundreds of columns would otherwise cost thousands of JVM calls (data/sql.py)."""
+    bad = "isnan({0}) OR abs({0}) = double('inf')"
+    if len(names) == 1:
+        c = ident(names[0])
+        prefix = literal(f"column '{names[0]}': '")
+        return F.expr(f"CASE WHEN {bad.format(c)} THEN concat({prefix}, CAST({c} AS STRING), "
+                      f"{literal(chr(39) + ' is not finite (NaN/inf)')}) END")
+    largest = "greatest(" + ", ".join(f"abs({ident(n)})" for n in names) + ")"
+    which = ", ".join(f"CASE WHEN {bad.format(ident(n))} THEN concat({literal(chr(39) + n + chr(39) + ' (')}, "
+                      f"CAST({ident(n)} AS STRING), ')') END" for n in names)
+    return F.expr(f"CASE WHEN {bad.format(largest)} THEN concat('not finite (NaN/inf): ', concat_ws(', ', {which})) END")
 
 
 def _explain_typed(rejects: DataFrame, location: str) -> None:

@@ -7,6 +7,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
+from pyspark.sql.types import ArrayType, DataType, DoubleType, IntegerType
 
 from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.loader import feature_columns
@@ -16,6 +17,7 @@ from sparkml_dist.tasks.base import PREDICTION, PROBABILITY
 __all__ = ["PREDICTION", "PROBABILITY", "score_features"]
 
 _ARROW = {"double": pa.float64(), "integer": pa.int32()}
+_SPARK: dict[str, DataType] = {"double": DoubleType(), "integer": IntegerType(), "array<double>": ArrayType(DoubleType())}
 
 
 def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int = 1,
@@ -31,7 +33,7 @@ def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int =
     outputs = target.kind.output_columns(target)
     schema = df.select(*keep).schema
     for name, kind in outputs:
-        schema = schema.add(name, kind, True)
+        schema = schema.add(name, _SPARK[kind], True)
     names = [*keep, *(name for name, _ in outputs)]
 
     def score_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -74,7 +74,9 @@ class TokenEmbedding(nn.Module):
     def __init__(self, layout: list[int], d_model: int):
         super().__init__()
         n_tokens = max(layout) + 1
-        self.values = nn.Parameter(torch.randn(len(layout), d_model) * 0.02)
+        # unit scale, like the token table: at 0.02 a slot's value was a fiftieth of its token's
+        # embedding and a regression target stayed at its mean for epochs
+        self.values = nn.Parameter(torch.randn(len(layout), d_model))
         self.tokens = nn.Embedding(n_tokens + 1, d_model)
         self.register_buffer("slot_token", torch.tensor(layout, dtype=torch.long) + 1, persistent=False)
         self.register_buffer("token_ids", torch.arange(n_tokens + 1), persistent=False)

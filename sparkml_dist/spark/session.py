@@ -28,6 +28,9 @@ _DEFAULT_CONF = {
     "spark.python.worker.reuse": "true",
 }
 _LOOPBACK = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+# local[*]: the driver is the only executor; Spark's 1g default heap runs out caching a few
+# hundred thousand wide rows (MNIST's 785 columns). A cluster sizes its own (conf/spark/*.conf).
+_LOCAL_CONF = {"spark.driver.memory": "4g"}
 
 
 def check_java(min_major: int = MIN_JAVA) -> int:
@@ -65,6 +68,8 @@ def build_session(cfg: SparkConfig | None = None, extra_conf: dict[str, str] | N
         # Python workers on this host use this interpreter (the project's venv), not `python3`.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         conf.update(_LOOPBACK)
+        if master.startswith("local"):
+            conf.update(_LOCAL_CONF)
     conf.update(cfg.conf)
     conf.update(extra_conf or {})
     for key, value in conf.items():

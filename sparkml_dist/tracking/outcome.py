@@ -23,6 +23,10 @@ def log_outcome(run: RunHandle, outcome: TrainOutcome, plots_dir: str) -> str:
     RankTracker(run, 0).log(metrics, last_epoch)
     client = run.client()
     client.set_tag(run.run_id, "sparkml_dist.method", outcome.method)
+    target = outcome.model.target
+    client.set_tag(run.run_id, "sparkml_dist.task", target.task)
+    if target.classes:
+        client.set_tag(run.run_id, "sparkml_dist.classes", ", ".join(target.classes)[:5000])
     model_uri = log_model(run, outcome.model)
     if outcome.records:
         log_plot(run, lambda path: plots.loss_curves(outcome.records, path, outcome.unit),

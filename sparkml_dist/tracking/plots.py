@@ -72,6 +72,7 @@ def predicted_vs_actual(actual: Sequence[float], predicted: Sequence[float], r2:
     lo, hi = (min(min(actual), min(predicted)), max(max(actual), max(predicted))) if actual else (0, 1)
     ax.plot([lo, hi], [lo, hi], linestyle="--", color="grey")
     ax.set(xlabel="actual", ylabel="predicted", title=f"Predicted vs actual (test, R2 {r2:.3f})")
+    ax.tick_params(axis="x", labelrotation=30)  # five-digit prices would run into each other
     return _save(fig, path)
 
 
@@ -80,6 +81,7 @@ def residuals(actual: Sequence[float], predicted: Sequence[float], path: Path) -
     ax.scatter(predicted, [a - p for a, p in zip(actual, predicted)], s=4, alpha=0.3)
     ax.axhline(0.0, linestyle="--", color="grey")
     ax.set(xlabel="predicted", ylabel="actual - predicted", title="Residuals (test)")
+    ax.tick_params(axis="x", labelrotation=30)
     return _save(fig, path)
 
 

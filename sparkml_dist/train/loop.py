@@ -247,6 +247,7 @@ class EpochRun:
                     stats.loss_sum += loss_value * rows
                 stats.samples += rows
                 stats.seconds = time.perf_counter() - started
+                self.progress.advance()
                 if (step + 1) % self.log_every == 0:
                     self.progress.step(epoch, step, loss_value,
                                        stats.samples * self.strategy.data_world / max(stats.seconds, 1e-9))

@@ -11,7 +11,7 @@ log = logging.getLogger("sparkml_dist.train")
 
 
 def _clock(seconds: float) -> str:
-    seconds = max(int(seconds), 0)
+    seconds = max(round(seconds), 0)
     return f"{seconds // 3600:d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
@@ -24,8 +24,11 @@ class Progress:
         self.start = time.perf_counter()
         self.steps_done = 0
 
-    def step(self, epoch: int, step: int, loss: float, samples_per_s: float) -> None:
+    def advance(self) -> None:
+        """One more step taken (every step, logged or not: the ETA's pace is per step)."""
         self.steps_done += 1
+
+    def step(self, epoch: int, step: int, loss: float, samples_per_s: float) -> None:
         if not self.enabled:
             return
         elapsed = time.perf_counter() - self.start
