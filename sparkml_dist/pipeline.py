@@ -17,9 +17,11 @@ from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.ingest import ingest
 from sparkml_dist.stages import evaluate, log_report, preprocess, register, score, train
 from sparkml_dist.stages.preprocess import describe_target
+from sparkml_dist.stages.score import ScoreResult
 from sparkml_dist.tasks.base import get_task
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tracking.client import RunHandle, tracked_run
+from sparkml_dist.tracking.models import champion_version
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +64,13 @@ def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:
             log_report(run, report, cfg, step=trained.outcome.last.epoch)
         with timer("register"):
             decision = register(spark, cfg, run, trained.model_uri, report, test_input.accepted)
-    with timer("score"):
-        scored = score(spark, cfg)
+    if champion_version(run.tracking_uri, decision.name) is None:
+        # scoring uses the champion; a first model that the gate refused leaves none to score with
+        log.warning("score: skipped, no version of %s is champion (%s)", decision.name, decision.reason)
+        scored = ScoreResult("", "", 0, 0, 0)
+    else:
+        with timer("score"):
+            scored = score(spark, cfg)
     manifest = prep.manifest
     summary = Summary(
         rows={
@@ -83,7 +90,8 @@ def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:
         version=decision.version,
         alias=decision.alias,
         gate_reason=decision.reason,
-        outputs={"preprocess": prep.path, "predictions": scored.path, "model_uri": trained.model_uri,
+        outputs={"preprocess": prep.path, "predictions": scored.path or "none: no champion to score with yet",
+                 "model_uri": trained.model_uri,
                  "registered": f"models:/{decision.name}/{decision.version}", "plots": paths.plots,
                  "summary": paths.summary},
         task=trained.outcome.model.target.task,

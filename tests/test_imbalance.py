@@ -93,3 +93,15 @@ def test_sample_weights_count_in_the_loss_and_in_the_metrics(spark, caravan):
         skm.accuracy_score(y, truth["predicted_label"] == "Yes", sample_weight=w), abs=1e-6)
     assert weighted.test_metrics["roc_auc"] == pytest.approx(skm.roc_auc_score(y, truth["probability"], sample_weight=w),
                                                              abs=2e-3)
+
+
+def test_a_first_model_that_the_gate_refuses_leaves_no_champion_and_scoring_says_so(spark, caravan):
+    from sparkml_dist.errors import SparkMLDistError
+    from sparkml_dist.stages import score
+
+    cfg = config(caravan, "refused", train={"epochs": 1}, tracking={"gate": {"min_value": 0.99}})
+    summary = run_pipeline(spark, cfg)  # completes: a challenger is an outcome, not a failure
+    assert summary.alias == "challenger" and "below the gate's minimum 0.9900" in summary.gate_reason
+    assert summary.rows["scored"] == 0 and summary.outputs["predictions"].startswith("none: no champion")
+    with pytest.raises(SparkMLDistError, match="no version of 'caravan_refused' holds the alias 'champion'"):
+        score(spark, cfg)

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from sparkml_dist.config.schema import DataConfig, JobConfig, task_problems
 from sparkml_dist.data.ingest import LABEL, RAW_LINE, REASON, ROW_ID, SOURCE_FILE
-from sparkml_dist.data.sql import ident
+from sparkml_dist.data.sql import ident, raw_json
 from sparkml_dist.errors import ConfigError, DataError
 from sparkml_dist.tasks.base import Target, get_task
 
@@ -34,7 +34,7 @@ def encode_labels(rows: DataFrame, target: Target, data: DataConfig) -> EncodedR
     reason = F.concat(F.lit(f"label '{data.label.column}': '"), F.col(LABEL).cast("string"),
                       F.lit(f"' is not a class of the target ({_shown(target.classes)})"))
     rejects = unknown.select(F.lit(None).cast("string").alias(SOURCE_FILE), F.col(ROW_ID),
-                             F.expr(f"to_json(struct({', '.join(ident(c) for c in rows.columns)}))").alias(RAW_LINE),
+                             F.expr(raw_json(", ".join(ident(c) for c in rows.columns))).alias(RAW_LINE),
                              reason.alias(REASON))
     return EncodedRows(known.select(*rows.columns), rejects, count)
 

@@ -27,7 +27,7 @@ from pyspark.sql import types as T
 
 from sparkml_dist import storage
 from sparkml_dist.config.schema import ColumnSpec, DataConfig
-from sparkml_dist.data.sql import ident, literal
+from sparkml_dist.data.sql import ident, literal, raw_json
 from sparkml_dist.errors import ConfigError, DataError
 from sparkml_dist.registry import Registry
 from sparkml_dist.tasks.base import TASKS, resolve_task
@@ -191,7 +191,7 @@ def read_typed(spark: SparkSession, path: str, location: str, cfg: DataConfig) -
     columns = resolve_columns(cfg, fields, location)
     source_types = {f.name: _type_name(f.dataType) for f in fields}
     rows = frame.selectExpr(f"input_file_name() AS {SOURCE_FILE}", f"monotonically_increasing_id() AS {ROW_ID}",
-                            f"to_json(struct(*)) AS {RAW_LINE}", *[_typed(c, source_types[c.name]) for c in columns])
+                            f"{raw_json('*')} AS {RAW_LINE}", *[_typed(c, source_types[c.name]) for c in columns])
     doubles = [c.name for c in columns if c.role == "numeric" and c.type == "double"]
     return RawRows(rows, [_not_finite(doubles)] if doubles else [], with_task(cfg, columns), _explain_typed)
 

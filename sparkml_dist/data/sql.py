@@ -18,3 +18,9 @@ def literal(text: str) -> str:
 def double(value: float) -> str:
     """A finite float as a SQL DOUBLE literal that round-trips exactly (`0.1` alone is a DECIMAL)."""
     return f"CAST({float(value)!r} AS DOUBLE)" if "e" in repr(float(value)) else f"{float(value)!r}D"
+
+
+def raw_json(columns: str) -> str:
+    """A row as a reject's raw text: JSON of `columns` (SQL: `*` or a list), nulls kept, so a
+    missing value shows as `"price":null` instead of vanishing."""
+    return f"to_json(struct({columns}), map('ignoreNullFields', 'false'))"

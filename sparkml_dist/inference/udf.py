@@ -7,7 +7,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql.types import ArrayType, DataType, DoubleType, IntegerType
+from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, IntegerType
 
 from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.loader import feature_columns
@@ -17,7 +17,7 @@ from sparkml_dist.tasks.base import PREDICTION, PROBABILITY
 __all__ = ["PREDICTION", "PROBABILITY", "score_features"]
 
 _ARROW = {"double": pa.float64(), "integer": pa.int32()}
-_SPARK: dict[str, DataType] = {"double": DoubleType(), "integer": IntegerType(), "array<double>": ArrayType(DoubleType())}
+_SPARK: dict[str, DataType] = {"double": DoubleType(), "integer": IntegerType(), "array<float>": ArrayType(FloatType())}
 
 
 def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int = 1,
@@ -56,6 +56,6 @@ def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int =
 def _arrow(values: np.ndarray, kind: str) -> pa.Array:
     if kind in _ARROW:
         return pa.array(values, _ARROW[kind])
-    rows, width = values.shape  # array<double>: one list of `width` values per row, without a Python loop
+    rows, width = values.shape  # array<float>: one list of `width` values per row, without a Python loop
     offsets = pa.array(np.arange(0, rows * width + 1, width, dtype=np.int32))
-    return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1), pa.float64()))
+    return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1), pa.float32()))

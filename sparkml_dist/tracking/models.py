@@ -11,6 +11,7 @@ from typing import Mapping
 from sparkml_dist import storage
 from sparkml_dist.inference.bundle import ModelBundle
 from sparkml_dist.models.spec import ModelSpec
+from sparkml_dist.errors import SparkMLDistError
 from sparkml_dist.tasks.base import Target
 from sparkml_dist.tracking.client import RunHandle
 from sparkml_dist.train.records import TrainedModel
@@ -64,7 +65,7 @@ def save_pyfunc_model(directory: str, weights: bytes, spec: ModelSpec, feature_p
     if feature_pipeline_dir:
         artifacts["feature_pipeline"] = feature_pipeline_dir
     columns = target.kind.output_columns(target)[:1] if target.kind.thresholded else target.kind.output_columns(target)
-    outputs = [ColSpec(Array("double") if kind.startswith("array") else "integer" if kind == "integer" else "double", name)
+    outputs = [ColSpec(Array("float") if kind.startswith("array") else "integer" if kind == "integer" else "double", name)
                for name, kind in columns]
     signature = ModelSignature(inputs=Schema([ColSpec(Array("float"), "features")]), outputs=Schema(outputs))
     local = Path(directory) / MODEL_DIR
@@ -119,7 +120,12 @@ def model_version(model_uri: str, tracking_uri: str) -> str | None:
     ref = model_uri[len("models:/"):].rstrip("/")
     if "@" in ref:
         name, alias = ref.split("@", 1)
-        return str(_registry_client(tracking_uri).get_model_version_by_alias(name, alias).version)
+        version = champion_version(tracking_uri, name, alias)
+        if version is None:
+            raise SparkMLDistError(
+                f"{model_uri}: no version of '{name}' holds the alias '{alias}' in {tracking_uri} (no model has "
+                f"passed the gate yet, or none was registered); pass --model-uri models:/{name}/<version>")
+        return str(version.version)
     return ref.rsplit("/", 1)[1]
 
 

@@ -1,0 +1,41 @@
+"""Prediction without Spark: the scoring-time output layer gives the training-time numbers, and
+each task's prediction columns are what they claim to be."""
+
+import numpy as np
+import pytest
+import torch
+
+from sparkml_dist.inference.predict import ModelCache, network_outputs, predict
+from sparkml_dist.models.factory import build_model
+from sparkml_dist.models.spec import ModelSpec, TransformerShape
+from sparkml_dist.models.weights import state_dict_to_bytes
+from sparkml_dist.tasks.base import Target
+
+SPECS = {
+    "mlp, 10 classes": ModelSpec("mlp", 12, 0.0, (32,), output_dim=10),
+    "transformer, 6 classes": ModelSpec("transformer", 12, 0.0, (), TransformerShape(tuple(range(12)), 16, 2, 1, 32),
+                                        output_dim=6),
+    "mlp, 1 output": ModelSpec("mlp", 12, 0.0, (32,)),
+}
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_the_cached_scoring_model_gives_the_trained_models_outputs(name):
+    spec = SPECS[name]
+    torch.manual_seed(0)
+    trained = build_model(spec).eval()
+    cached = ModelCache().get("k", spec, lambda: state_dict_to_bytes(trained.state_dict()))
+    x = np.random.default_rng(0).normal(size=(1000, 12)).astype(np.float32)
+    expected = network_outputs(trained, x)
+    assert network_outputs(cached, x).shape == expected.shape
+    np.testing.assert_allclose(network_outputs(cached, x), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_multiclass_predictions_are_a_distribution_and_its_best_class():
+    target = Target("multiclass", tuple("abcdefghij"))
+    logits = np.random.default_rng(1).normal(scale=4.0, size=(500, 10)).astype(np.float32)
+    out = predict(lambda x: x, target, logits)  # an identity "model": the logits are its outputs
+    reference = torch.softmax(torch.from_numpy(logits).double(), dim=1).numpy()
+    np.testing.assert_allclose(out["probabilities"], reference, atol=1e-6)
+    assert (out["prediction"] == reference.argmax(axis=1)).all()
+    np.testing.assert_allclose(out["probability"], reference.max(axis=1), atol=1e-6)
