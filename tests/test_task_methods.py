@@ -90,3 +90,51 @@ def test_one_epoch_of_every_method_on_every_task(spark, prepared, adult_config_p
         assert report.metrics["r2"] > -0.1, report.metrics
     else:
         assert report.metrics["accuracy"] > 0.4
+
+
+@pytest.mark.parametrize("task", ["multiclass", "regression"])
+def test_finetune_and_contribute_honour_the_task(spark, prepared, adult_config_path, tmp_path, task):
+    """After a champion of the task: fine-tuning on a subset keeps its classes or label scale, and
+    a contribution is judged on the task's gate metric in its own direction (rmse: lower)."""
+    import torch
+
+    from sparkml_dist.community.deltas import save_delta
+    from sparkml_dist.models.weights import state_dict_from_bytes
+    from sparkml_dist.pipeline import run_pipeline
+    from sparkml_dist.stages.contribute import contribute, write_delta
+    from sparkml_dist.stages.finetune import finetune
+    from sparkml_dist.tasks import get_task
+    from sparkml_dist.tracking.client import tracked_run
+    from sparkml_dist.tracking.models import load_bundle
+
+    root, _ = prepared
+    name = f"stages_{task}"
+    cfg = task_config(root, adult_config_path, task, f"output.root={tmp_path}", "train.epochs=2",
+                      f"tracking.registered_model={name}", "tracking.gate.min_value=-1000",  # any model: champion
+                      "finetune.where=sex = 'Female'", "finetune.epochs=1", "finetune.max_original_drop=1000",
+                      "community.max_regression=0.0")
+    base = run_pipeline(spark, cfg)
+    assert base.alias == "champion" and base.task == task
+    with tracked_run(cfg.tracking, "finetune", cfg.flat_params()) as run:
+        tuned = finetune(spark, cfg, run)
+    metric = get_task(task).default_gate[0]
+    assert tuned.alias == "finetuned" and metric in tuned.reason
+    assert set(get_task(task).metrics) <= set(tuned.metrics["subset"])
+    uri = cfg.tracking.tracking_uri
+    before, after = load_bundle(f"models:/{name}/{base.version}", uri), load_bundle(tuned.model_uri, uri)
+    assert after.target == before.target, "the fine-tuned model predicts the same classes, on the same scale"
+
+    weights = state_dict_from_bytes(before.weights)
+    last = [k for k in weights if k.endswith("weight")][-1]
+    flip = save_delta({k: (-2 * v if k == last else torch.zeros_like(v)) for k, v in weights.items()},
+                      tmp_path / "flip.pt")
+    with tracked_run(cfg.tracking, "contribute", cfg.flat_params()) as run:
+        verdict = contribute(spark, cfg, run, str(flip), "eve")
+    assert not verdict.accepted and f"regression on held-out rows: {metric}" in verdict.reason, verdict.reason
+    if task == "regression":  # mirrored predictions: r2 falls
+        assert verdict.metric_after < verdict.metric_before
+    honest = write_delta(f"models:/{name}/{base.version}", tuned.model_uri, uri, tmp_path / "honest.pt")
+    relaxed = cfg.model_copy(update={"community": cfg.community.model_copy(update={"max_regression": 1000.0})})
+    with tracked_run(relaxed.tracking, "contribute", relaxed.flat_params()) as run:
+        accepted = contribute(spark, relaxed, run, str(honest), "alice")
+    assert accepted.accepted, accepted.reason

@@ -309,8 +309,9 @@ class FinetuneConfig(Section):
     freeze: list[str] = Field(default_factory=list, description="parameter-name prefixes kept fixed, e.g. [net.0]")
     lora_rank: int = Field(0, ge=0, description=">0: low-rank adapters on the Linear layers, base weights frozen")
     lora_alpha: float = Field(8.0, gt=0.0, description="LoRA scale: the adapter adds alpha / rank x B A x")
-    max_original_drop: float = Field(0.02, ge=0.0, le=1.0,
-                                     description="the gate metric on the original test set may fall by at most this")
+    max_original_drop: float = Field(0.02, ge=0.0,
+                                     description="the gate metric on the original test set may get worse (in its "
+                                                 "direction and units) by at most this")
     alias: str = Field("finetuned", min_length=1, description="alias the new version gets when it passes")
 
 
@@ -319,7 +320,9 @@ class CommunityConfig(Section):
 
     base_model: str | None = Field(None, description="the model deltas apply to; default models:/<tracking.registered_model>@champion")
     max_delta_norm: float = Field(10.0, gt=0.0, description="L2 norm bound of the whole update")
-    max_regression: float = Field(0.005, ge=0.0, le=1.0, description="the gate metric on held-out rows may fall by at most this")
+    max_regression: float = Field(0.005, ge=0.0, description="the gate metric on held-out rows may get worse (in its "
+                                                             "direction and units: accuracy points, rmse in the "
+                                                             "label's units) by at most this")
     validation_path: str | None = Field(None, description="held-out rows (raw CSV); default data.test_path")
     alias: str | None = Field("community", description="alias an accepted contribution's version gets (null: none)")
 
