@@ -18,17 +18,16 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sparkml_dist.config.schema import DataConfig
-from sparkml_dist.data.sources import RawRows, read_source, resolve_path
+from sparkml_dist.data.sources import RAW_LINE, ROW_ID, SOURCE_FILE, RawRows, read_source, resolve_path
 from sparkml_dist.data.sql import ident
 from sparkml_dist.errors import DataError
 from sparkml_dist.tasks.base import get_task
 
-ROW_ID = "row_id"
 LABEL = "label"
 WEIGHT = "weight"
-SOURCE_FILE = "source_file"
-RAW_LINE = "raw_line"
 REASON = "reason"
+
+__all__ = ["LABEL", "RAW_LINE", "REASON", "ROW_ID", "SOURCE_FILE", "WEIGHT", "IngestResult", "ingest"]
 
 
 @dataclass

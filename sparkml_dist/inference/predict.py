@@ -13,7 +13,7 @@ from torch import nn
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.models.weights import state_dict_from_bytes
-from sparkml_dist.tasks.base import Target
+from sparkml_dist.tasks.base import PROBABILITY, Target
 
 
 class ModelCache:
@@ -87,15 +87,15 @@ def network_outputs(model: nn.Module, x: np.ndarray, batch_rows: int = 65536) ->
     return np.concatenate(parts)
 
 
-def predict(model: nn.Module, target: Target, x: np.ndarray) -> dict[str, np.ndarray]:
+def predict(model: nn.Module, target: Target, x: np.ndarray, batch_rows: int = 65536) -> dict[str, np.ndarray]:
     """Features -> the task's prediction columns (probability/prediction, per-class
     probabilities, or the value in the label's units)."""
-    return target.kind.predict(target, network_outputs(model, x))
+    return target.kind.predict(target, network_outputs(model, x, batch_rows))
 
 
 def predict_proba(model: nn.Module, x: np.ndarray, batch_rows: int = 65536) -> np.ndarray:
     """A binary model's probability of the positive class."""
-    return 1.0 / (1.0 + np.exp(-network_outputs(model, x, batch_rows).astype(np.float64)))
+    return predict(model, Target("binary"), x, batch_rows)[PROBABILITY]
 
 
 def _as_tensor(x: np.ndarray) -> torch.Tensor:

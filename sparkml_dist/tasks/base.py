@@ -113,9 +113,6 @@ class Task(ABC):
     def encode(self, target: Target, value: "Column") -> "Column":
         """The label as the network learns it (a float; null where the target does not know it)."""
 
-    def unknown_reason(self, target: Target, column: str) -> str:
-        return f"label '{column}': a value the model was not trained on"
-
     # ---- torch ----------------------------------------------------------------------------------
     @abstractmethod
     def output_dim(self, target: Target) -> int: ...

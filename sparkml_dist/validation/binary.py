@@ -9,12 +9,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparkml_dist.tasks.base import PREDICTION, PROBABILITY, Target, TaskReport
+from sparkml_dist.validation.common import plot_module, weight_of
 
 _EPS = 1e-7
-
-
-def weight_of(weight: str | None):
-    return F.col(weight).cast("double") if weight else F.lit(1.0)
 
 
 def binary_report(scored: DataFrame, target: Target, label: str = "label", weight: str | None = None,
@@ -48,8 +45,8 @@ def binary_report(scored: DataFrame, target: Target, label: str = "label", weigh
     confusion = [[_whole(tn), _whole(fp)], [_whole(fn), _whole(tp)]]
     names = target.classes or ("negative", "positive")
     return TaskReport(metrics, plots=[
-        ("roc.png", lambda path: _plots().roc(fpr, tpr, auc, path)),
-        ("confusion_matrix.png", lambda path: _plots().confusion(confusion, tuple(names), path)),
+        ("roc.png", lambda path: plot_module().roc(fpr, tpr, auc, path)),
+        ("confusion_matrix.png", lambda path: plot_module().confusion(confusion, tuple(names), path)),
     ])
 
 
@@ -92,9 +89,3 @@ def best_f1_threshold(scored: DataFrame, label: str, weight: str | None, bins: i
 
 def _whole(x: float) -> float:
     return int(round(x)) if abs(x - round(x)) < 1e-9 else round(x, 3)
-
-
-def _plots():
-    from sparkml_dist.tracking import plots
-
-    return plots

@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparkml_dist.tasks.base import PREDICTION, PROBABILITIES, Target, TaskReport
-from sparkml_dist.validation.binary import weight_of
+from sparkml_dist.validation.common import plot_module, weight_of
 
 _EPS = 1e-7
 PLOTTED_CLASSES = 40  # a confusion matrix with more classes is a table, not a picture
@@ -40,7 +40,7 @@ def multiclass_report(scored: DataFrame, target: Target, label: str = "label", w
     }
     plots = []
     if k <= PLOTTED_CLASSES:
-        plots.append(("confusion_matrix.png", lambda path: _plots().confusion(matrix.tolist(), target.classes, path)))
+        plots.append(("confusion_matrix.png", lambda path: plot_module().confusion(matrix.tolist(), target.classes, path)))
     return TaskReport(metrics, plots=plots, tables={"per_class.json": per_class})
 
 
@@ -56,9 +56,3 @@ def class_table(matrix: np.ndarray, classes: tuple[str, ...]) -> list[dict]:
         out.append({"class": name, "precision": float(precision), "recall": float(recall), "f1": float(f1),
                     "support": float(support), "predicted": float(predicted)})
     return out
-
-
-def _plots():
-    from sparkml_dist.tracking import plots
-
-    return plots

@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparkml_dist.tasks.base import PREDICTION, TaskReport
-from sparkml_dist.validation.binary import weight_of
+from sparkml_dist.validation.common import plot_module, weight_of
 
 PLOT_POINTS = 5000
 
@@ -37,12 +37,6 @@ def regression_report(scored: DataFrame, label: str = "label", weight: str | Non
     pairs = [(r["y"], r["p"]) for r in sample.limit(PLOT_POINTS).collect()]
     actual, predicted = [a for a, _ in pairs], [b for _, b in pairs]
     return TaskReport(metrics, plots=[
-        ("predicted_vs_actual.png", lambda path: _plots().predicted_vs_actual(actual, predicted, metrics["r2"], path)),
-        ("residuals.png", lambda path: _plots().residuals(actual, predicted, path)),
+        ("predicted_vs_actual.png", lambda path: plot_module().predicted_vs_actual(actual, predicted, metrics["r2"], path)),
+        ("residuals.png", lambda path: plot_module().residuals(actual, predicted, path)),
     ])
-
-
-def _plots():
-    from sparkml_dist.tracking import plots
-
-    return plots
