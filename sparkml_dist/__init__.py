@@ -10,6 +10,7 @@ The public API is what this module exports; every other module is internal and m
     summary = sd.run_pipeline(spark, cfg)               # or the stages one by one:
     prep = sd.preprocess(spark, cfg)                    # sd.train, sd.evaluate, sd.register, sd.score
     results = sd.run_barrier(spark, my_rank_fn, payload, 2, sd.get_backend("torch"))
+    model = sd.TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(my_train, 1e-3)
 
 Names are imported on first use, so `import sparkml_dist` does not start Spark or import torch.
 """
@@ -53,6 +54,11 @@ _EXPORTS: dict[str, str] = {
     "run_with_relaunch": "sparkml_dist.launch.relaunch",
     "get_backend": "sparkml_dist.launch.backends",
     "RankContext": "sparkml_dist.launch.context",
+    # your own torch code on the ranks (a drop-in for pyspark's TorchDistributor)
+    "TorchDistributor": "sparkml_dist.distributor.api",
+    "dataframe_loader": "sparkml_dist.distributor.frames",
+    "launch_info": "sparkml_dist.distributor.job",
+    "LaunchInfo": "sparkml_dist.distributor.job",
     # training methods
     "TrainMethod": "sparkml_dist.methods.base",
     "TrainRequest": "sparkml_dist.methods.base",
@@ -82,6 +88,7 @@ _EXPORTS: dict[str, str] = {
     "ConfigError": "sparkml_dist.errors",
     "DataError": "sparkml_dist.errors",
     "StorageError": "sparkml_dist.errors",
+    "UserCodeError": "sparkml_dist.errors",
     "SlotError": "sparkml_dist.errors",
     "RankFailure": "sparkml_dist.errors",
     "TrainingFailed": "sparkml_dist.errors",

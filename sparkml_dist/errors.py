@@ -34,6 +34,13 @@ class DataError(SparkMLDistError, ValueError):
     retryable = False
 
 
+class UserCodeError(SparkMLDistError, ValueError):
+    """The user's training function, script or model factory cannot be used as given (not picklable,
+    not found, not importable, the wrong output shape). The message names it and the fix."""
+
+    retryable = False
+
+
 class StorageError(SparkMLDistError, OSError):
     """A location cannot be read or written (unknown scheme, missing file system support)."""
 

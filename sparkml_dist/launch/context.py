@@ -10,7 +10,20 @@ import socket
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
+
+
+@dataclass(frozen=True)
+class PartitionData:
+    """A rank's share of a DataFrame, spilled by the barrier task to an Arrow IPC file on local disk."""
+
+    path: str
+    rows_per_rank: tuple[int, ...]  # every rank's row count, in rank order
+
+    @property
+    def rows_each_epoch(self) -> int:
+        """Rows every rank takes per epoch: the largest share, so all ranks take the same steps."""
+        return max(self.rows_per_rank)
 
 
 @dataclass(frozen=True)
@@ -26,6 +39,7 @@ class RankContext:
     master_port: int
     gpus: tuple[str, ...] = ()
     extra: Mapping[str, str] = field(default_factory=dict)  # backend-specific, from the driver
+    partition: PartitionData | None = None  # launched over a DataFrame: this rank's rows, spilled locally
 
     @property
     def is_chief(self) -> bool:
@@ -73,16 +87,22 @@ def env_scope(values: Mapping[str, str]) -> Iterator[None]:
 
 
 class _Tee(io.TextIOBase):
-    def __init__(self, target, tail: collections.deque):
+    def __init__(self, target, tail: collections.deque, on_line: Callable[[str], None] | None, echo: bool):
         self._target = target
         self._tail = tail
+        self._on_line = on_line
+        self._echo = echo
         self._partial = ""
 
     def write(self, s: str) -> int:
-        self._target.write(s)
+        if self._echo:
+            self._target.write(s)
         lines = (self._partial + s).split("\n")
         self._partial = lines.pop()
         self._tail.extend(lines)
+        if self._on_line is not None:
+            for line in lines:
+                self._on_line(line)
         return len(s)
 
     def flush(self) -> None:
@@ -90,11 +110,14 @@ class _Tee(io.TextIOBase):
 
 
 @contextmanager
-def captured_output(max_lines: int = 40) -> Iterator[collections.deque]:
-    """Tee stdout/stderr and the library's log records; yields the deque of the last lines."""
+def captured_output(max_lines: int = 40, on_line: Callable[[str], None] | None = None,
+                    echo: bool = True) -> Iterator[collections.deque]:
+    """Tee stdout/stderr and the library's log records; yields the deque of the last lines.
+    `on_line` also gets every complete line (the driver relay); `echo=False` keeps them out of
+    the worker's own stdout (a local master's workers print to the driver's terminal already)."""
     tail: collections.deque = collections.deque(maxlen=max_lines)
     out, err = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _Tee(out, tail), _Tee(err, tail)
+    sys.stdout, sys.stderr = _Tee(out, tail, on_line, echo), _Tee(err, tail, on_line, echo)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
     lib_logger = logging.getLogger("sparkml_dist")

@@ -8,16 +8,21 @@ first (fail fast instead of Spark's 10-minute wait), and turns a failing rank in
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import re
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from sparkml_dist.errors import RankFailure, SlotError
 from sparkml_dist.launch.backend import Backend
-from sparkml_dist.launch.context import RankContext, captured_output, env_scope, free_port, layout
+from sparkml_dist.launch.context import (PartitionData, RankContext, captured_output, env_scope, free_port,
+                                         layout)
+from sparkml_dist.launch.relay import OutputRelay, RelayAddress, RelaySink
+from sparkml_dist.launch.spill import Spill, spilled_partition
 from sparkml_dist.launch.isolation import run_forked
 from sparkml_dist.launch.reports import decode_failures, encode_failure, is_peer_failure
 from sparkml_dist.spark.session import task_slots
@@ -28,24 +33,55 @@ RankFn = Callable[[RankContext, Any], Any]
 PEER_FAILURE_GRACE_S = 5.0
 
 
-def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backend: Backend) -> list[Any]:
-    """Run `fn(ctx, payload)` on `num_ranks` ranks; return the results in rank order."""
+@dataclass(frozen=True)
+class RankOptions:
+    """How the launch's ranks treat their output (travels to every rank with the task)."""
+
+    extra: dict[str, str] = field(default_factory=dict)  # the backend's, from `driver_start`
+    relay: RelayAddress | None = None  # stream output lines to the driver's log
+    echo: bool = True  # also write them to the worker's own stdout
+
+
+def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backend: Backend, *,
+                stream_output: bool = False, frame: DataFrame | None = None) -> list[Any]:
+    """Run `fn(ctx, payload)` on `num_ranks` ranks; return the results in rank order.
+
+    `stream_output`: every rank's output lines are logged on the driver as they are written.
+    `frame`: the ranks are the tasks of a barrier stage over this DataFrame, split into
+    `num_ranks` shares; each rank finds its share spilled to local disk at `ctx.partition`."""
     slots = task_slots(spark, wanted=num_ranks)
     if num_ranks > slots:
         raise SlotError(slots, num_ranks)
     driver_host = spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
     handle = backend.driver_start(num_ranks, driver_host)
-    task = functools.partial(_rank_main, fn=fn, payload=payload, backend=backend, extra=dict(handle.extra))
-    rdd = spark.sparkContext.parallelize(range(num_ranks), num_ranks).barrier().mapPartitions(task)
+    relay = OutputRelay(driver_host) if stream_output else None
+    options = RankOptions(dict(handle.extra), relay.address if relay else None,
+                          echo=not (relay and spark.sparkContext.master.startswith("local")))
     log.info("launching %d ranks (backend %s) in a barrier stage", num_ranks, backend.name)
     try:
-        results = rdd.collect()
+        if frame is None:
+            task = functools.partial(_rank_main, fn=fn, payload=payload, backend=backend, options=options)
+            results = spark.sparkContext.parallelize(range(num_ranks), num_ranks).barrier().mapPartitions(task).collect()
+        else:
+            results = _collect_over_frame(frame, num_ranks, functools.partial(
+                _frame_rank_main, fn=fn, payload=payload, backend=backend, options=options))
     except Exception as exc:  # Py4JJavaError and friends: look for our rank reports
         reports = decode_failures(str(exc))
         raise RankFailure(reports, _first_python_error(str(exc))) from (None if reports else exc)
     finally:
         handle.stop()
+        if relay is not None:
+            relay.stop()
     return [result for _, result in sorted(results, key=lambda pair: pair[0])]
+
+
+def _collect_over_frame(frame: DataFrame, num_ranks: int, task) -> list[tuple[int, Any]]:
+    from pyspark import cloudpickle
+
+    # repartition(n) deals rows round-robin: shares within one row of each other, and a partition
+    # count adaptive execution keeps (an explicit number is never coalesced)
+    rows = frame.repartition(num_ranks).mapInArrow(task, "rank int, result binary", barrier=True).collect()
+    return [(row["rank"], cloudpickle.loads(row["result"])) for row in rows]
 
 
 def _first_python_error(text: str) -> str:
@@ -55,7 +91,21 @@ def _first_python_error(text: str) -> str:
     return (errors or lines or ["(no message)"])[-1][:500]
 
 
-def _rank_main(_partition, fn: RankFn, payload: Any, backend: Backend, extra: dict[str, str]):
+def _rank_main(_partition, fn: RankFn, payload: Any, backend: Backend, options: RankOptions):
+    yield _run_rank(fn, payload, backend, options, spill=None)
+
+
+def _frame_rank_main(batches, fn: RankFn, payload: Any, backend: Backend, options: RankOptions):
+    import pyarrow as pa
+    from pyspark import cloudpickle
+
+    with spilled_partition(batches) as spill:
+        rank, result = _run_rank(fn, payload, backend, options, spill=spill)
+    yield pa.RecordBatch.from_pydict({"rank": [rank], "result": [cloudpickle.dumps(result)]},
+                                     schema=pa.schema([("rank", pa.int32()), ("result", pa.binary())]))
+
+
+def _run_rank(fn: RankFn, payload: Any, backend: Backend, options: RankOptions, spill: Spill | None):
     from pyspark import BarrierTaskContext
 
     task = BarrierTaskContext.get()
@@ -64,18 +114,25 @@ def _rank_main(_partition, fn: RankFn, payload: Any, backend: Backend, extra: di
     gpus = tuple(task.resources()["gpu"].addresses) if "gpu" in task.resources() else ()
     info = layout(addresses, rank, gpus)
     port = free_port(info["host"]) if rank == 0 else 0
-    master_port = int(task.allGather(str(port))[0])
-    ctx = RankContext(master_port=master_port, extra=extra, **info)
-    with captured_output() as tail, env_scope(backend.rank_env(ctx)):
-        try:
-            result = _run_with_backend(fn, ctx, payload, backend, tail)
-        except BaseException as exc:  # noqa: BLE001 - every failure must reach the driver by rank
-            if is_peer_failure(exc):
-                # A collective broke because another rank died: give that rank's own report
-                # time to reach the driver first (Spark keeps the first task failure).
-                time.sleep(PEER_FAILURE_GRACE_S)
-            raise encode_failure(rank, ctx.host, exc, tail) from None
-    yield rank, result
+    # one round trip: rank 0's rendezvous port, and every rank's share of the DataFrame
+    gathered = [json.loads(m) for m in task.allGather(json.dumps({"port": port, "rows": spill.rows if spill else 0}))]
+    partition = PartitionData(spill.path, tuple(g["rows"] for g in gathered)) if spill else None
+    ctx = RankContext(master_port=int(gathered[0]["port"]), extra=options.extra, partition=partition, **info)
+    sink = RelaySink(options.relay, rank) if options.relay else None
+    try:
+        with captured_output(on_line=sink, echo=options.echo) as tail, env_scope(backend.rank_env(ctx)):
+            try:
+                result = _run_with_backend(fn, ctx, payload, backend, tail)
+            except BaseException as exc:  # noqa: BLE001 - every failure must reach the driver by rank
+                if is_peer_failure(exc):
+                    # A collective broke because another rank died: give that rank's own report
+                    # time to reach the driver first (Spark keeps the first task failure).
+                    time.sleep(PEER_FAILURE_GRACE_S)
+                raise encode_failure(rank, ctx.host, exc, tail) from None
+    finally:
+        if sink is not None:
+            sink.close()
+    return rank, result
 
 
 def _run_with_backend(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend, tail) -> Any:

@@ -26,19 +26,30 @@ class Launched(Generic[R]):
 
 
 def run_with_relaunch(spark: SparkSession, fn: RankFn, payload_for: Callable[[int], Any], num_ranks: int,
-                      backend: Backend, max_attempts: int) -> Launched:
-    """`fn(ctx, payload_for(attempt))` on `num_ranks` ranks until an attempt succeeds."""
+                      backend: Backend, max_attempts: int, **launch_options) -> Launched:
+    """`fn(ctx, payload_for(attempt))` on `num_ranks` ranks until an attempt succeeds; `launch_options`
+    go to `run_barrier` (stream_output, frame)."""
+    return relaunch(lambda attempt: run_barrier(spark, fn, payload_for(attempt), num_ranks, backend, **launch_options),
+                    max_attempts)
+
+
+def relaunch(launch: Callable[[int], list[R]], max_attempts: int, wrap: bool = True) -> Launched[R]:
+    """`launch(attempt)` until it returns; a `RankFailure` that a relaunch cannot help ends it at once.
+    In the end a `TrainingFailed` that names the attempts, or with `wrap=False` the last `RankFailure`
+    itself (the distributor API raises the per-rank report, as its callers catch it)."""
     failures: list[str] = []
     for attempt in range(max_attempts):
         try:
-            results = run_barrier(spark, fn, payload_for(attempt), num_ranks, backend)
+            results = launch(attempt)
         except RankFailure as failure:
             failures.append(str(failure))
-            log.warning("training attempt %d/%d failed: %s", attempt + 1, max_attempts, str(failure).splitlines()[0])
+            log.warning("attempt %d/%d failed: %s", attempt + 1, max_attempts, str(failure).splitlines()[0])
+            if not wrap and (not failure.retryable or attempt + 1 == max_attempts):
+                raise
             if not failure.retryable:
                 raise TrainingFailed(attempt + 1, failures[-1], retryable=False) from None
             continue
         if failures:
-            log.info("training finished on attempt %d after %d failure(s)", attempt + 1, len(failures))
+            log.info("finished on attempt %d after %d failure(s)", attempt + 1, len(failures))
         return Launched(results, attempt + 1)
     raise TrainingFailed(max_attempts, failures[-1])

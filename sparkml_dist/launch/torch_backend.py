@@ -20,6 +20,9 @@ class TorchBackend:
     # shape, which a reused Spark worker that now holds another rank would hit (wrong shard
     # offsets in a checkpoint); the model-parallel strategies ask for it, DDP does not need it
     needs_fresh_process: bool = False
+    # False: only the torchrun environment is set and the rank's own code calls
+    # init_process_group() (the TorchDistributor API); the group is still destroyed after it
+    init_group: bool = True
 
     def driver_start(self, num_ranks: int, driver_host: str) -> DriverHandle:
         return DriverHandle()
@@ -39,6 +42,8 @@ class TorchBackend:
         return env
 
     def rank_init(self, ctx: RankContext) -> None:
+        if not self.init_group:
+            return
         import torch
         import torch.distributed as dist
 
