@@ -31,7 +31,7 @@ def package_zip(tmp_path_factory):
     return shutil.make_archive(str(out), "zip", ROOT, "sparkml_dist")
 
 
-def submit(cluster, package_zip, job, tmp_path, *overrides):
+def submit(cluster, package_zip, job, tmp_path, *overrides, env_extra=None):
     spark_submit = Path(sys.executable).parent / "spark-submit"
     cmd = [str(spark_submit), "--master", cluster.master_url,
            "--conf", "spark.executor.cores=1", "--conf", "spark.cores.max=2",
@@ -39,7 +39,7 @@ def submit(cluster, package_zip, job, tmp_path, *overrides):
            str(ROOT / job), "--config", str(ROOT / "conf/adult.yaml"),
            "--set", f"output.root={tmp_path / 'out'}", "--set", f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
            *[a for o in overrides for a in ("--set", o)]]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, **(env_extra or {})}
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-4000:]
     assert f"master {cluster.master_url}" in out.stderr, "the job ran on the cluster, not a local fallback"
@@ -64,3 +64,20 @@ def test_two_rank_training_one_rank_per_executor(cluster, package_zip, workdir, 
     stdout = submit(cluster, package_zip, "jobs/train.py", workdir, "train.epochs=2", f"train.backend={backend}")
     assert "ranks in step: True" in stdout
     assert "rows per rank [14692, 14692]" in stdout
+
+
+def test_custom_model_shipped_only_by_the_job(cluster, package_zip, tmp_path):
+    """The factory's package exists only in a directory on the driver's PYTHONPATH: the executors
+    (whose workers started without it) train, and score, with the copy the job ships."""
+    package = f"shipped_nets_{os.getpid()}"
+    source = tmp_path / "user_src" / package
+    source.mkdir(parents=True)
+    (source / "__init__.py").write_text("")
+    shutil.copy(ROOT / "tests" / "user_code" / "nets.py", source / "nets.py")
+    stdout = submit(cluster, package_zip, "jobs/pipeline.py", tmp_path, "train.epochs=2", "model.kind=custom",
+                    f"model.factory={package}.nets:residual_mlp", "model.options={width: 32}",
+                    env_extra={"PYTHONPATH": os.pathsep.join([str(source.parent), os.environ.get("PYTHONPATH", "")])})
+    assert "=== sparkml_dist pipeline summary ===" in stdout
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["test_metrics"]["accuracy"] >= 0.83
+    assert summary["rows"]["scored"] + summary["rows"]["score_rejected"] == 16282

@@ -160,11 +160,24 @@ class TransformerConfig(Section):
 class ModelConfig(Section):
     """The network (rebuilt anywhere from its spec; weights are state_dicts)."""
 
-    kind: Literal["mlp", "transformer"] = Field("mlp", description="mlp: dense layers over the feature vector; "
-                                                                   "transformer: one token per source column")
+    kind: Literal["mlp", "transformer", "custom"] = Field(
+        "mlp", description="mlp: dense layers over the feature vector; transformer: one token per source column; "
+                           "custom: your own nn.Module from model.factory")
     hidden: list[int] = Field(default_factory=lambda: [128, 64], min_length=1, description="mlp hidden widths")
     dropout: float = Field(0.1, ge=0.0, lt=1.0, description="dropout probability")
     transformer: TransformerConfig = Field(TransformerConfig(), description="model.kind=transformer")
+    factory: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
+                                description="model.kind=custom: 'package.module:function', called with (InputSpec, "
+                                            "TaskSpec, model.options) and returning an nn.Module (docs/bring-your-own.md)")
+    options: dict[str, Any] = Field(default_factory=dict, description="model.kind=custom: the factory's third argument")
+
+    @model_validator(mode="after")
+    def _factory_with_custom(self) -> "ModelConfig":
+        if self.kind == "custom" and not self.factory:
+            raise ValueError("model.kind=custom needs model.factory: 'package.module:function'")
+        if self.kind != "custom" and (self.factory or self.options):
+            raise ValueError(f"model.factory and model.options are for model.kind=custom (model.kind is {self.kind})")
+        return self
 
 
 class TrainConfig(Section):
@@ -174,6 +187,9 @@ class TrainConfig(Section):
 
     # backends this method runs on; a method that also runs on Horovod widens it
     supported_backends: ClassVar[tuple[str, ...]] = ("torch",)
+    # can each rank take its own share of rows from the barrier stage (train.input=dataframe)?
+    # Not where ranks of one model-parallel group must read the same rows.
+    dataframe_input: ClassVar[bool] = True
 
     strategy: str = Field("ddp", description="the training method; built in: ddp, fsdp, tensor, pipeline, hybrid, "
                                              "async, federated (each adds its own keys below)")
@@ -189,6 +205,10 @@ class TrainConfig(Section):
     timeout_s: int = Field(300, ge=5, description="collective / rendezvous timeout")
     checkpoint_keep: int = Field(2, ge=1, description="newest checkpoints kept")
     checkpoint_every_steps: int = Field(0, ge=0, description="also checkpoint every N optimizer steps (0: epoch ends only)")
+    input: Literal["parquet", "dataframe"] = Field(
+        "parquet", description="how the train split reaches the ranks: parquet (each rank reads its rows from the "
+                               "preprocess output) or dataframe (Spark deals them through the barrier stage; no "
+                               "shared storage read for training rows)")
     max_attempts: int = Field(3, ge=1, description="barrier-stage launches before giving up; each resumes from the last checkpoint")
     straggler_factor: float = Field(1.5, gt=1.0, description="a rank whose median step time exceeds factor x the ranks' median is reported")
     device: Literal["cpu", "cuda", "auto"] = Field("auto", description="auto: the GPU Spark assigned the task, else CPU")
@@ -204,6 +224,10 @@ class TrainConfig(Section):
         if self.backend not in self.supported_backends:
             raise ValueError(f"train.strategy={self.strategy} runs on {' or '.join(self.supported_backends)}; Horovod "
                              "does data parallelism only: set train.backend=torch or train.strategy=ddp")
+        if self.input == "dataframe" and not self.dataframe_input:
+            raise ValueError(f"train.input=dataframe deals each rank its own rows, but train.strategy={self.strategy} "
+                             f"needs ranks that share rows (or a different reader); use train.input=parquet, or "
+                             f"train.strategy=ddp or fsdp")
         return self
 
     def check_job(self, job: JobConfig) -> None:

@@ -191,3 +191,60 @@ def read_split(root: str, split: str) -> tuple[np.ndarray, np.ndarray]:
     files = storage.list_files(storage.join(str(root), split), suffix=".parquet")
     table = pa.concat_tables([pq.read_table(storage.open_input(f)) for f in files])
     return dense_features(table, layout, where=f"{root}/{split}"), table.column("label").to_numpy().astype(np.float32, copy=False)
+
+
+class FrameShardLoader:
+    """The `ShardLoader` interface over a rank's share of the training split as the barrier task
+    spilled it (`train.input: dataframe`): no reads from shared storage. The share is decoded
+    once into dense arrays (its features, float32), then shuffled per epoch like the Parquet path."""
+
+    def __init__(self, spill_path: str, rank: int, batch_size: int, seed: int, shuffle: bool = True,
+                 layout: FeatureLayout | None = None, weighted: bool = False):
+        self.path = spill_path
+        self.rank = rank
+        self.batch_size = batch_size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.layout = layout
+        self.weighted = weighted
+        self._x: np.ndarray | None = None
+        self._y: np.ndarray | None = None
+
+    def prepare(self) -> None:
+        if self._x is not None:
+            return
+        if not self.path:
+            raise DataError(f"rank {self.rank} was dealt no training rows; use fewer ranks than rows")
+        table = pa.ipc.open_file(pa.memory_map(self.path)).read_all()
+        self._x = dense_features(table, self.layout, where=f"rank {self.rank}'s share of the training split")
+        self._y = np.ones((table.num_rows, 2), np.float32)
+        self._y[:, 0] = table.column("label").to_numpy()
+        if self.weighted:
+            self._y[:, 1] = table.column("weight").to_numpy()
+
+    @property
+    def num_rows(self) -> int:
+        self.prepare()
+        return len(self._x)
+
+    @property
+    def num_batches(self) -> int:
+        return -(-self.num_rows // self.batch_size)
+
+    @property
+    def feature_dim(self) -> int:
+        self.prepare()
+        return self._x.shape[1]
+
+    def epoch(self, epoch: int, skip_batches: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        self.prepare()
+        rows = len(self._x)
+        order = np.random.default_rng([self.seed, epoch, self.rank]).permutation(rows) if self.shuffle else None
+        for index, start in enumerate(range(0, rows, self.batch_size)):
+            if index < skip_batches:
+                continue
+            if order is None:
+                yield self._x[start:start + self.batch_size], self._y[start:start + self.batch_size]
+            else:
+                take = order[start:start + self.batch_size]
+                yield self._x[take], self._y[take]

@@ -29,6 +29,7 @@ from sparkml_dist.data.labels import check_task, encode_labels, fit_target
 from sparkml_dist.data.loader import features_to_numpy
 from sparkml_dist.errors import ConfigError
 from sparkml_dist.federated.client import RoundTask, client_update, public_key
+from sparkml_dist.models.custom import check_custom_model, task_spec
 from sparkml_dist.models.factory import build_model, model_spec
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.models.weights import state_dict_to_bytes
@@ -103,7 +104,9 @@ def run_federated(spark: SparkSession, cfg: JobConfig, sink: RoundSink | None = 
         fit_rows, _ = split_frame(rows, data.validation_fraction, data.split_seed)
         pipeline = build_feature_pipeline(data, cfg.features).fit(fit_rows)
         names = feature_names(pipeline, fit_rows)
-        spec = model_spec(cfg.model, len(names), names, target.kind.output_dim(target))
+        spec = model_spec(cfg.model, len(names), names, target.kind.output_dim(target), task_spec(target))
+        if spec.custom is not None:
+            check_custom_model(spec.input_dim, spec.custom)
         clients, rdd = client_partitions(pipeline, rows, fed.client_column, data.weight_column is not None)
         try:
             test = _test_arrays(spark, cfg, pipeline, target)

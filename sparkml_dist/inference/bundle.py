@@ -17,6 +17,7 @@ class ModelBundle:
     uri: str = ""
     training_schema: dict[str, str] | None = None  # column -> "type/role" the model was trained on
     target: Target = Target("binary")  # what the outputs mean (models logged before targets: binary)
+    code_paths: tuple[str, ...] = ()  # a custom model's code, as logged with it (models.custom.ship_code)
 
     @property
     def key(self) -> str:

@@ -30,7 +30,8 @@ class ModelCache:
                 model = build_model(spec)
                 model.load_state_dict(state_dict_from_bytes(weights()))
                 model.eval()
-                self._models[key] = pad_output_layer(model, spec.output_dim)
+                # a custom network's last Linear need not be its output layer: left as it is
+                self._models[key] = model if spec.custom is not None else pad_output_layer(model, spec.output_dim)
             return self._models[key]
 
     def __len__(self) -> int:

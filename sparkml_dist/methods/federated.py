@@ -6,7 +6,7 @@ parameter-shaped updates come back (`sparkml_dist.federated`). Options: the `fed
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import ClassVar, TYPE_CHECKING, Literal
 
 from pydantic import Field
 
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 
 class FederatedTrainConfig(TrainConfig):
+    dataframe_input: ClassVar[bool] = False
     strategy: Literal["federated"] = Field("federated", description="federated rounds over client partitions "
                                                                     "(options: the federated section)")
 

@@ -58,8 +58,9 @@ class LoopMethod(TrainMethod):
 
         cfg = job.train
         needs = self.needs(cfg)
+        frame = training_frame(spark, job) if job.frame_fed else None
         return run_with_relaunch(spark, train_rank, lambda attempt: replace(job, attempt=attempt), needs.ranks,
-                                 needs.make_backend(cfg.device, cfg.timeout_s), cfg.max_attempts)
+                                 needs.make_backend(cfg.device, cfg.timeout_s), cfg.max_attempts, frame=frame)
 
 
 def make_job(cfg: JobConfig, data: "PreprocessResult", checkpoint_dir: str, *, placement: Placement | None = None,
@@ -67,13 +68,16 @@ def make_job(cfg: JobConfig, data: "PreprocessResult", checkpoint_dir: str, *, p
     """A rank program's payload for `cfg` on `data`: the model for the data's target (or the
     fine-tuned model's), the target, its class weights."""
     from sparkml_dist.data.layout import FeatureLayout
+    from sparkml_dist.models.custom import check_custom_model, task_spec
     from sparkml_dist.models.factory import model_spec
     from sparkml_dist.train.job import TrainJob
 
     manifest = data.manifest
     target = warm_start.target if warm_start else manifest.target_spec
     spec = warm_start.spec if warm_start else model_spec(cfg.model, manifest.feature_dim, manifest.feature_names,
-                                                         target.kind.output_dim(target))
+                                                         target.kind.output_dim(target), task_spec(target))
+    if spec.custom is not None:  # the user's network: its output shape checked before any rank starts
+        check_custom_model(spec.input_dim, spec.custom)
     return TrainJob(
         data_root=data.path,
         train_groups=tuple(manifest.splits["train"].row_groups),
@@ -89,7 +93,18 @@ def make_job(cfg: JobConfig, data: "PreprocessResult", checkpoint_dir: str, *, p
         target=target,
         class_weights=target.balanced_weights() if cfg.train.class_weight == "balanced" else None,
         weighted=manifest.weighted,
+        frame_fed=cfg.train.input == "dataframe",
     )
+
+
+def training_frame(spark: "SparkSession", job: "TrainJob"):
+    """`train.input: dataframe`: the train split's rows (the files the manifest lists, the columns
+    a rank reads) as a DataFrame the barrier stage deals to the ranks."""
+    from sparkml_dist import storage
+
+    files = sorted({group.file for group in job.train_groups})
+    paths = [storage.spark_path(storage.join(job.data_root, f)) for f in files]
+    return spark.read.parquet(*paths).select(*job.training_columns())
 
 
 def loop_job(cfg: JobConfig, data: "PreprocessResult", checkpoint_dir: str, sink: "EpochSink | None" = None,

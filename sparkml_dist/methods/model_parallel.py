@@ -5,7 +5,7 @@ ranks. All but fsdp cut a transformer's layers (model.kind=transformer)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import ClassVar, TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 
 def _needs_transformer(cfg: TrainConfig, job: JobConfig) -> None:
     if job.model.kind != "transformer":
-        raise ValueError(f"train.strategy={cfg.strategy} cuts a transformer's layers; set model.kind=transformer "
-                         "(or use train.strategy=ddp or fsdp for the mlp)")
+        raise ValueError(f"train.strategy={cfg.strategy} cuts a transformer's layers into shards, which it cannot do "
+                         f"for model.kind={job.model.kind}; set model.kind=transformer, or use train.strategy=ddp "
+                         f"or fsdp (they take any model, custom ones included)")
 
 
 def _tensor_parallel_fits(job: JobConfig, size: int) -> None:
@@ -37,6 +38,7 @@ class FsdpConfig(TrainConfig):
 
 
 class TensorConfig(TrainConfig):
+    dataframe_input: ClassVar[bool] = False
     strategy: Literal["tensor"] = Field("tensor", description="tensor parallelism over all ranks (DTensor)")
 
     def check_job(self, job: JobConfig) -> None:
@@ -50,6 +52,7 @@ class PipelineOptions(Section):
 
 
 class PipelineConfig(TrainConfig):
+    dataframe_input: ClassVar[bool] = False
     strategy: Literal["pipeline"] = Field("pipeline", description="consecutive transformer blocks on consecutive ranks")
     parallel: PipelineOptions = Field(default_factory=PipelineOptions, description="the pipeline's schedule")
 
@@ -72,6 +75,7 @@ class HybridOptions(Section):
 
 
 class HybridConfig(TrainConfig):
+    dataframe_input: ClassVar[bool] = False
     strategy: Literal["hybrid"] = Field("hybrid", description="FSDP across groups of tensor-parallel ranks (2-D mesh)")
     parallel: HybridOptions = Field(default_factory=HybridOptions, description="the mesh's tensor-parallel size")
 

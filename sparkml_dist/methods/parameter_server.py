@@ -6,7 +6,7 @@ other, so a slow worker only makes its own updates staler. It is its own rank pr
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -30,6 +30,7 @@ class AsyncOptions(Section):
 
 
 class AsyncConfig(TrainConfig):
+    dataframe_input: ClassVar[bool] = False
     strategy: Literal["async"] = Field("async", description="parameter servers and asynchronous SGD (torch RPC)")
     async_ps: AsyncOptions = Field(default_factory=AsyncOptions, description="servers and the staleness policy")
 

@@ -3,10 +3,13 @@ user-writable is ever unpickled (state_dicts load with weights_only=True)."""
 
 from __future__ import annotations
 
+import json
+
 import torch
 from torch import nn
 
 from sparkml_dist.config.schema import ModelConfig
+from sparkml_dist.models.custom import CustomModel, TaskSpec, build_custom
 from sparkml_dist.models.spec import ModelSpec, TransformerShape
 from sparkml_dist.models.transformer import TabularTransformer, token_layout
 
@@ -31,13 +34,18 @@ class TabularMLP(nn.Module):
 
 
 def model_spec(cfg: ModelConfig, input_dim: int, feature_names: list[str] | None = None,
-               output_dim: int = 1) -> ModelSpec:
+               output_dim: int = 1, task: TaskSpec | None = None) -> ModelSpec:
     shape = None
+    custom = None
+    if cfg.kind == "custom":
+        names = tuple(feature_names or [f"f{i}" for i in range(input_dim)])
+        custom = CustomModel(str(cfg.factory), json.dumps(cfg.options, sort_keys=True), names,
+                             task or TaskSpec("binary", output_dim))
     if cfg.kind == "transformer":
         names = feature_names or [f"f{i}" for i in range(input_dim)]
         t = cfg.transformer
         shape = TransformerShape(tuple(token_layout(names)), t.d_model, t.heads, t.layers, t.mlp_hidden)
-    return ModelSpec(cfg.kind, int(input_dim), cfg.dropout, tuple(cfg.hidden), shape, output_dim)
+    return ModelSpec(cfg.kind, int(input_dim), cfg.dropout, tuple(cfg.hidden), shape, output_dim, custom)
 
 
 def build_model(spec: ModelSpec) -> nn.Module:
@@ -47,4 +55,6 @@ def build_model(spec: ModelSpec) -> nn.Module:
         t = spec.transformer
         return TabularTransformer(list(t.layout), t.d_model, t.heads, t.layers, t.mlp_hidden, spec.dropout,
                                   spec.output_dim)
-    raise ValueError(f"unknown model kind {spec.kind!r}; known: mlp, transformer")
+    if spec.kind == "custom" and spec.custom is not None:
+        return build_custom(spec.input_dim, spec.custom)
+    raise ValueError(f"unknown model kind {spec.kind!r}; known: mlp, transformer, custom")

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sparkml_dist.models.custom import CustomModel
+
 
 @dataclass(frozen=True)
 class TransformerShape:
@@ -26,12 +28,13 @@ class TransformerShape:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    kind: str  # "mlp" | "transformer"
+    kind: str  # "mlp" | "transformer" | "custom"
     input_dim: int
     dropout: float = 0.0
     hidden: tuple[int, ...] = ()  # mlp: hidden widths
     transformer: TransformerShape | None = None  # transformer only
     output_dim: int = 1  # one logit (binary), one per class (multiclass), one value (regression)
+    custom: CustomModel | None = None  # custom only: the factory, its options and what it is called with
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "input_dim": self.input_dim, "hidden": list(self.hidden),
@@ -40,6 +43,8 @@ class ModelSpec:
             t = self.transformer
             out.update(layout=list(t.layout), d_model=t.d_model, heads=t.heads, layers=t.layers,
                        mlp_hidden=t.mlp_hidden)
+        if self.custom is not None:
+            out["custom"] = self.custom.to_json()
         return out
 
     @staticmethod
@@ -48,5 +53,7 @@ class ModelSpec:
         if "layout" in raw:
             shape = TransformerShape(tuple(raw["layout"]), raw["d_model"], raw["heads"], raw["layers"],
                                      raw["mlp_hidden"])
+        output_dim = int(raw.get("output_dim", 1))
+        custom = CustomModel.from_json(raw["custom"], output_dim) if "custom" in raw else None
         return ModelSpec(raw["kind"], int(raw["input_dim"]), float(raw.get("dropout", 0.0)),
-                         tuple(raw.get("hidden", ())), shape, int(raw.get("output_dim", 1)))
+                         tuple(raw.get("hidden", ())), shape, output_dim, custom)

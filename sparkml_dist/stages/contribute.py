@@ -53,7 +53,7 @@ class Verdict:
 def contribute(spark: SparkSession, cfg: JobConfig, run: RunHandle, delta_source: str, contributor: str) -> Verdict:
     community = cfg.community
     base_uri = community.base_model or f"models:/{cfg.tracking.registered_model}@champion"
-    bundle = load_bundle(base_uri, run.tracking_uri)
+    bundle = load_bundle(base_uri, run.tracking_uri, spark=spark)
     parent = model_version(base_uri, run.tracking_uri)
     blob = read_delta(delta_source, run.tracking_uri)
     verdict = Verdict(False, "", parent, sha256=fingerprint(blob))

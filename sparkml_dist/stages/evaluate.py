@@ -28,7 +28,7 @@ def evaluate(spark: SparkSession, cfg: JobConfig, model_uri: str, tracking_uri: 
     test file) with the model's own feature pipeline, target and weights, and aggregate the task's
     metrics in Spark. Rows whose label the model does not know (a class it was not trained on)
     are not scored; `metrics["unknown_label_rows"]` counts them."""
-    bundle = load_bundle(model_uri, tracking_uri)
+    bundle = load_bundle(model_uri, tracking_uri, spark=spark)
     if test_rows is None:
         with ingest(spark, cfg.data.test_path, cfg.data) as test_input:
             return evaluate(spark, cfg, model_uri, tracking_uri, test_input.accepted)

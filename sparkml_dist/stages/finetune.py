@@ -56,7 +56,7 @@ def finetune(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> FinetuneRes
         raise ConfigError(f"train.strategy={cfg.train.strategy} cannot start from a registered model; fine-tune with "
                           f"one of the rank-loop methods (ddp, fsdp, tensor, pipeline, hybrid)")
     base_uri = ft.base_model or f"models:/{cfg.tracking.registered_model}@champion"
-    bundle = load_bundle(base_uri, run.tracking_uri)
+    bundle = load_bundle(base_uri, run.tracking_uri, spark=spark)
     if not cfg.data.typed:  # a typed source's columns are known once read: checked after preprocess
         check_schema(schema_of(cfg.data), bundle)
     target = model_target(bundle.target, cfg.data)

@@ -38,7 +38,7 @@ class ScoreResult:
 def score(spark: SparkSession, cfg: JobConfig, model_uri: str | None = None, input_path: str | None = None,
           output_path: str | None = None) -> ScoreResult:
     uri = model_uri or f"models:/{cfg.tracking.registered_model}@champion"
-    bundle = load_bundle(uri, resolve_tracking_uri(cfg.tracking))
+    bundle = load_bundle(uri, resolve_tracking_uri(cfg.tracking), spark=spark)
     with ingest(spark, input_path or cfg.data.score_path or cfg.data.test_path, cfg.data, require_label=False) as raw:
         check_schema(schema_of(raw.data), bundle)
         return _score_rows(spark, cfg, uri, bundle, raw, output_path)

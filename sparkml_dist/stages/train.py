@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.dataset import PreprocessResult
 from sparkml_dist.methods.base import TrainRequest, get_method
+from sparkml_dist.models.custom import ship_factory
 from sparkml_dist.stages.records import TrainRecord
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tracking.client import EpochLogger, RankTracker, RunHandle, tracked_run
@@ -42,6 +43,8 @@ def train(spark: SparkSession, cfg: JobConfig, prep: PreprocessResult | None, ru
     `method_name`'s) and log the result under `run`."""
     paths = OutputPaths.of(cfg)
     method = get_method(method_name or cfg.train.strategy)
+    if cfg.model.kind == "custom" and cfg.model.factory:
+        ship_factory(spark, cfg.model.factory)
     outcome = method.run(TrainRequest(spark, cfg, prep, paths.checkpoints(run.run_id), sink=EpochLogger(run)))
     if cfg.evaluate.threshold == "f1":
         outcome = with_f1_threshold(spark, cfg, outcome, run)

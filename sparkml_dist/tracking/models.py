@@ -27,6 +27,15 @@ def _pip_requirements() -> list[str]:
             f"numpy=={version('numpy')}", f"pandas=={version('pandas')}", "sparkml_dist"]
 
 
+def _code_paths(spec: ModelSpec) -> list[str] | None:
+    """A custom model's code goes with it (MLflow puts it on sys.path when it loads the model)."""
+    if spec.custom is None:
+        return None
+    from sparkml_dist.models.custom import code_root
+
+    return [str(code_root(spec.custom.factory))]
+
+
 def log_model(handle: RunHandle, model: TrainedModel) -> str:
     """Save the pyfunc model locally, upload it under the run; return `runs:/<id>/model`."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -72,7 +81,8 @@ def save_pyfunc_model(directory: str, weights: bytes, spec: ModelSpec, feature_p
     with warnings.catch_warnings():  # the explicit signature makes MLflow's type-hint advice moot
         warnings.simplefilter("ignore", UserWarning)
         mlflow.pyfunc.save_model(str(local), python_model=TabularTorchModel(), artifacts=artifacts,
-                                 signature=signature, pip_requirements=_pip_requirements())
+                                 signature=signature, pip_requirements=_pip_requirements(),
+                                 code_paths=_code_paths(spec))
     return str(local)
 
 
@@ -135,8 +145,9 @@ def _registry_client(tracking_uri: str):
     return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
 
 
-def load_bundle(model_uri: str, tracking_uri: str, dst: str | None = None) -> ModelBundle:
-    """Download a logged model (runs:/, models:/name@alias, models:/name/version) as a bundle."""
+def load_bundle(model_uri: str, tracking_uri: str, dst: str | None = None, spark=None) -> ModelBundle:
+    """Download a logged model (runs:/, models:/name@alias, models:/name/version) as a bundle.
+    With `spark`, a custom model's code is shipped to the executors (and the driver's path)."""
     import mlflow.artifacts
 
     source = resolve_registry_uri(model_uri, tracking_uri)
@@ -147,7 +158,14 @@ def load_bundle(model_uri: str, tracking_uri: str, dst: str | None = None) -> Mo
     pipeline = artifacts / "feature_pipeline"
     schema = artifacts / "training_schema.json"
     target = artifacts / "target.json"
+    code = local / "code"
+    code_paths = tuple(str(p) for p in sorted(code.iterdir())) if code.is_dir() else ()
+    if spark is not None and code_paths:
+        from sparkml_dist.models.custom import ship_code
+
+        ship_code(spark, code_paths)
     return ModelBundle(spec=spec, weights=(artifacts / "weights.pt").read_bytes(),
                        feature_pipeline_path=str(pipeline) if pipeline.exists() else None, uri=model_uri,
                        training_schema=json.loads(schema.read_text()) if schema.exists() else None,
-                       target=Target.from_json(json.loads(target.read_text())) if target.exists() else Target("binary"))
+                       target=Target.from_json(json.loads(target.read_text())) if target.exists() else Target("binary"),
+                       code_paths=code_paths)

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Callable, Protocol
 from sparkml_dist.config.schema import TrainConfig
 from sparkml_dist.data.dataset import RowGroup
 from sparkml_dist.data.layout import FeatureLayout
-from sparkml_dist.data.loader import ShardLoader
+from sparkml_dist.data.loader import FrameShardLoader, ShardLoader, feature_columns
+from sparkml_dist.launch.context import PartitionData
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.tasks.base import Target
 from sparkml_dist.train.adapters import AdaptSpec
@@ -69,13 +70,25 @@ class TrainJob:
     target: Target = Target("binary")  # what the label is: the loss and the per-epoch metric follow it
     class_weights: tuple[float, ...] | None = None  # per class, multiplied into each row's weight
     weighted: bool = False  # the splits carry a weight per row
+    frame_fed: bool = False  # train.input=dataframe: the train rows arrive with the barrier stage
+
+    def training_columns(self) -> list[str]:
+        """What a rank reads of the train split (the columns a dealt DataFrame must carry)."""
+        return [*feature_columns(self.feature_layout), "label", *(["weight"] if self.weighted else [])]
 
     def loss(self):
         """The task's loss for this target (a module; every rank builds its own)."""
         return self.target.kind.loss(self.target, self.class_weights, self.train.loss)
 
-    def loader(self, split: str, rank: int, world: int, batch_size: int, seed: int, **options) -> ShardLoader:
-        """A rank's streaming reader over the `split` ("train" or "val") row groups."""
+    def loader(self, split: str, rank: int, world: int, batch_size: int, seed: int,
+               partition: PartitionData | None = None, **options) -> ShardLoader | FrameShardLoader:
+        """A rank's streaming reader over the `split` ("train" or "val") row groups, or, for a
+        frame-fed job's train split, over the share the barrier task spilled (`partition`)."""
+        if split == "train" and self.frame_fed:
+            if partition is None:
+                raise RuntimeError("train.input=dataframe, but this rank was not launched over the train split")
+            return FrameShardLoader(partition.path, rank, batch_size, seed, options.get("shuffle", True),
+                                    self.feature_layout, self.weighted)
         groups = self.train_groups if split == "train" else self.val_groups
         return ShardLoader(self.data_root, list(groups), rank, world, batch_size, seed,
                            layout=self.feature_layout, weighted=self.weighted, **options)

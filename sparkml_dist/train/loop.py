@@ -97,7 +97,7 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
     model, optimizer, ckpt = _build_and_restore(job, strategy, device)
 
     train_loader = job.loader("train", strategy.data_rank, strategy.data_world, cfg.batch_size, cfg.seed,
-                              shuffle=True, buffer_row_groups=cfg.shuffle_buffer_row_groups)
+                              partition=ctx.partition, shuffle=True, buffer_row_groups=cfg.shuffle_buffer_row_groups)
     val_loader = job.loader("val", strategy.data_rank, strategy.data_world, 4096, cfg.seed, shuffle=False)
     train_loader.prepare()
     steps_per_epoch = _steps_per_epoch(strategy, train_loader)
