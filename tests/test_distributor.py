@@ -17,7 +17,7 @@ from sklearn.datasets import load_breast_cancer
 
 import sparkml_dist as sd
 from sparkml_dist.errors import ConfigError, DataError, RankFailure, UserCodeError
-from user_code.breast_cancer import fail_on_rank, resume_after_failure, train, train_from_dataframe
+from user_code.breast_cancer import fail_on_rank, resume_after_failure, step_and_leave, train, train_from_dataframe
 
 SCRIPT = Path(__file__).parent / "user_code" / "train_script.py"
 
@@ -43,6 +43,12 @@ def test_same_final_parameters_as_pysparks_torch_distributor(spark):
     assert len(ours["params"]) == len(theirs["params"]) == 4
     for mine, other in zip(ours["params"], theirs["params"]):
         np.testing.assert_allclose(mine, other, rtol=0, atol=1e-6)
+
+
+def test_returning_right_after_destroying_the_group_never_hangs(spark):
+    # without launch.pg_guard one rank hung in ~ProcessGroupGloo within a few of these launches
+    distributor = barrier(spark=spark)
+    assert [distributor.run(step_and_leave) for _ in range(12)] == [0] * 12
 
 
 def test_local_mode_runs_processes_on_the_driver_with_the_same_result(spark):

@@ -31,3 +31,26 @@ def test_quickstart_notebook_runs_against_local_spark(tmp_path):
     assert summary["test_metrics"]["accuracy"] >= 0.84
     assert summary["scored_rows"] + summary["rejected_rows"] == 16282
     assert "-> champion" in summary["registered"]
+
+
+@pytest.mark.slow
+def test_bring_your_own_notebook_as_the_readme_runs_it(tmp_path):
+    command = ".venv/bin/python notebooks/bring_your_own.py"
+    assert command in (ROOT / "README.md").read_text(), f"the README shows `{command}`"
+    env = {**os.environ, "SPARKML_DIST_OUTPUT": str(tmp_path / "out"),
+           "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    out = subprocess.run(command.split(), cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = {line.split(":")[0].strip(): line for line in out.stdout.splitlines() if ":" in line}
+    ours = float(lines["sparkml_dist.TorchDistributor"].split("accuracy ")[1].split()[0])
+    theirs = float(lines["pyspark TorchDistributor"].split("accuracy ")[1].split()[0])
+    assert ours == theirs and ours > 0.95  # the same function learns the same thing under both
+    assert float(lines["largest difference between the two runs' final weights"].split(": ")[1]) <= 1e-6
+    assert "rank 1 (host 127.0.0.1) failed: FileNotFoundError: /data/shard-1.parquet" in out.stdout
+    assert "[rank 0] rank 0 loading its shard" in out.stdout  # rank output streamed to the driver
+    fed = lines["DataFrame-fed"]
+    assert float(fed.split("accuracy ")[1].split(";")[0]) > 0.95
+    (rows0, steps0), (rows1, steps1) = json.loads(fed.split("per rank ")[1].replace("(", "[").replace(")", "]"))
+    assert rows0 + rows1 == 569 and steps0 == steps1
+    assert float(lines["pipeline with your network"].split("test accuracy ")[1].split(";")[0]) >= 0.84
+    assert "as 'champion'" in out.stdout

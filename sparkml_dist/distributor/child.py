@@ -29,7 +29,9 @@ def main(job_file: str, out_dir: str) -> int:
     rank = int(os.environ["RANK"])
     try:
         job = cloudpickle.loads(Path(job_file).read_bytes())  # written by this job's parent, in its private dir
-        with _env(job.env()):
+        from sparkml_dist.launch.pg_guard import process_groups_outlive_the_call
+
+        with _env(job.env()), process_groups_outlive_the_call():  # see launch.pg_guard
             result = job.call.call()
         if rank == 0:
             _write_atomically(Path(out_dir) / RESULT_FILE, cloudpickle.dumps(result))

@@ -21,6 +21,7 @@ from sparkml_dist.errors import RankFailure, SlotError
 from sparkml_dist.launch.backend import Backend
 from sparkml_dist.launch.context import (PartitionData, RankContext, captured_output, env_scope, free_port,
                                          layout)
+from sparkml_dist.launch.pg_guard import process_groups_outlive_the_call
 from sparkml_dist.launch.relay import OutputRelay, RelayAddress, RelaySink
 from sparkml_dist.launch.spill import Spill, spilled_partition
 from sparkml_dist.launch.isolation import run_forked
@@ -142,11 +143,12 @@ def _run_with_backend(fn: RankFn, ctx: RankContext, payload: Any, backend: Backe
 
 
 def _init_run_shutdown(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend) -> Any:
-    backend.rank_init(ctx)
-    try:
-        return fn(ctx, payload)
-    finally:
+    with process_groups_outlive_the_call():  # a torch 2.13 deadlock otherwise (launch.pg_guard)
+        backend.rank_init(ctx)
         try:
-            backend.rank_shutdown()
-        except Exception:  # noqa: BLE001 - never mask the rank's own error
-            log.warning("rank %d: backend shutdown failed", ctx.rank, exc_info=True)
+            return fn(ctx, payload)
+        finally:
+            try:
+                backend.rank_shutdown()
+            except Exception:  # noqa: BLE001 - never mask the rank's own error
+                log.warning("rank %d: backend shutdown failed", ctx.rank, exc_info=True)

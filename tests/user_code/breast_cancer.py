@@ -115,3 +115,18 @@ def resume_after_failure(total_epochs: int):
         if info.attempt == 0 and epoch == 1:
             raise RuntimeError("simulated crash after epoch 2")
     return {"attempt": info.attempt, "resumed_from": done, "max_attempts": info.max_attempts}
+
+
+def step_and_leave() -> int:
+    """DDP, one backward, the group destroyed, return at once: the pattern that deadlocked torch
+    2.13's gloo (sparkml_dist/launch/pg_guard.py) when the DDP model was freed on return."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo")
+    model = DistributedDataParallel(torch.nn.Linear(4, 1))
+    model(torch.randn(8, 4)).sum().backward()
+    rank = dist.get_rank()
+    dist.destroy_process_group()
+    return rank
