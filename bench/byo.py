@@ -151,6 +151,7 @@ def main() -> list[dict]:
         job = make_job(root, groups, 2, epochs=EPOCHS, hidden=(64,))
         frame = training_frame(spark, replace(job, frame_fed=True)).cache()
         frame.count()  # the DataFrame as a user would hand it over: computed, not re-read from files
+        rank_loop_launch(spark, job, frame), rank_loop_launch(spark, job, None)  # warm both paths' workers
         o, b = alternate(lambda: rank_loop_launch(spark, job, frame), lambda: rank_loop_launch(spark, job, None))
         rows_out.append(entry("dataframe_fed_vs_parquet", o, b, "s", "lower", 1.2,
                               note=f"DDP rank loop, 2 ranks, {EPOCHS} epochs of {ROWS:,} rows, MLP {DIM}-64-1; "

@@ -122,6 +122,25 @@ def test_dataframe_fed_ranks_take_equal_steps_and_learn(spark):
     assert result["accuracy"] > 0.95
 
 
+def test_the_deal_hashes_keys_as_spark_does(spark):
+    from sparkml_dist.launch.deal import spark_hash_long
+
+    values = [0, 1, 2, 41, 2**31 - 1, 2**31, 2**32 + 5, 2**62, -1, -(2**40)]
+    rows = spark.createDataFrame([(v,) for v in values], "v long").selectExpr("v", "hash(v) AS h").collect()
+    assert {row.v: row.h for row in rows} == {v: spark_hash_long(v) for v in values}
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 7])
+def test_rows_are_dealt_evenly_and_the_same_way_twice(spark, ranks):
+    from sparkml_dist.launch.deal import deal
+
+    df = spark.range(10_007).repartition(5)
+    shares = deal(df, ranks).rdd.map(lambda row: row.id).glom().map(sorted).collect()
+    assert len(shares) == ranks and sorted(v for share in shares for v in share) == list(range(10_007))
+    assert max(map(len, shares)) - min(map(len, shares)) <= 5  # at most one row per input partition
+    assert deal(df, ranks).rdd.map(lambda row: row.id).glom().map(sorted).collect() == shares
+
+
 class _Unpicklable:
     def __init__(self):
         self.lock = threading.Lock()

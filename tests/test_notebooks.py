@@ -49,7 +49,7 @@ def test_bring_your_own_notebook_as_the_readme_runs_it(tmp_path):
     assert "rank 1 (host 127.0.0.1) failed: FileNotFoundError: /data/shard-1.parquet" in out.stdout
     assert "[rank 0] rank 0 loading its shard" in out.stdout  # rank output streamed to the driver
     fed = lines["DataFrame-fed"]
-    assert float(fed.split("accuracy ")[1].split(";")[0]) > 0.95
+    assert float(fed.split("accuracy ")[1].split(";")[0]) > 0.93  # 0.63 by always saying "benign"
     (rows0, steps0), (rows1, steps1) = json.loads(fed.split("per rank ")[1].replace("(", "[").replace(")", "]"))
     assert rows0 + rows1 == 569 and steps0 == steps1
     assert float(lines["pipeline with your network"].split("test accuracy ")[1].split(";")[0]) >= 0.84

@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from sparkml_dist.errors import RankFailure, SlotError
 from sparkml_dist.launch.backend import Backend
+from sparkml_dist.launch.deal import deal
 from sparkml_dist.launch.context import (PartitionData, RankContext, captured_output, env_scope, free_port,
                                          layout)
 from sparkml_dist.launch.pg_guard import process_groups_outlive_the_call
@@ -79,9 +80,8 @@ def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, b
 def _collect_over_frame(frame: DataFrame, num_ranks: int, task) -> list[tuple[int, Any]]:
     from pyspark import cloudpickle
 
-    # repartition(n) deals rows round-robin: shares within one row of each other, and a partition
-    # count adaptive execution keeps (an explicit number is never coalesced)
-    rows = frame.repartition(num_ranks).mapInArrow(task, "rank int, result binary", barrier=True).collect()
+    # an explicit partition count, which adaptive execution keeps (it never coalesces one)
+    rows = deal(frame, num_ranks).mapInArrow(task, "rank int, result binary", barrier=True).collect()
     return [(row["rank"], cloudpickle.loads(row["result"])) for row in rows]
 
 
