@@ -11,7 +11,7 @@ import argparse
 import time
 from contextlib import contextmanager
 
-from bench import allreduce, inference, loader, memory, parallel, preprocess, scaling, scoring_raw, training
+from bench import allreduce, byo, inference, loader, memory, parallel, preprocess, scaling, scoring_raw, training
 from bench.common import make_bench_importable
 
 
@@ -35,6 +35,8 @@ def main(full: bool = False) -> None:
         training.main()
     with timed("memory"):
         memory.main()  # its own session: Python workers that no other benchmark has grown
+    with timed("byo"):
+        byo.main()  # fresh sessions of its own: the start-up row measures both launchers cold
     spark = build_session(SparkConfig(master="local[2]", app_name="sparkml_dist-bench"))
     spark.sparkContext.setLogLevel("ERROR")
     with timed("inference"):
