@@ -59,6 +59,8 @@ _EXPORTS: dict[str, str] = {
     "dataframe_loader": "sparkml_dist.distributor.frames",
     "launch_info": "sparkml_dist.distributor.job",
     "LaunchInfo": "sparkml_dist.distributor.job",
+    "InputSpec": "sparkml_dist.models.custom",
+    "TaskSpec": "sparkml_dist.models.custom",
     # training methods
     "TrainMethod": "sparkml_dist.methods.base",
     "TrainRequest": "sparkml_dist.methods.base",

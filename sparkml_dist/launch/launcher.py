@@ -27,7 +27,6 @@ from sparkml_dist.launch.relay import OutputRelay, RelayAddress, RelaySink
 from sparkml_dist.launch.spill import Spill, spilled_partition
 from sparkml_dist.launch.isolation import run_forked
 from sparkml_dist.launch.reports import decode_failures, encode_failure, is_peer_failure
-from sparkml_dist.spark.session import task_slots
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +50,10 @@ def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, b
     `stream_output`: every rank's output lines are logged on the driver as they are written.
     `frame`: the ranks are the tasks of a barrier stage over this DataFrame, split into
     `num_ranks` shares; each rank finds its share spilled to local disk at `ctx.partition`."""
+    # imported here, not at the top: it pulls in the config schema (pydantic, about 0.3 s), which a
+    # rank's worker would otherwise import, cold, when it unpickles the rank function
+    from sparkml_dist.spark.session import task_slots
+
     slots = task_slots(spark, wanted=num_ranks)
     if num_ranks > slots:
         raise SlotError(slots, num_ranks)
@@ -69,7 +72,8 @@ def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, b
                 _frame_rank_main, fn=fn, payload=payload, backend=backend, options=options))
     except Exception as exc:  # Py4JJavaError and friends: look for our rank reports
         reports = decode_failures(str(exc))
-        raise RankFailure(reports, _first_python_error(str(exc))) from (None if reports else exc)
+        raise RankFailure(reports, _first_python_error(str(exc)) + _missing_module_advice(spark, str(exc))) \
+            from (None if reports else exc)
     finally:
         handle.stop()
         if relay is not None:
@@ -83,6 +87,18 @@ def _collect_over_frame(frame: DataFrame, num_ranks: int, task) -> list[tuple[in
     # an explicit partition count, which adaptive execution keeps (it never coalesces one)
     rows = deal(frame, num_ranks).mapInArrow(task, "rank int, result binary", barrier=True).collect()
     return [(row["rank"], cloudpickle.loads(row["result"])) for row in rows]
+
+
+def _missing_module_advice(spark: SparkSession, text: str) -> str:
+    """A worker that cannot import this package (or torch) usually runs another Python."""
+    if "ModuleNotFoundError" not in text:
+        return ""
+    import os
+
+    python = (spark.sparkContext.getConf().get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+              or "python3 (Spark's default)")
+    return (f". The executors run {python}: point spark.pyspark.python (or PYSPARK_PYTHON) at a Python that "
+            f"has sparkml_dist and torch installed, or ship the package with --py-files / addPyFile")
 
 
 def _first_python_error(text: str) -> str:
