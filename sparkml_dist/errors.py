@@ -50,17 +50,18 @@ class StorageError(SparkMLDistError, OSError):
 class SlotError(SparkMLDistError, RuntimeError):
     """The cluster has fewer task slots than the barrier stage needs ranks."""
 
-    def __init__(self, available: int, requested: int):
+    def __init__(self, available: int, requested: int, detail: str = ""):
         self.available = available
         self.requested = requested
+        self.detail = detail
         super().__init__(
             f"{available} task slots available, {requested} ranks requested: "
             f"lower train.num_ranks to at most {available}, or give the cluster more cores "
-            f"(local[N] / more executors)."
+            f"(local[N] / more executors).{detail}"
         )
 
     def __reduce__(self):
-        return (SlotError, (self.available, self.requested))
+        return (SlotError, (self.available, self.requested, self.detail))
 
 
 def is_retryable(exc: BaseException) -> bool:

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -51,12 +52,59 @@ def workdir(tmp_path_factory):
     return tmp_path_factory.mktemp("cluster-run")
 
 
-def test_pipeline_job_on_the_standalone_cluster(cluster, package_zip, workdir):
-    stdout = submit(cluster, package_zip, "jobs/pipeline.py", workdir, "train.epochs=4")
-    assert "=== sparkml_dist pipeline summary ===" in stdout
-    summary = json.loads((workdir / "out" / "summary.json").read_text())
+START = ".venv/bin/python -m sparkml_dist.services.spark_cluster start --workers 2 --dir /tmp/spark-cluster"
+PACK = ".venv/bin/python -c \"import shutil; shutil.make_archive('dist/sparkml_dist', 'zip', '.', 'sparkml_dist')\""
+SUBMIT = """PYSPARK_PYTHON=$PWD/.venv/bin/python .venv/bin/spark-submit --master spark://127.0.0.1:7077 \\
+  --properties-file conf/spark/cluster.conf --py-files dist/sparkml_dist.zip \\
+  jobs/pipeline.py --config conf/adult.yaml"""
+STOP = ".venv/bin/python -m sparkml_dist.services.spark_cluster stop --dir /tmp/spark-cluster"
+
+
+def run_as_written(command: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    assert command in (ROOT / "README.md").read_text(), f"the README shows `{command}`"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKML_DIST_", "MLFLOW_TRACKING", "PYSPARK"))}
+    return subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_readme_cluster_recipe_as_written(tmp_path):
+    """Its commands, flags and profile exactly, in a directory like a fresh clone's."""
+    for name in ("conf", ".venv", "jobs", "sparkml_dist"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    started = run_as_written(START, tmp_path, timeout=120)
+    try:
+        assert started.returncode == 0, started.stderr[-3000:]
+        assert "master spark://127.0.0.1:7077 (UI http://127.0.0.1:8080), 2 workers ALIVE" in started.stdout
+        assert run_as_written(PACK, tmp_path).returncode == 0
+        done = run_as_written(SUBMIT, tmp_path)
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert "master spark://127.0.0.1:7077" in done.stderr, "the job ran on the cluster, not a local fallback"
+    finally:
+        stopped = run_as_written(STOP, tmp_path, timeout=120)
+    assert stopped.returncode == 0 and not list(Path("/tmp/spark-cluster/pids").glob("*.pid"))
+    assert "=== sparkml_dist pipeline summary ===" in done.stdout
+    summary = json.loads((tmp_path / "output" / "adult" / "summary.json").read_text())
     assert summary["test_metrics"]["accuracy"] >= 0.84
     assert summary["rows"]["scored"] + summary["rows"]["score_rejected"] == 16282
+
+
+def test_a_job_the_workers_cannot_host_fails_naming_the_gap(cluster, package_zip, tmp_path):
+    """The profile's 4g executors on 2g workers: no executor can start. The job fails within the
+    bound, saying what it asked for and what each worker has free, instead of waiting forever."""
+    spark_submit = Path(sys.executable).parent / "spark-submit"
+    cmd = [str(spark_submit), "--master", cluster.master_url, "--properties-file", str(ROOT / "conf/spark/cluster.conf"),
+           "--conf", f"spark.master.ui.port={cluster.web_url.rsplit(':', 1)[1]}", "--py-files", package_zip,
+           str(ROOT / "jobs/preprocess.py"), "--config", str(ROOT / "conf/adult.yaml"),
+           "--set", f"output.root={tmp_path / 'out'}", "--set", "spark.executor_wait_s=15"]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    started = time.monotonic()
+    out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    said = out.stdout + out.stderr  # spark-submit's Python writes the job's stderr where it likes
+    assert out.returncode != 0 and time.monotonic() - started < 120
+    assert "no executor was granted within 15 s" in said, said[-3000:]
+    assert "spark.executor.memory=4096m" in said
+    assert "2 ALIVE workers (127.0.0.1: 1 cores / 2048m free" in said
+    assert "lower spark.executor.memory to at most 2048m" in said
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.parquet"))
 
 
 @pytest.mark.parametrize("backend", ["torch", "horovod"])

@@ -319,6 +319,9 @@ class SparkConfig(Section):
     master: str = Field("local[*]", description="ignored when spark-submit sets --master")
     app_name: str = Field("sparkml_dist", description="Spark application name")
     conf: dict[str, str] = Field(default_factory=dict, description="any Spark conf; spark-submit --conf wins")
+    executor_wait_s: float = Field(120.0, gt=0, description="on a cluster without dynamic allocation: fail, naming the "
+                                                            "gap between the executors asked for and the workers' free "
+                                                            "cores and memory, when no executor registers within this")
 
 
 class FinetuneConfig(Section):

@@ -52,11 +52,12 @@ def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, b
     `num_ranks` shares; each rank finds its share spilled to local disk at `ctx.partition`."""
     # imported here, not at the top: it pulls in the config schema (pydantic, about 0.3 s), which a
     # rank's worker would otherwise import, cold, when it unpickles the rank function
+    from sparkml_dist.spark.capacity import slot_gap
     from sparkml_dist.spark.session import task_slots
 
     slots = task_slots(spark, wanted=num_ranks)
     if num_ranks > slots:
-        raise SlotError(slots, num_ranks)
+        raise SlotError(slots, num_ranks, slot_gap(spark))
     driver_host = spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
     handle = backend.driver_start(num_ranks, driver_host)
     relay = OutputRelay(driver_host) if stream_output else None

@@ -4,6 +4,9 @@ stopped by the PIDs the daemon script records.
 
     python -m sparkml_dist.services.spark_cluster start --workers 2 --dir /tmp/spark-cluster
     python -m sparkml_dist.services.spark_cluster stop --dir /tmp/spark-cluster
+
+The command line uses Spark's own default ports (master 7077, web UI 8080) and workers sized for
+conf/spark/cluster.conf (1 core, 4g each); the library call picks free ports unless told.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -60,7 +64,9 @@ def daemon_env(workdir: Path) -> dict[str, str]:
 
 
 def start_cluster(workdir: str | Path, workers: int = 2, cores_per_worker: int = 1, memory: str = "2g",
-                  timeout_s: float = 60, worker_conf: dict[str, str] | None = None) -> StandaloneCluster:
+                  timeout_s: float = 60, worker_conf: dict[str, str] | None = None, port: int = 0,
+                  webui_port: int = 0) -> StandaloneCluster:
+    """Start a master and `workers` workers on 127.0.0.1; `port`/`webui_port` 0 pick free ports."""
     workdir = Path(workdir).resolve()
     for sub in ("pids", "logs", "work"):
         (workdir / sub).mkdir(parents=True, exist_ok=True)
@@ -68,7 +74,10 @@ def start_cluster(workdir: str | Path, workers: int = 2, cores_per_worker: int =
     if worker_conf:  # e.g. GPU resources: spark.worker.resource.gpu.amount / .discoveryScript
         env["SPARK_WORKER_OPTS"] = " ".join(f"-D{k}={v}" for k, v in worker_conf.items())
     daemon = str(Path(env["SPARK_HOME"]) / "sbin" / "spark-daemon.sh")
-    port, web = free_port("127.0.0.1"), free_port("127.0.0.1")
+    port = port or free_port("127.0.0.1")
+    web = webui_port or free_port("127.0.0.1")
+    for wanted in (port, web):
+        _check_port_free(wanted)
     cluster = StandaloneCluster(workdir, f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{web}", workers)
     _run([daemon, "start", MASTER, "1", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(web)], env)
     for i in range(1, workers + 1):
@@ -82,6 +91,15 @@ def start_cluster(workdir: str | Path, workers: int = 2, cores_per_worker: int =
     logs = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted((workdir / "logs").glob("*.out")))
     cluster.stop()
     raise RuntimeError(f"standalone cluster: {cluster.alive_workers()}/{workers} workers ALIVE after {timeout_s}s\n{logs}")
+
+
+def _check_port_free(port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            raise RuntimeError(f"port {port} on 127.0.0.1 is in use (another Spark master?): stop it, or pass "
+                               f"--port / --webui-port") from None
 
 
 def _run(cmd: list[str], env: dict[str, str]) -> None:
@@ -111,10 +129,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("action", choices=["start", "stop"])
     parser.add_argument("--dir", default="/tmp/sparkml_dist-cluster")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--cores", type=int, default=1)
+    parser.add_argument("--cores", type=int, default=1, help="cores per worker")
+    parser.add_argument("--memory", default="4g", help="memory per worker (conf/spark/cluster.conf asks 4g executors)")
+    parser.add_argument("--port", type=int, default=7077, help="master port (0: a free one)")
+    parser.add_argument("--webui-port", type=int, default=8080, help="master web UI port, where jobs read the "
+                                                                       "workers' free capacity (0: a free one)")
     args = parser.parse_args(argv)
     if args.action == "start":
-        c = start_cluster(args.dir, args.workers, args.cores)
+        c = start_cluster(args.dir, args.workers, args.cores, args.memory, port=args.port, webui_port=args.webui_port)
         (Path(args.dir) / "cluster.json").write_text(json.dumps({"master": c.master_url, "web": c.web_url}))
         print(f"master {c.master_url} (UI {c.web_url}), {c.workers} workers ALIVE; stop: "
               f"python -m sparkml_dist.services.spark_cluster stop --dir {args.dir}")

@@ -13,6 +13,7 @@ from typing import Iterator
 
 from sparkml_dist.config.schema import SparkConfig
 from sparkml_dist.errors import PrerequisiteError
+from sparkml_dist.spark.capacity import registered_executors, wait_for_executors
 
 MIN_JAVA = 17
 
@@ -75,7 +76,9 @@ def build_session(cfg: SparkConfig | None = None, extra_conf: dict[str, str] | N
     for key, value in conf.items():
         if not submitted.contains(key):
             builder = builder.config(key, value)
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    wait_for_executors(spark, cfg.executor_wait_s)
+    return spark
 
 
 def _submitted_conf():
@@ -110,7 +113,7 @@ def _current_slots(sc) -> int:
     cpus_per_task = float(conf.get("spark.task.cpus", "1"))
     if sc.master.startswith("local"):
         return int(sc.defaultParallelism // cpus_per_task)
-    executors = len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1  # the driver is listed too
+    executors = registered_executors(sc)
     if executors <= 0:
         return 0  # defaultParallelism says 2 before any executor registers
     slots = int(sc.defaultParallelism // cpus_per_task)
