@@ -7,6 +7,11 @@
 #  - both CMAKE_CXX_STANDARD 14 lines (CMakeLists.txt and horovod/torch/CMakeLists.txt) -> 17
 #    (torch headers need C++17; patching only one gives duplicate gloo symbols at link time)
 #  - CMAKE_POLICY_VERSION_MINIMUM=3.5 for CMake 4.
+# And one fix to Horovod itself: GlooContext::InitializeForProcessSet builds its device from its
+# own (empty) interface name instead of the global context's HOROVOD_GLOO_IFACE, so gloo falls
+# back to resolving the hostname; where that gives loopback (Debian's 127.0.1.1, a container),
+# ranks on different hosts are told to connect to 127.0.0.1 (found on the emulated multi-host
+# cluster, tests/test_hosts.py). The patch makes it use the global context's interface.
 # GPU build: HOROVOD_GPU=1 scripts/build_horovod.sh (adds HOROVOD_GPU_OPERATIONS=NCCL).
 set -euo pipefail
 venv=${1:-.venv}
@@ -17,13 +22,15 @@ step() { echo "[horovod] $*"; }
 fail() { echo "[horovod] FAILED at step '$1': $2" >&2; exit 1; }
 
 [ -x "$py" ] || fail "find venv" "no $py; run scripts/setup_env.sh first"
-if "$py" -c "import horovod.torch" 2>/dev/null; then
+patch_level=p1  # bump when the patches change: a different cache entry and a reinstall
+marker="$venv/.horovod-$version-$patch_level"
+if [ -f "$marker" ] && "$py" -c "import horovod.torch" 2>/dev/null; then
   step "horovod $("$py" -c 'import horovod; print(horovod.__version__)') already installed"; exit 0
 fi
 torch_v=$("$py" -c 'import torch; print(torch.__version__.replace("+", "_"))')
 py_v=$("$py" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
 variant=${HOROVOD_GPU:+nccl}; variant=${variant:-cpu}
-cache=${SPARKML_DIST_CACHE:-$HOME/.cache/sparkml_dist}/horovod-$version-torch$torch_v-$py_v-$variant
+cache=${SPARKML_DIST_CACHE:-$HOME/.cache/sparkml_dist}/horovod-$version-torch$torch_v-$py_v-$variant-$patch_level
 pip=("$py" -m pip --disable-pip-version-check)
 
 if ! ls "$cache"/horovod-*.whl >/dev/null 2>&1; then
@@ -41,6 +48,16 @@ if ! ls "$cache"/horovod-*.whl >/dev/null 2>&1; then
     grep -q "CMAKE_CXX_STANDARD 14" "$f" || fail "patch" "no 'CMAKE_CXX_STANDARD 14' in $f (sdist changed?)"
     sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "$f"
   done
+  step "patching the process-set Gloo device to use HOROVOD_GLOO_IFACE"
+  "$py" - "$src/horovod/common/gloo/gloo_context.cc" <<'PATCH' || fail "patch" "gloo_context.cc (sdist changed?)"
+import sys
+path = sys.argv[1]
+text = open(path).read()
+head, sep, tail = text.partition("GlooContext::InitializeForProcessSet(")
+old = "device_attr.iface = gloo_iface_;"
+assert sep and old in tail, "InitializeForProcessSet's device attribute not found"
+open(path, "w").write(head + sep + tail.replace(old, "device_attr.iface = global_context.gloo_iface_;", 1))
+PATCH
   "${pip[@]}" install -q setuptools wheel psutil pyyaml cloudpickle packaging || fail "build deps" "pip install of build requirements"
   step "building (Gloo CPU ops; takes ~2 minutes on 2 cores)"
   export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
@@ -52,6 +69,9 @@ if ! ls "$cache"/horovod-*.whl >/dev/null 2>&1; then
     || { tail -40 "$work/build.log" >&2; fail "build" "pip wheel (log tail above)"; }
 fi
 step "installing $(basename "$cache"/horovod-*.whl)"
-"${pip[@]}" install -q "$cache"/horovod-*.whl psutil pyyaml cloudpickle packaging || fail "install" "pip install of the cached wheel"
+# --force-reinstall: the same version number with other patches must replace the installed one
+"${pip[@]}" install -q --force-reinstall --no-deps "$cache"/horovod-*.whl || fail "install" "pip install of the cached wheel"
+"${pip[@]}" install -q psutil pyyaml cloudpickle packaging || fail "install" "pip install of Horovod's requirements"
 "$py" -c "import horovod.torch as hvd; assert hvd.gloo_built(), 'gloo missing'" || fail "import" "horovod.torch does not import or lacks Gloo"
+touch "$marker"
 step "ok: horovod $version with Gloo for torch $torch_v"

@@ -20,7 +20,7 @@ from sparkml_dist.distributor.child import RESULT_FILE, report_file
 from sparkml_dist.distributor.job import UserJob
 from sparkml_dist.distributor.objects import FunctionCall
 from sparkml_dist.errors import RankFailure, RankReport
-from sparkml_dist.launch.context import free_port
+from sparkml_dist.launch.rendezvous import AGENT_STORE_ENV, BoundStore
 
 log = logging.getLogger("sparkml_dist.ranks")
 HOST = "127.0.0.1"
@@ -32,10 +32,12 @@ def run_local(job: UserJob, num_processes: int) -> list[Any]:
     """Run the job on `num_processes` local processes; rank 0's result first, then None per rank."""
     from pyspark import cloudpickle
 
-    with tempfile.TemporaryDirectory(prefix="sparkml-dist-local-") as work:  # mode 0700: only this user
+    # the ranks' rendezvous store lives here, bound to loopback only (launch.rendezvous)
+    with tempfile.TemporaryDirectory(prefix="sparkml-dist-local-") as work, \
+            BoundStore(HOST, num_processes) as store:  # mode 0700: only this user
         job_file = Path(work) / "job.pkl"
         job_file.write_bytes(cloudpickle.dumps(job))
-        port = free_port(HOST)
+        port = store.port
         tails = [collections.deque(maxlen=TAIL_LINES) for _ in range(num_processes)]
         procs = [_start(job, job_file, work, rank, num_processes, port) for rank in range(num_processes)]
         readers = [threading.Thread(target=_relay, args=(p, r, tails[r]), daemon=True) for r, p in enumerate(procs)]
@@ -66,7 +68,7 @@ def _start(job: UserJob, job_file: Path, work: str, rank: int, world: int, port:
 
 def _torchrun_env(rank: int, world: int, port: int) -> dict[str, str]:
     return {"MASTER_ADDR": HOST, "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(world),
-            "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world), "GROUP_RANK": "0",
+            "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world), "GROUP_RANK": "0", **AGENT_STORE_ENV,
             "GLOO_SOCKET_IFNAME": "lo", "TP_SOCKET_IFNAME": "lo"}
 
 

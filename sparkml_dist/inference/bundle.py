@@ -18,6 +18,13 @@ class ModelBundle:
     training_schema: dict[str, str] | None = None  # column -> "type/role" the model was trained on
     target: Target = Target("binary")  # what the outputs mean (models logged before targets: binary)
     code_paths: tuple[str, ...] = ()  # a custom model's code, as logged with it (models.custom.ship_code)
+    # the feature pipeline where Spark's executors can read it (on a cluster: a copy under the
+    # output root, since feature_pipeline_path is on the driver's own disk)
+    executor_pipeline_path: str | None = None
+
+    @property
+    def pipeline_for_spark(self) -> str | None:
+        return self.executor_pipeline_path or self.feature_pipeline_path
 
     @property
     def key(self) -> str:

@@ -23,6 +23,8 @@ class Backend(Protocol):
     name: str
     # run each rank in a forked child of the Spark Python worker (a fresh process per launch)
     needs_fresh_process: bool
+    # rank 0's task hosts torch's rendezvous store (MASTER_ADDR/PORT), bound to its address
+    hosts_store: bool
 
     def driver_start(self, num_ranks: int, driver_host: str) -> DriverHandle: ...
 

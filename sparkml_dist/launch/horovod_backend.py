@@ -40,6 +40,7 @@ class HorovodBackend:
     name: str = "horovod"
     # hvd.init() segfaults in a reused Spark Python worker: each rank runs in a forked child
     needs_fresh_process: bool = True
+    hosts_store: bool = False  # Horovod's rendezvous is the driver's HTTP server
 
     def driver_start(self, num_ranks: int, driver_host: str) -> DriverHandle:
         return RendezvousHandle(driver_host)

@@ -20,9 +20,10 @@ from pyspark.sql import DataFrame, SparkSession
 from sparkml_dist.errors import RankFailure, SlotError
 from sparkml_dist.launch.backend import Backend
 from sparkml_dist.launch.deal import deal
-from sparkml_dist.launch.context import (PartitionData, RankContext, captured_output, env_scope, free_port,
+from sparkml_dist.launch.context import (PartitionData, RankContext, captured_output, env_scope,
                                          layout)
 from sparkml_dist.launch.pg_guard import process_groups_outlive_the_call
+from sparkml_dist.launch.rendezvous import BoundStore
 from sparkml_dist.launch.relay import OutputRelay, RelayAddress, RelaySink
 from sparkml_dist.launch.spill import Spill, spilled_partition
 from sparkml_dist.launch.isolation import run_forked
@@ -131,26 +132,36 @@ def _run_rank(fn: RankFn, payload: Any, backend: Backend, options: RankOptions, 
     addresses = [info.address for info in task.getTaskInfos()]
     gpus = tuple(task.resources()["gpu"].addresses) if "gpu" in task.resources() else ()
     info = layout(addresses, rank, gpus)
-    port = free_port(info["host"]) if rank == 0 else 0
-    # one round trip: rank 0's rendezvous port, and every rank's share of the DataFrame
-    gathered = [json.loads(m) for m in task.allGather(json.dumps({"port": port, "rows": spill.rows if spill else 0}))]
-    partition = PartitionData(spill.path, tuple(g["rows"] for g in gathered)) if spill else None
-    ctx = RankContext(master_port=int(gathered[0]["port"]), extra=options.extra, partition=partition, **info)
-    sink = RelaySink(options.relay, rank) if options.relay else None
+    store = BoundStore(info["host"], len(addresses), getattr(backend, "timeout_s", 300)) \
+        if rank == 0 and backend.hosts_store else None
+    try:
+        # one round trip: rank 0's rendezvous port, and every rank's share of the DataFrame
+        gathered = [json.loads(m) for m in task.allGather(json.dumps({"port": store.port if store else 0,
+                                                                      "rows": spill.rows if spill else 0}))]
+        partition = PartitionData(spill.path, tuple(g["rows"] for g in gathered)) if spill else None
+        ctx = RankContext(master_port=int(gathered[0]["port"]), extra=options.extra, partition=partition, **info)
+        return rank, _run_reporting(fn, ctx, payload, backend, options)
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _run_reporting(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend, options: RankOptions) -> Any:
+    """Run the rank; its output is captured (and relayed), a failure is encoded for the driver."""
+    sink = RelaySink(options.relay, ctx.rank) if options.relay else None
     try:
         with captured_output(on_line=sink, echo=options.echo) as tail, env_scope(backend.rank_env(ctx)):
             try:
-                result = _run_with_backend(fn, ctx, payload, backend, tail)
+                return _run_with_backend(fn, ctx, payload, backend, tail)
             except BaseException as exc:  # noqa: BLE001 - every failure must reach the driver by rank
                 if is_peer_failure(exc):
                     # A collective broke because another rank died: give that rank's own report
                     # time to reach the driver first (Spark keeps the first task failure).
                     time.sleep(PEER_FAILURE_GRACE_S)
-                raise encode_failure(rank, ctx.host, exc, tail) from None
+                raise encode_failure(ctx.rank, ctx.host, exc, tail) from None
     finally:
         if sink is not None:
             sink.close()
-    return rank, result
 
 
 def _run_with_backend(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend, tail) -> Any:

@@ -7,6 +7,8 @@ from datetime import timedelta
 
 from sparkml_dist.launch.backend import DriverHandle, pick_device
 from sparkml_dist.launch.context import RankContext
+from sparkml_dist.launch.netif import interface_for
+from sparkml_dist.launch.rendezvous import AGENT_STORE_ENV
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,8 @@ class TorchBackend:
     # False: only the torchrun environment is set and the rank's own code calls
     # init_process_group() (the TorchDistributor API); the group is still destroyed after it
     init_group: bool = True
+    # the launcher hosts the rendezvous store on rank 0's task address (launch.rendezvous)
+    hosts_store: bool = True
 
     def driver_start(self, num_ranks: int, driver_host: str) -> DriverHandle:
         return DriverHandle()
@@ -35,11 +39,12 @@ class TorchBackend:
             "WORLD_SIZE": str(ctx.world_size),
             "LOCAL_RANK": str(ctx.local_rank),
             "LOCAL_WORLD_SIZE": str(ctx.local_size),
+            **AGENT_STORE_ENV,
         }
-        if ctx.master_addr in ("127.0.0.1", "localhost"):
-            env["GLOO_SOCKET_IFNAME"] = "lo"  # all ranks on loopback: keep gloo off other NICs
-            env["TP_SOCKET_IFNAME"] = "lo"  # and TensorPipe (torch RPC, the async strategy)
-        return env
+        # gloo's and TensorPipe's (torch RPC) listeners on the interface of the task's own address,
+        # not the host's default one
+        interface = interface_for(ctx.host)
+        return env | {"GLOO_SOCKET_IFNAME": interface, "TP_SOCKET_IFNAME": interface}
 
     def rank_init(self, ctx: RankContext) -> None:
         if not self.init_group:
@@ -52,7 +57,7 @@ class TorchBackend:
             torch.cuda.set_device(torch.device(device))
         dist.init_process_group(
             backend="nccl" if device.startswith("cuda") else "gloo",
-            init_method=f"tcp://{ctx.master_addr}:{ctx.master_port}",
+            init_method="env://",  # joins the store the launcher hosts (rank_env)
             rank=ctx.rank,
             world_size=ctx.world_size,
             timeout=timedelta(seconds=self.timeout_s),

@@ -28,14 +28,14 @@ def evaluate(spark: SparkSession, cfg: JobConfig, model_uri: str, tracking_uri: 
     test file) with the model's own feature pipeline, target and weights, and aggregate the task's
     metrics in Spark. Rows whose label the model does not know (a class it was not trained on)
     are not scored; `metrics["unknown_label_rows"]` counts them."""
-    bundle = load_bundle(model_uri, tracking_uri, spark=spark)
+    bundle = load_bundle(model_uri, tracking_uri, spark=spark, shared_dir=OutputPaths.of(cfg).models)
     if test_rows is None:
         with ingest(spark, cfg.data.test_path, cfg.data) as test_input:
             return evaluate(spark, cfg, model_uri, tracking_uri, test_input.accepted)
     target = model_target(bundle.target, cfg.data)
     labelled = encode_labels(test_rows, target, cfg.data)
     weighted = WEIGHT in test_rows.columns
-    pipeline = PipelineModel.load(storage.spark_path(bundle.feature_pipeline_path))
+    pipeline = PipelineModel.load(storage.spark_path(bundle.pipeline_for_spark))
     extra = (WEIGHT,) if weighted else ()
     features, layout = scoring_frame(pipeline, labelled.known, with_label=True, extra=extra)
     scored = score_features(features, bundle, passthrough=(ROW_ID, LABEL, *extra), layout=layout)

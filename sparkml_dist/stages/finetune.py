@@ -56,7 +56,7 @@ def finetune(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> FinetuneRes
         raise ConfigError(f"train.strategy={cfg.train.strategy} cannot start from a registered model; fine-tune with "
                           f"one of the rank-loop methods (ddp, fsdp, tensor, pipeline, hybrid)")
     base_uri = ft.base_model or f"models:/{cfg.tracking.registered_model}@champion"
-    bundle = load_bundle(base_uri, run.tracking_uri, spark=spark)
+    bundle = load_bundle(base_uri, run.tracking_uri, spark=spark, shared_dir=OutputPaths.of(cfg).models)
     if not cfg.data.typed:  # a typed source's columns are known once read: checked after preprocess
         check_schema(schema_of(cfg.data), bundle)
     target = model_target(bundle.target, cfg.data)
@@ -64,7 +64,7 @@ def finetune(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> FinetuneRes
     log.info("fine-tuning %s (version %s) on %s", base_uri, parent_version or "-", ft.where or "all rows")
 
     out = OutputPaths.of(cfg).under("finetune")
-    fitted = PipelineModel.load(storage.spark_path(bundle.feature_pipeline_path))
+    fitted = PipelineModel.load(storage.spark_path(bundle.pipeline_for_spark))
     # the new rows are encoded the way the base model saw its own: its pipeline, its classes or scale
     prep = preprocess(spark, cfg, fitted=fitted, where=ft.where, out=storage.join(out, "preprocess"), target=target)
     check_schema(prep.manifest.schema, bundle)

@@ -38,7 +38,8 @@ class ScoreResult:
 def score(spark: SparkSession, cfg: JobConfig, model_uri: str | None = None, input_path: str | None = None,
           output_path: str | None = None) -> ScoreResult:
     uri = model_uri or f"models:/{cfg.tracking.registered_model}@champion"
-    bundle = load_bundle(uri, resolve_tracking_uri(cfg.tracking), spark=spark)
+    bundle = load_bundle(uri, resolve_tracking_uri(cfg.tracking), spark=spark,
+                         shared_dir=OutputPaths.of(cfg).models)
     with ingest(spark, input_path or cfg.data.score_path or cfg.data.test_path, cfg.data, require_label=False) as raw:
         check_schema(schema_of(raw.data), bundle)
         return _score_rows(spark, cfg, uri, bundle, raw, output_path)
@@ -46,7 +47,7 @@ def score(spark: SparkSession, cfg: JobConfig, model_uri: str | None = None, inp
 
 def _score_rows(spark: SparkSession, cfg: JobConfig, uri: str, bundle: ModelBundle, raw: IngestResult,
                 output_path: str | None) -> ScoreResult:
-    pipeline = PipelineModel.load(storage.spark_path(bundle.feature_pipeline_path))
+    pipeline = PipelineModel.load(storage.spark_path(bundle.pipeline_for_spark))
     ids = tuple(raw.data.names_with_role("id"))  # pass through: predictions join back to the input on them
     features, layout = scoring_frame(pipeline, raw.accepted, with_label=False, extra=ids)
     scored = score_features(features, bundle, layout=layout, passthrough=(ROW_ID, *ids))

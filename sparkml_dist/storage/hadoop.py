@@ -43,6 +43,10 @@ class HadoopFS:
         if not fs.rename(s, d):
             raise OSError(f"could not rename {src} -> {dst}")
 
+    def copy_from_local(self, local: str, dst: str) -> None:
+        fs, d = self._fs(dst)
+        fs.copyFromLocalFile(False, True, self._jvm.org.apache.hadoop.fs.Path(f"file://{local}"), d)
+
     def siblings(self, path: str, prefix: str) -> list[str]:
         fs, p = self._fs(path)
         parent = p.getParent()
@@ -86,3 +90,22 @@ def atomic_dir(spark: SparkSession, final: str) -> Iterator[str]:
         fs.delete(staging)
         raise
     commit(fs, staging, final)
+
+
+def publish_for_executors(spark: SparkSession, local_dir: str, shared: str) -> str:
+    """A directory on the driver's own disk, made readable by every executor: copied once to
+    `shared` (under the output root) and that copy's path returned. Contents under one `shared`
+    name never change (a model version's files), so an existing copy is reused; a copy is
+    staged and renamed, so a crash mid-copy leaves nothing half-written in its place."""
+    final = spark_path(shared)
+    fs = HadoopFS(spark)
+    if not fs.exists(final):
+        staging = f"{final.rstrip('/')}.staging-{uuid.uuid4().hex[:8]}"
+        try:
+            fs.copy_from_local(local_dir, staging)
+            fs.rename(staging, final)
+        except BaseException:
+            fs.delete(staging)
+            if not fs.exists(final):  # another job may have published the same files meanwhile
+                raise
+    return final

@@ -45,5 +45,10 @@ class OutputPaths:
     def summary(self) -> str:
         return self.under("summary.json")
 
+    @property
+    def models(self) -> str:
+        """On a cluster: copies of logged models' feature pipelines, where executors read them."""
+        return self.under("models")
+
     def checkpoints(self, run_id: str) -> str:
         return self.under("checkpoints", run_id)

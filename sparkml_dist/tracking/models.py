@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 import warnings
@@ -145,9 +146,12 @@ def _registry_client(tracking_uri: str):
     return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
 
 
-def load_bundle(model_uri: str, tracking_uri: str, dst: str | None = None, spark=None) -> ModelBundle:
+def load_bundle(model_uri: str, tracking_uri: str, dst: str | None = None, spark=None,
+                shared_dir: str | None = None) -> ModelBundle:
     """Download a logged model (runs:/, models:/name@alias, models:/name/version) as a bundle.
-    With `spark`, a custom model's code is shipped to the executors (and the driver's path)."""
+    With `spark`, a custom model's code is shipped to the executors (and the driver's path), and
+    on a cluster the feature pipeline (which Spark's executors read) is published under
+    `shared_dir`, since the download lands on the driver's own disk."""
     import mlflow.artifacts
 
     source = resolve_registry_uri(model_uri, tracking_uri)
@@ -164,8 +168,15 @@ def load_bundle(model_uri: str, tracking_uri: str, dst: str | None = None, spark
         from sparkml_dist.models.custom import ship_code
 
         ship_code(spark, code_paths)
+    pipeline_path = str(pipeline) if pipeline.exists() else None
+    published = None
+    if pipeline_path and spark is not None and shared_dir and not spark.sparkContext.master.startswith("local"):
+        from sparkml_dist.storage.hadoop import publish_for_executors
+
+        key = hashlib.sha256(source.encode()).hexdigest()[:16]  # one copy per model version / run
+        published = publish_for_executors(spark, pipeline_path, storage.join(shared_dir, key, "feature_pipeline"))
     return ModelBundle(spec=spec, weights=(artifacts / "weights.pt").read_bytes(),
-                       feature_pipeline_path=str(pipeline) if pipeline.exists() else None, uri=model_uri,
+                       feature_pipeline_path=pipeline_path, executor_pipeline_path=published, uri=model_uri,
                        training_schema=json.loads(schema.read_text()) if schema.exists() else None,
                        target=Target.from_json(json.loads(target.read_text())) if target.exists() else Target("binary"),
                        code_paths=code_paths)

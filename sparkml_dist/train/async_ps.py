@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from sparkml_dist.launch.context import RankContext, free_port
+from sparkml_dist.launch.context import RankContext
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.weights import state_dict_to_bytes
 from sparkml_dist.train.faults import inject
@@ -104,10 +104,9 @@ def async_rank(ctx: RankContext, job: TrainJob) -> RankResult:
     torch.manual_seed(cfg.seed)
     model = build_model(job.model_spec)
     shards = shard_names([n for n, _ in model.named_parameters()], servers)
-    port = [free_port(ctx.host) if ctx.rank == 0 else 0]
-    dist.broadcast_object_list(port, src=0)  # the RPC store's port, over the existing gloo group
-    options = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://{ctx.master_addr}:{port[0]}",
-                                              num_worker_threads=16, rpc_timeout=cfg.timeout_s)
+    # env://: RPC joins the rendezvous store the launcher hosts on rank 0's task address (its own
+    # key prefix per init), instead of a second store that would listen on every interface
+    options = rpc.TensorPipeRpcBackendOptions(init_method="env://", num_worker_threads=16, rpc_timeout=cfg.timeout_s)
     rpc.init_rpc(f"rank{ctx.rank}", rank=ctx.rank, world_size=ctx.world_size, rpc_backend_options=options)
     try:
         result = _serve(ctx, job, model, shards[ctx.rank]) if ctx.rank < servers else _work(ctx, job, model, shards)
