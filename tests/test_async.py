@@ -78,3 +78,24 @@ def test_a_slowed_worker_does_not_slow_the_others(spark, adult_prep, tmp_path):
             f"{even[rank].stats.step_ms:.1f} without")
     server = slowed[0].counters
     assert server["staleness_max"] >= 1 and server["applied"] + server["dropped"] > 0
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_relaunch_resumes_the_parameter_servers_from_the_last_epoch(spark, adult_prep, tmp_path):
+    """A worker is killed in epoch 1. The relaunch starts at epoch 1 from the servers' epoch-0
+    checkpoint: a second fault planted in epoch 0 of that attempt is never reached (a restart from
+    the initial weights would hit it and exhaust train.max_attempts)."""
+    from sparkml_dist.launch.relaunch import run_with_relaunch
+    from sparkml_dist.train.checkpoint import list_checkpoints
+
+    cfg, prep = adult_prep
+    job, _ = async_job(cfg, prep, tmp_path / "ckpt", "num_ranks=3", "epochs=3", "timeout_s=60")
+    job = replace(job, faults=(Fault(rank=2, epoch=1, step=7), Fault(rank=1, epoch=0, step=3, attempt=1)))
+    launched = run_with_relaunch(spark, async_rank, lambda a: replace(job, attempt=a), 3, FRESH, max_attempts=2)
+    assert launched.attempts == 2
+    saved = [p.rsplit("/", 1)[-1] for p in list_checkpoints(tmp_path / "ckpt")]
+    assert saved == ["ckpt-e00001-s0000000.pt", "ckpt-e00002-s0000000.pt"], "one per epoch, newest kept"
+    assert launched.results[0].records[-1].evaluation.value >= 0.83
+    workers = [r.stats for r in launched.results if r.stats.role == "worker"]
+    assert sum(w.samples for w in workers) == prep.manifest.splits["train"].rows, "each epoch's rows, once"

@@ -3,9 +3,11 @@
 Ranks 0..S-1 are servers: each holds a shard of the parameters (split by name) and its own
 optimizer. The other ranks are workers: each reads its own shard of the data and loops
 pull (parameters + their version) -> forward/backward -> push (gradients + the version they
-were computed on), with no barrier between workers. A server applies a push at once, unless it
+were computed on), with no barrier between workers within an epoch. A server applies a push at once, unless it
 is stale (`version now - version seen > max_staleness`): then it is dropped or scaled by
 1/(1+staleness), and counted. A slow worker therefore only makes its own updates older.
+At each epoch end all ranks meet once: rank 0 gathers the shards and checkpoints them, and a
+relaunch resumes every rank from the newest such checkpoint.
 
 RPC calls a function by name in the server's process, so each server process keeps its one
 `ParameterServer` in `_SERVER`: the only module state, set in `serve()` and cleared after.
@@ -26,6 +28,7 @@ from torch import nn
 from sparkml_dist.launch.context import RankContext
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.weights import state_dict_to_bytes
+from sparkml_dist.train.checkpoint import load_latest, save_checkpoint
 from sparkml_dist.train.faults import inject
 from sparkml_dist.train.job import TrainJob
 from sparkml_dist.train.loop import evaluate
@@ -103,13 +106,15 @@ def async_rank(ctx: RankContext, job: TrainJob) -> RankResult:
     torch.set_num_threads(cfg.threads_per_rank or 1)
     torch.manual_seed(cfg.seed)
     model = build_model(job.model_spec)
+    start_epoch = _resume(job, model)
     shards = shard_names([n for n, _ in model.named_parameters()], servers)
     # env://: RPC joins the rendezvous store the launcher hosts on rank 0's task address (its own
     # key prefix per init), instead of a second store that would listen on every interface
     options = rpc.TensorPipeRpcBackendOptions(init_method="env://", num_worker_threads=16, rpc_timeout=cfg.timeout_s)
     rpc.init_rpc(f"rank{ctx.rank}", rank=ctx.rank, world_size=ctx.world_size, rpc_backend_options=options)
     try:
-        result = _serve(ctx, job, model, shards[ctx.rank]) if ctx.rank < servers else _work(ctx, job, model, shards)
+        result = _serve(ctx, job, model, shards[ctx.rank], start_epoch) if ctx.rank < servers \
+            else _work(ctx, job, model, shards, start_epoch)
     except BaseException:
         rpc.shutdown(graceful=False)  # a graceful shutdown would wait for the ranks this one failed
         raise
@@ -117,7 +122,27 @@ def async_rank(ctx: RankContext, job: TrainJob) -> RankResult:
     return result
 
 
-def _serve(ctx: RankContext, job: TrainJob, model: nn.Module, names: list[str]) -> RankResult:
+def _resume(job: TrainJob, model: nn.Module) -> int:
+    """Every rank reads the newest epoch checkpoint (shared storage) the same way; the epoch to start at."""
+    state = load_latest(job.checkpoint_dir) if job.checkpoint_dir else None
+    if state is None:
+        return 0
+    model.load_state_dict(state["model"])
+    log.info("resuming the parameter servers from the checkpoint of epoch %d", state["epoch"])
+    return int(state["epoch"]) + 1
+
+
+def _epoch_end(ctx: RankContext, job: TrainJob, model: nn.Module, params: dict | None, epoch: int | None) -> None:
+    """Every rank: the servers' shards gathered into `model`; rank 0 (a server) checkpoints `epoch`."""
+    shards = [None] * ctx.world_size
+    dist.all_gather_object(shards, params)
+    model.load_state_dict({k: v for shard in shards if shard for k, v in shard.items()}, strict=False)
+    if ctx.rank == 0 and epoch is not None and job.checkpoint_dir:
+        state = {"model": {k: v.detach().cpu() for k, v in model.state_dict().items()}, "epoch": epoch}
+        save_checkpoint(job.checkpoint_dir, state, epoch, 0, job.train.checkpoint_keep)
+
+
+def _serve(ctx: RankContext, job: TrainJob, model: nn.Module, names: list[str], start_epoch: int) -> RankResult:
     global _SERVER
     cfg = job.train
     state = dict(model.named_parameters())
@@ -125,26 +150,26 @@ def _serve(ctx: RankContext, job: TrainJob, model: nn.Module, names: list[str]) 
                               cfg.async_ps.max_staleness, cfg.async_ps.stale_policy)
     try:
         dist.barrier()  # servers are up
-        dist.barrier()  # every worker is done
-        stats = _SERVER.stats
-        _, params = _SERVER.pull()
+        for epoch in range(start_epoch, cfg.epochs):
+            dist.barrier()  # every worker finished this epoch: its pushes are applied
+            _epoch_end(ctx, job, model, _SERVER.pull()[1], epoch)
+        if start_epoch >= cfg.epochs:  # resumed after the last epoch: only the final parameters
+            _epoch_end(ctx, job, model, _SERVER.pull()[1], None)
+        stats, server_params = _SERVER.stats, _SERVER.params
     finally:
         _SERVER = None
-    shards = [None] * ctx.world_size
-    dist.all_gather_object(shards, params)
     counters = {"applied": stats.applied, "dropped": stats.dropped, "downweighted": stats.downweighted,
                 **_staleness_summary(stats.staleness)}
-    held = sum(v.numel() * v.element_size() for v in params.values())
+    held = sum(v.numel() * v.element_size() for v in server_params.values())
     rank_stats = RankStats(rank=ctx.rank, role="server", steps=stats.applied, param_bytes=held)
     if ctx.rank != 0:
         return RankResult(rank_stats, counters=counters)
-    model.load_state_dict({k: v for shard in shards if shard for k, v in shard.items()}, strict=False)
     evaluation, weights = _final(job, model)
     return RankResult(rank_stats, records=(EpochRecord(job.train.epochs - 1, float("nan"), 0, 0.0, evaluation),),
                       weights=weights, counters=counters)
 
 
-def _work(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[str]]) -> RankResult:
+def _work(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[str]], start_epoch: int) -> RankResult:
     from torch.distributed import rpc
 
     cfg = job.train
@@ -155,7 +180,7 @@ def _work(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[s
     loss_fn, params = job.loss(), dict(model.named_parameters())
     steps, samples, loss_sum, start = 0, 0, 0.0, time.perf_counter()
     step_times = []
-    for epoch in range(cfg.epochs):
+    for epoch in range(start_epoch, cfg.epochs):
         for step, (x, y) in enumerate(loader.epoch(epoch)):
             t0 = time.perf_counter()
             inject(job.faults, job.attempt, ctx.rank, epoch, step)
@@ -175,10 +200,12 @@ def _work(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[s
             torch.futures.wait_all(pushes)
             steps, samples, loss_sum = steps + 1, samples + len(x), loss_sum + float(loss) * len(x)
             step_times.append(time.perf_counter() - t0)
+        dist.barrier()  # this worker finished the epoch
+        _epoch_end(ctx, job, model, None, epoch)  # the servers gather (and checkpoint) their shards
+    if start_epoch >= cfg.epochs:
+        _epoch_end(ctx, job, model, None, None)
     seconds = time.perf_counter() - start
-    dist.barrier()  # this worker is done
-    dist.all_gather_object([None] * ctx.world_size, None)  # the servers gather their shards
-    stats = RankStats(rank=ctx.rank, role="worker", samples=samples // max(cfg.epochs, 1), steps=steps,
+    stats = RankStats(rank=ctx.rank, role="worker", samples=samples // max(cfg.epochs - start_epoch, 1), steps=steps,
                       samples_per_s=samples / max(seconds, 1e-9),
                       step_ms=1000 * float(np.median(step_times)) if step_times else 0.0,
                       param_bytes=local_param_bytes(model), train_loss=loss_sum / max(samples, 1))
