@@ -28,6 +28,8 @@ from sparkml_dist.data.ingest import LABEL, WEIGHT, ingest
 from sparkml_dist.data.labels import check_task, encode_labels, fit_target
 from sparkml_dist.data.loader import features_to_numpy
 from sparkml_dist.errors import ConfigError
+from sparkml_dist.federated.checkpoints import (RoundsDone, clear_rounds, fingerprint, load_rounds, rounds_dir,
+                                                save_round)
 from sparkml_dist.federated.client import RoundTask, client_update, public_key
 from sparkml_dist.models.custom import check_custom_model, task_spec
 from sparkml_dist.models.factory import build_model, model_spec
@@ -116,6 +118,7 @@ def run_federated(spark: SparkSession, cfg: JobConfig, sink: RoundSink | None = 
             rdd.unpersist()
     pipeline_dir = OutputPaths.of(cfg).under("federated", "feature_pipeline")
     pipeline.write().overwrite().save(storage.spark_path(pipeline_dir))  # travels inside the model: it scores raw rows
+    clear_rounds(rounds_dir(cfg))  # finished: a new run of the job trains afresh
     schema = {c.name: f"{c.type}/{c.role}" for c in data.columns}
     return FederatedResult(spec, state_dict_to_bytes(state), pipeline_dir, clients, target, schema, records, received)
 
@@ -123,15 +126,24 @@ def run_federated(spark: SparkSession, cfg: JobConfig, sink: RoundSink | None = 
 def _run_rounds(spark, cfg: JobConfig, spec: ModelSpec, target: Target, clients: dict[str, int], rdd,
                 test: tuple[np.ndarray, np.ndarray], slow_clients: dict[str, float],
                 sink: RoundSink | None) -> tuple[dict, list[EpochRecord], ReceivedLog]:
-    """The rounds from a fresh model: sample clients, aggregate their updates, evaluate on `test`."""
+    """The rounds from a fresh model, or from the last round an earlier run of this job completed
+    (federated.checkpoints): sample clients, aggregate their updates, evaluate on `test`."""
     fed = cfg.federated
     torch.manual_seed(cfg.train.seed)
     state = build_model(spec).state_dict()
     received = ReceivedLog({k: tuple(v.shape) for k, v in state.items()})
     delays = {list(clients).index(c): s for c, s in slow_clients.items()}
     rng = np.random.default_rng(fed.seed)
-    records = []
-    for round_index in range(fed.rounds):
+    records: list[EpochRecord] = []
+    where, config_fingerprint = rounds_dir(cfg), fingerprint(cfg)
+    done = load_rounds(where, config_fingerprint)
+    if done is not None:  # an earlier run of this job died after these rounds
+        state, records = done.state, list(done.records)
+        rng.bit_generator.state = done.sampler_state
+        received.payloads, received.largest_value = done.payloads, done.largest_value
+        log.info("federated: resuming at round %d/%d from the checkpoint under %s", done.next_round + 1,
+                 fed.rounds, where)
+    for round_index in range(done.next_round if done else 0, fed.rounds):
         sampled = _sample(rng, len(clients), fed.client_fraction)
         started = time.perf_counter()
         state, stats = run_round(spark, rdd, cfg, spec, target, state, round_index, sampled, received, delays)
@@ -140,6 +152,8 @@ def _run_rounds(spark, cfg: JobConfig, spec: ModelSpec, target: Target, clients:
                              samples / max(time.perf_counter() - started, 1e-9),
                              evaluate_arrays(spec, state, *test, target), counters=stats)
         records.append(record)
+        save_round(where, RoundsDone(round_index + 1, state, tuple(records), rng.bit_generator.state,
+                                     received.payloads, received.largest_value), config_fingerprint)
         if sink is not None:
             sink(record)
         e = record.evaluation
