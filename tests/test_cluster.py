@@ -48,8 +48,11 @@ def submit(cluster, package_zip, job, tmp_path, *overrides, env_extra=None):
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    return tmp_path_factory.mktemp("cluster-run")
+def workdir(tmp_path_factory, cluster, package_zip):
+    """The preprocess job's output, for the train jobs below."""
+    cwd = tmp_path_factory.mktemp("cluster-run")
+    submit(cluster, package_zip, "jobs/preprocess.py", cwd)
+    return cwd
 
 
 START = ".venv/bin/python -m sparkml_dist.services.spark_cluster start --workers 2 --dir /tmp/spark-cluster"

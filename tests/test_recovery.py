@@ -106,3 +106,23 @@ def test_a_data_error_in_a_rank_is_not_relaunched(spark, adult_prep, tmp_path):
         launch(spark, replace(job, data_root=str(copy)))
     assert "DataError" in err.value.last_failure and "not a readable Parquet file" in err.value.last_failure
     assert list_checkpoints(tmp_path / "ckpt") == [], "nothing was trained"
+
+
+def test_a_relaunch_at_a_smaller_world_size_sees_every_sample_once_per_epoch(spark, adult_prep, tmp_path, uninterrupted):
+    """Elastic resume: 2 ranks are killed mid-epoch 1 (after mid-epoch checkpoints), the relaunch
+    has 1 rank. A mid-epoch position means nothing in the new cut of the rows, so it resumes at
+    the newest epoch start (kept by the pruning), and each epoch trains on every row exactly once."""
+    from sparkml_dist.errors import RankFailure
+    from sparkml_dist.launch import TorchBackend, run_barrier
+    from sparkml_dist.train.loop import train_rank
+
+    job, rows = recovery_job(adult_prep, tmp_path, [Fault(rank=1, epoch=1, step=35)])
+    with pytest.raises(RankFailure):
+        run_barrier(spark, train_rank, job, 2, TorchBackend(timeout_s=60))
+    names = [p.rsplit("/", 1)[-1] for p in list_checkpoints(tmp_path / "ckpt")]
+    assert "ckpt-e00001-s0000000.pt" in names and names[-1] > "ckpt-e00001-s0000000.pt", \
+        "the epoch start is kept beside the newer mid-epoch checkpoints"
+    chief = run_barrier(spark, train_rank, replace(job, attempt=1), 1, TorchBackend(timeout_s=60))[0]
+    assert [r.epoch for r in chief.records] == list(range(EPOCHS))
+    assert [r.samples for r in chief.records] == [rows] * EPOCHS, "no sample skipped or seen twice in an epoch"
+    assert abs(held_out_accuracy(chief) - held_out_accuracy(uninterrupted)) <= 0.02

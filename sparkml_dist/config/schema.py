@@ -190,6 +190,9 @@ class TrainConfig(Section):
     # can each rank take its own share of rows from the barrier stage (train.input=dataframe)?
     # Not where ranks of one model-parallel group must read the same rows.
     dataframe_input: ClassVar[bool] = True
+    # can it continue at a smaller world size (train.min_ranks)? Data parallelism can; methods that
+    # cut the model into a fixed number of pieces, or keep servers, cannot
+    elastic: ClassVar[bool] = False
 
     strategy: str = Field("ddp", description="the training method; built in: ddp, fsdp, tensor, pipeline, hybrid, "
                                              "async, federated (each adds its own keys below)")
@@ -209,6 +212,12 @@ class TrainConfig(Section):
         "parquet", description="how the train split reaches the ranks: parquet (each rank reads its rows from the "
                                "preprocess output) or dataframe (Spark deals them through the barrier stage; no "
                                "shared storage read for training rows)")
+    min_ranks: int | None = Field(None, ge=1, description="elastic: when train.num_ranks cannot all be placed within "
+                                                          "train.elastic_wait_s (a lost host), continue with fewer, at "
+                                                          "least this many, from the last checkpoint; a later attempt "
+                                                          "grows back. None: exactly num_ranks (ddp, fsdp)")
+    elastic_wait_s: float = Field(60.0, gt=0, description="how long a launch waits for train.num_ranks slots before an "
+                                                          "elastic run continues with fewer")
     max_attempts: int = Field(3, ge=1, description="barrier-stage launches before giving up; each resumes from the last checkpoint")
     straggler_factor: float = Field(1.5, gt=1.0, description="a rank whose median step time exceeds factor x the ranks' median is reported")
     device: Literal["cpu", "cuda", "auto"] = Field("auto", description="auto: the GPU Spark assigned the task, else CPU")
@@ -224,6 +233,10 @@ class TrainConfig(Section):
         if self.backend not in self.supported_backends:
             raise ValueError(f"train.strategy={self.strategy} runs on {' or '.join(self.supported_backends)}; Horovod "
                              "does data parallelism only: set train.backend=torch or train.strategy=ddp")
+        if self.min_ranks is not None and (self.min_ranks > self.num_ranks or not self.elastic):
+            raise ValueError(f"train.min_ranks={self.min_ranks}: must be at most train.num_ranks ({self.num_ranks}), "
+                             f"and train.strategy={self.strategy} " + ("can" if self.elastic else "cannot") +
+                             " change its world size (elastic training: ddp, fsdp)")
         if self.input == "dataframe" and not self.dataframe_input:
             raise ValueError(f"train.input=dataframe deals each rank its own rows, but train.strategy={self.strategy} "
                              f"needs ranks that share rows (or a different reader); use train.input=parquet, or "

@@ -6,13 +6,14 @@ data, a bad config: `retryable = False`) ends it after that attempt."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Generic, TypeVar
 
 from pyspark.sql import SparkSession
 
 from sparkml_dist.errors import RankFailure, TrainingFailed
 from sparkml_dist.launch.backend import Backend
+from sparkml_dist.launch.elastic import placeable_ranks
 from sparkml_dist.launch.launcher import RankFn, run_barrier
 
 log = logging.getLogger(__name__)
@@ -23,14 +24,23 @@ R = TypeVar("R")
 class Launched(Generic[R]):
     results: list[R]  # in rank order
     attempts: int  # launches it took (1: no failure)
+    world_sizes: tuple[int, ...] = ()  # ranks of each launch, in order (elastic runs may shrink and grow)
 
 
 def run_with_relaunch(spark: SparkSession, fn: RankFn, payload_for: Callable[[int], Any], num_ranks: int,
-                      backend: Backend, max_attempts: int, **launch_options) -> Launched:
+                      backend: Backend, max_attempts: int, *, min_ranks: int | None = None,
+                      elastic_wait_s: float = 60.0, **launch_options) -> Launched:
     """`fn(ctx, payload_for(attempt))` on `num_ranks` ranks until an attempt succeeds; `launch_options`
-    go to `run_barrier` (stream_output, frame)."""
-    return relaunch(lambda attempt: run_barrier(spark, fn, payload_for(attempt), num_ranks, backend, **launch_options),
-                    max_attempts)
+    go to `run_barrier` (stream_output, frame). With `min_ranks`, each launch takes as many ranks as
+    can be placed within `elastic_wait_s`, at least `min_ranks` (launch.elastic)."""
+    sizes: list[int] = []
+
+    def launch(attempt: int) -> list:
+        ranks = placeable_ranks(spark, num_ranks, min_ranks, elastic_wait_s) if min_ranks else num_ranks
+        sizes.append(ranks)
+        return run_barrier(spark, fn, payload_for(attempt), ranks, backend, **launch_options)
+
+    return replace(relaunch(launch, max_attempts), world_sizes=tuple(sizes))
 
 
 def relaunch(launch: Callable[[int], list[R]], max_attempts: int, wrap: bool = True) -> Launched[R]:

@@ -4,7 +4,7 @@ or, with `train.backend=horovod`, with Horovod AllReduce."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -31,6 +31,7 @@ class HorovodConfig(Section):
 
 class DataParallelConfig(TrainConfig):
     """train.strategy=ddp (the default)."""
+    elastic: ClassVar[bool] = True  # any world size: the loader cuts the rows for it
 
     supported_backends = ("torch", "horovod")
 

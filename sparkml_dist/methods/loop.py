@@ -49,7 +49,7 @@ class LoopMethod(TrainMethod):
                              warm.feature_pipeline if warm else request.data.feature_pipeline,
                              warm.training_schema if warm else request.data.manifest.schema, job.target)
         return TrainOutcome(self.name, model, chief.records, tuple(r.stats for r in launched.results),
-                            launched.attempts, chief.stragglers)
+                            launched.attempts, chief.stragglers, world_sizes=launched.world_sizes)
 
     def launch(self, spark: "SparkSession", job: "TrainJob") -> "Launched[RankResult]":
         """`train_rank` on `job.train.num_ranks` ranks, relaunched from the last checkpoint on failure."""
@@ -60,7 +60,8 @@ class LoopMethod(TrainMethod):
         needs = self.needs(cfg)
         frame = training_frame(spark, job) if job.frame_fed else None
         return run_with_relaunch(spark, train_rank, lambda attempt: replace(job, attempt=attempt), needs.ranks,
-                                 needs.make_backend(cfg.device, cfg.timeout_s), cfg.max_attempts, frame=frame)
+                                 needs.make_backend(cfg.device, cfg.timeout_s), cfg.max_attempts, frame=frame,
+                                 min_ranks=cfg.min_ranks, elastic_wait_s=cfg.elastic_wait_s)
 
 
 def make_job(cfg: JobConfig, data: "PreprocessResult", checkpoint_dir: str, *, placement: Placement | None = None,

@@ -34,6 +34,7 @@ def _tensor_parallel_fits(job: JobConfig, size: int) -> None:
 
 
 class FsdpConfig(TrainConfig):
+    elastic: ClassVar[bool] = True  # any world size: the loader cuts the rows for it
     strategy: Literal["fsdp"] = Field("fsdp", description="FSDP2: parameters, gradients and optimizer state sharded")
 
 

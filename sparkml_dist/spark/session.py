@@ -116,7 +116,11 @@ def _current_slots(sc) -> int:
     executors = registered_executors(sc)
     if executors <= 0:
         return 0  # defaultParallelism says 2 before any executor registers
-    slots = int(sc.defaultParallelism // cpus_per_task)
+    executor_cores = conf.get("spark.executor.cores", None)
+    # defaultParallelism is at least 2 whatever is registered; the executors' own cores, when the
+    # profile fixes them, count a lost executor at once
+    slots = int(executors * int(executor_cores) // cpus_per_task) if executor_cores \
+        else int(sc.defaultParallelism // cpus_per_task)
     task_gpus = float(conf.get("spark.task.resource.gpu.amount", "0"))
     if task_gpus > 0:
         executor_gpus = float(conf.get("spark.executor.resource.gpu.amount", "0"))

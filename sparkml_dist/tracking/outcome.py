@@ -23,6 +23,9 @@ def log_outcome(run: RunHandle, outcome: TrainOutcome, plots_dir: str) -> str:
     RankTracker(run, 0).log(metrics, last_epoch)
     client = run.client()
     client.set_tag(run.run_id, "sparkml_dist.method", outcome.method)
+    if len(set(outcome.world_sizes)) > 1:  # an elastic run changed its world size: say so
+        client.set_tag(run.run_id, "sparkml_dist.elastic", "ranks per attempt: " +
+                       " -> ".join(str(n) for n in outcome.world_sizes))
     target = outcome.model.target
     client.set_tag(run.run_id, "sparkml_dist.task", target.task)
     if target.classes:

@@ -22,13 +22,31 @@ def checkpoint_name(epoch: int, step: int, sharded: bool = False) -> str:
 
 
 def save_checkpoint(directory: str, state: dict[str, Any], epoch: int, step: int, keep: int) -> str:
-    """Write `state` as the checkpoint for (epoch, step); prune to the newest `keep`."""
+    """Write `state` as the checkpoint for (epoch, step); prune to the newest `keep` (and the
+    newest epoch start, see `prunable`)."""
     final = storage.join(str(directory), checkpoint_name(epoch, step))
     with storage.atomic_writer(final) as fh:
         torch.save(state, fh)
-    for old in [e for e in list_checkpoints(directory) if e.endswith(".pt")][:-keep]:
+    for old in prunable([e for e in list_checkpoints(directory) if e.endswith(".pt")], keep):
         storage.delete(old)
     return final
+
+
+def position_of(uri: str) -> tuple[int, int]:
+    """(epoch, step) from a checkpoint's name."""
+    m = _NAME.match(storage.name_of(uri))
+    if m is None:
+        raise ValueError(f"not a checkpoint name: {uri}")
+    return int(m[1]), int(m[2])
+
+
+def prunable(saved: list[str], keep: int) -> list[str]:
+    """All but the newest `keep` checkpoints, sparing the newest one at an epoch start (step 0):
+    ranks relaunched at another world size resume there, since a mid-epoch position means
+    nothing in another cut of the data."""
+    starts = [p for p in saved if position_of(p)[1] == 0]
+    spared = set(saved[-keep:]) | set(starts[-1:])
+    return [p for p in saved if p not in spared]
 
 
 def list_checkpoints(directory: str) -> list[str]:
@@ -37,9 +55,11 @@ def list_checkpoints(directory: str) -> list[str]:
     return [uri for _, uri in sorted(found)]
 
 
-def load_latest(directory: str) -> dict[str, Any] | None:
-    """The newest complete single-file checkpoint, or None."""
+def load_latest(directory: str, epoch_start: bool = False) -> dict[str, Any] | None:
+    """The newest complete single-file checkpoint (with `epoch_start`: the newest at step 0), or None."""
     paths = [p for p in list_checkpoints(directory) if p.endswith(".pt")]
+    if epoch_start:
+        paths = [p for p in paths if position_of(p)[1] == 0]
     if not paths:
         return None
     return torch.load(io.BytesIO(storage.read_bytes(paths[-1])), map_location="cpu", weights_only=True)

@@ -65,13 +65,16 @@ class Position:
 def resume_position(ckpt: dict | None, num_batches: int, data_world: int) -> Position:
     if ckpt is None:
         return Position(0, 0, EpochStats())
-    if ckpt["step"] >= num_batches:  # an epoch-end checkpoint
-        return Position(ckpt["epoch"] + 1, 0, EpochStats())
+    if ckpt["step"] == 0:  # an epoch start (what the previous epoch's end is saved as)
+        return Position(ckpt["epoch"], 0, EpochStats())
+    if ckpt["step"] >= num_batches and ckpt.get("data_world", data_world) == data_world:
+        return Position(ckpt["epoch"] + 1, 0, EpochStats())  # an epoch end saved by an older version
     if ckpt.get("data_world", data_world) != data_world:
-        # the shards were cut for another number of data-parallel ranks: a mid-epoch position
-        # means nothing in the new cut, so the epoch restarts (its samples are seen again)
-        log.warning("checkpoint at epoch %d batch %d was written with %d data shards, this run has %d: "
-                    "restarting that epoch", ckpt["epoch"] + 1, ckpt["step"], ckpt["data_world"], data_world)
+        # only when no epoch start was kept (`_build_and_restore` prefers one): the epoch restarts
+        # from mid-epoch weights, so the samples done before the failure count twice in it
+        log.warning("checkpoint at epoch %d batch %d was written with %d data shards, this run has %d and no "
+                    "epoch-start checkpoint is left: restarting that epoch", ckpt["epoch"] + 1, ckpt["step"],
+                    ckpt["data_world"], data_world)
         return Position(ckpt["epoch"], 0, EpochStats())
     return Position(ckpt["epoch"], ckpt["step"], EpochStats(**ckpt.get("partial", {})))
 
@@ -141,7 +144,7 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
         progress.epoch_end(record)
         if sink is not None:
             sink(record)
-        checkpoint(epoch, steps_per_epoch, EpochStats())
+        checkpoint(epoch + 1, 0, EpochStats())  # saved as the next epoch's start: valid at any world size
 
     if job.adapt is not None:
         merge_adapters(strategy.unwrap(model))  # the exported model has the base model's names
@@ -171,13 +174,20 @@ def _build_and_restore(job: TrainJob, strategy: Strategy, device: torch.device):
         apply_adapters(model, job.adapt)
     model = model.to(device)
     ckpt = None if strategy.sharded_checkpoints else load_latest(job.checkpoint_dir)
+    if ckpt is not None and ckpt["step"] > 0 and ckpt.get("data_world", strategy.data_world) != strategy.data_world:
+        # relaunched with another number of ranks (elastic): a mid-epoch position means nothing
+        # in the new cut of the data; resume at the newest epoch start, so every sample is seen
+        # exactly once per epoch (the partial epoch's updates are dropped)
+        log.warning("the ranks were %d data shards and are now %d: resuming from the newest epoch start",
+                    ckpt["data_world"], strategy.data_world)
+        ckpt = load_latest(job.checkpoint_dir, epoch_start=True)
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
     model, optimizer = strategy.wrap(
         model, lambda params: torch.optim.AdamW(trainable(params), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     )
     if strategy.sharded_checkpoints:
-        ckpt = load_sharded(job.checkpoint_dir, model, optimizer)  # reshards to this layout
+        ckpt = load_sharded(job.checkpoint_dir, model, optimizer, strategy.data_world)  # reshards to this layout
     elif ckpt is not None:
         optimizer.load_state_dict(ckpt["optimizer"])
         strategy.broadcast_state(model, optimizer)

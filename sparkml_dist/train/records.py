@@ -118,6 +118,7 @@ class TrainOutcome:
     stragglers: tuple[int, ...] = ()
     unit: str = "epoch"  # what one record is: an epoch, or a federated round
     detail: Any = None  # the method's own typed result, e.g. federated clients and payload checks
+    world_sizes: tuple[int, ...] = ()  # ranks of each barrier-stage launch (elastic runs may shrink)
 
     @property
     def ranks_in_step(self) -> bool:

@@ -25,7 +25,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 
 from sparkml_dist import storage
 from sparkml_dist.errors import StorageError
-from sparkml_dist.train.checkpoint import checkpoint_name, list_checkpoints
+from sparkml_dist.train.checkpoint import checkpoint_name, list_checkpoints, position_of, prunable
 
 META = "meta.pt"
 
@@ -60,7 +60,7 @@ def save_sharded(directory: str | Path, model: nn.Module, optimizer: torch.optim
             torch.save(meta, fh)
         shutil.rmtree(final, ignore_errors=True)  # a re-run of the same step: the older copy goes
         os.replace(staging, final)
-        for old in list_checkpoints(str(directory))[:-keep]:
+        for old in prunable(list_checkpoints(str(directory)), keep):
             storage.delete(old)
     dist.barrier()
     return final
@@ -83,10 +83,17 @@ class _SkipEmptyShards(DefaultLoadPlanner):
         return local.numel() == 0
 
 
-def load_sharded(directory: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any] | None:
+def load_sharded(directory: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+                 data_world: int | None = None) -> dict[str, Any] | None:
     """Load the newest sharded checkpoint into the (already parallelised) model and optimizer,
-    resharding to this run's layout; returns its meta, or None when there is none."""
+    resharding to this run's layout; returns its meta, or None when there is none. A mid-epoch
+    checkpoint cut for another number of data shards than `data_world` is passed over for the
+    newest epoch start (an elastic relaunch at another world size)."""
     found = [p for p in list_checkpoints(str(directory)) if p.endswith(".dcp")]
+    if found and data_world is not None and position_of(found[-1])[1] > 0:
+        meta = torch.load(_local_dir(found[-1]) / META, map_location="cpu", weights_only=True)
+        if meta.get("data_world", data_world) != data_world:
+            found = [p for p in found if position_of(p)[1] == 0]
     if not found:
         return None
     latest = _local_dir(found[-1])
