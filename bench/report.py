@@ -15,7 +15,8 @@ ORDER = ["infer_vs_arrow_ceiling", "infer_vs_mlflow_spark_udf", "infer_compute_b
          "loader_vs_pyarrow",
          "allreduce_torch_vs_gloo", "allreduce_torch_vs_gloo_16mib", "allreduce_torch_vs_gloo_1mib",
          "allreduce_horovod_vs_gloo", "allreduce_horovod_vs_gloo_16mib", "allreduce_horovod_vs_gloo_1mib",
-         "preprocess_vs_spark_io_1m", "preprocess_vs_spark_io_10m", "memory_stream_train", "memory_score_10m"]
+         "preprocess_vs_spark_io_1m", "preprocess_vs_spark_io_10m", "memory_stream_train", "memory_score_10m",
+         "host_loss_run_vs_uninterrupted", "host_loss_resume_s"]
 
 
 def table(results: list[dict]) -> str:

@@ -8,10 +8,13 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import time
 from contextlib import contextmanager
 
-from bench import allreduce, byo, inference, loader, memory, parallel, preprocess, scaling, scoring_raw, training
+from bench import (allreduce, byo, host_loss, inference, loader, memory, parallel, preprocess, scaling, scoring_raw,
+                   training)
 from bench.common import make_bench_importable
 
 
@@ -48,6 +51,11 @@ def main(full: bool = False) -> None:
     with timed("preprocess"):
         preprocess.main((1_000_000, 10_000_000) if full else (1_000_000,), spark=spark)
     spark.stop()
+    if os.geteuid() == 0 and shutil.which("ip"):  # the emulated hosts need root and iproute2
+        with timed("host_loss"):
+            host_loss.main()
+    else:
+        print("== bench.host_loss: skipped (needs root and iproute2 for the emulated hosts)", flush=True)
     if full:
         with timed("scoring_raw"):
             scoring_raw.main()

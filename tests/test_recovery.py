@@ -126,3 +126,20 @@ def test_a_relaunch_at_a_smaller_world_size_sees_every_sample_once_per_epoch(spa
     assert [r.epoch for r in chief.records] == list(range(EPOCHS))
     assert [r.samples for r in chief.records] == [rows] * EPOCHS, "no sample skipped or seen twice in an epoch"
     assert abs(held_out_accuracy(chief) - held_out_accuracy(uninterrupted)) <= 0.02
+
+
+def test_fsdp_relaunched_at_a_smaller_world_size_reshards_the_epoch_start(spark, adult_prep, tmp_path, uninterrupted):
+    """The same under FSDP: the relaunch on 1 rank loads the 2-rank sharded checkpoint of the
+    newest epoch start, resharded by DCP, and every epoch still sees every row once."""
+    from sparkml_dist.errors import RankFailure
+    from sparkml_dist.launch import TorchBackend, run_barrier
+    from sparkml_dist.train.loop import train_rank
+
+    fresh = TorchBackend(timeout_s=60, needs_fresh_process=True)
+    job, rows = recovery_job(adult_prep, tmp_path, [Fault(rank=1, epoch=1, step=35)], "strategy=fsdp")
+    with pytest.raises(RankFailure):
+        run_barrier(spark, train_rank, job, 2, fresh)
+    assert "ckpt-e00001-s0000000.dcp" in [p.rsplit("/", 1)[-1] for p in list_checkpoints(tmp_path / "ckpt")]
+    chief = run_barrier(spark, train_rank, replace(job, attempt=1), 1, fresh)[0]
+    assert [r.samples for r in chief.records] == [rows] * EPOCHS
+    assert abs(held_out_accuracy(chief) - held_out_accuracy(uninterrupted)) <= 0.02

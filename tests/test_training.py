@@ -37,7 +37,9 @@ def test_one_rank_without_spark_trains_and_checkpoints(adult_prep, tmp_path):
     result = train_rank(ONE_RANK, job)
     assert result.records[-1].evaluation.value > 0.82
     latest = load_latest(tmp_path / "ckpt")
-    assert latest["epoch"] == 1 and set(latest) >= {"model", "optimizer", "history"}
+    # the last epoch's end, saved as the start of the epoch after it
+    assert (latest["epoch"], latest["step"]) == (2, 0) and set(latest) >= {"model", "optimizer", "history"}
+    assert [h["epoch"] for h in latest["history"]] == [0, 1]
     # resuming a finished run trains nothing more and returns the same weights and records
     again = train_rank(ONE_RANK, job)
     assert again.stats.param_checksum == result.stats.param_checksum

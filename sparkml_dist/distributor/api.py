@@ -102,6 +102,11 @@ class TorchDistributor:
             yield str(self.checkpoint_dir)
             return
         scratch = tempfile.mkdtemp(prefix="sparkml-dist-checkpoints-")
+        if not self.local_mode and not self.spark.sparkContext.master.startswith("local"):
+            # a directory on the driver's own disk: ranks on other hosts neither see it nor share it
+            log.warning("no checkpoint_dir given: the scratch directory %s is on the driver's host only; on a "
+                        "cluster pass checkpoint_dir=<a path or URI every executor can reach> for relaunches "
+                        "to resume", scratch)
         try:
             yield scratch
         finally:

@@ -264,13 +264,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="worker hosts (host 0 runs the master)")
     parser.add_argument("--shared", default="/tmp/sparkml_dist-shared", help="the directory every host mounts")
     parser.add_argument("--keep", action="append", default=[],
-                        help="more paths every host sees as they are (the Python environment and cwd always are)")
+                        help="more paths every host sees as they are (the Python environment, this project "
+                             "and the cwd always are)")
     parser.add_argument("--memory", default="4g", help="memory per worker (conf/spark/cluster.conf asks 4g)")
     argv = sys.argv[1:] if argv is None else argv
     command = argv[argv.index("--") + 1:] if "--" in argv else []  # exec: everything after --
     args = parser.parse_intermixed_args(argv[:argv.index("--")] if "--" in argv else argv)
     if args.action == "start":
-        keep = [sys.prefix, os.getcwd(), *args.keep]
+        # the image every host has: the Python environment, this package's project and the cwd
+        project = str(Path(__file__).resolve().parents[2])
+        keep = [sys.prefix, project, os.getcwd(), *args.keep]
         cluster = create_hosts(args.dir, args.workers + 1, args.shared, keep)
         try:
             start_spark(cluster, memory=args.memory)
