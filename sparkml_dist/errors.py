@@ -47,6 +47,13 @@ class StorageError(SparkMLDistError, OSError):
     retryable = False
 
 
+class OutputInUseError(SparkMLDistError, RuntimeError):
+    """Another live job is writing the same output; the second writer is refused (never retried:
+    a relaunch would only meet the first one again or race it)."""
+
+    retryable = False
+
+
 class SlotError(SparkMLDistError, RuntimeError):
     """The cluster has fewer task slots than the barrier stage needs ranks."""
 

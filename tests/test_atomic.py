@@ -1,8 +1,16 @@
 """Outputs are committed atomically: a failed write leaves the previous good output readable."""
 
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from sparkml_dist.storage.hadoop import HadoopFS, atomic_dir, recover
+from sparkml_dist.errors import OutputInUseError
+from sparkml_dist.storage.hadoop import HadoopFS, Writer, _process_start, atomic_dir, recover
 
 pytestmark = pytest.mark.spark
 
@@ -53,9 +61,6 @@ with atomic_dir(spark, final) as staging:
 
 
 def test_a_job_killed_mid_write_leaves_the_previous_output_readable(spark, tmp_path):
-    import subprocess
-    import sys
-
     final = tmp_path / "predictions"
     proc = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(final)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == -9
@@ -65,3 +70,34 @@ def test_a_job_killed_mid_write_leaves_the_previous_output_readable(spark, tmp_p
         write_rows(spark, f"{staging}/scored", 3)
     assert spark.read.parquet(str(final / "scored")).count() == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["predictions"]
+
+
+def test_a_second_writer_of_one_output_is_refused_and_the_first_one_commits(spark, tmp_path):
+    final = str(tmp_path / "predictions")
+    with atomic_dir(spark, final) as first:
+        write_rows(spark, f"{first}/scored", 10)
+        with pytest.raises(OutputInUseError, match=rf"being written by another job \(pid {os.getpid()} on host "
+                                                   rf"{socket.gethostname()}.*delete .*predictions.lock"):
+            with atomic_dir(spark, final):
+                pass
+        assert Path(first.removeprefix("file:")).is_dir(), "the refused writer left the first one's staging alone"
+    assert spark.read.parquet(f"{final}/scored").count() == 10
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["predictions"], "the lock is released"
+
+
+def test_the_lock_of_a_live_process_holds_and_a_dead_ones_is_taken_over(spark, tmp_path):
+    final = tmp_path / "out"
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        owner = Writer(socket.gethostname(), other.pid, _process_start(other.pid), "2026-01-01T00:00:00")
+        (tmp_path / "out.lock").write_text(json.dumps(owner.__dict__))
+        with pytest.raises(OutputInUseError, match=rf"pid {other.pid}"):
+            with atomic_dir(spark, str(final)):
+                pass
+    finally:
+        other.kill()
+        other.wait()
+    with atomic_dir(spark, str(final)) as staging:  # its writer died: the re-run takes over
+        write_rows(spark, f"{staging}/scored", 4)
+    assert spark.read.parquet(str(final / "scored")).count() == 4
+    assert not (tmp_path / "out.lock").exists()

@@ -1,6 +1,8 @@
 """Fine-tuning from the registry: adapters (unit), and the real job on Adult: a model trained
 on everyone, fine-tuned on married women ("Wife"), gets better on them and not worse elsewhere."""
 
+import re
+
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
@@ -48,10 +50,30 @@ def test_freezing_by_prefix_and_its_errors():
 def test_a_bad_where_predicate_names_the_key(spark):
     from sparkml_dist.stages.preprocess import select_rows
 
-    rows = spark.createDataFrame([(30, "Wife")], "age int, relationship string")
+    rows = spark.createDataFrame([(30, "Wife"), (50, "Husband")], "age int, relationship string")
     assert select_rows(rows, "age < 40").count() == 1
-    with pytest.raises(ConfigError, match="finetune.where: 'salary > 3'"):
+    assert select_rows(rows, "age BETWEEN 20 AND 60 AND lower(relationship) IN ('wife')").count() == 1
+    with pytest.raises(ConfigError, match="finetune.where: 'salary > 3' names 'salary', which is not a column"):
         select_rows(rows, "salary > 3")
+    with pytest.raises(ConfigError, match="is int, not boolean"):
+        select_rows(rows, "age + 1")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("where, refused", [
+    ("age > (SELECT max(id) FROM range(10))", "ScalarSubquery"),
+    ("EXISTS (SELECT 1)", "Exists"),
+    ("reflect('java.lang.System', 'exit', '1') IS NULL", "calls reflect()"),
+    ("java_method('java.lang.Runtime', 'getRuntime') IS NULL", "calls java_method()"),
+    ("input_file_name() LIKE '%'", "calls input_file_name()"),
+    ("rand() < 0.5", "calls rand()"),
+])
+def test_a_where_predicate_may_not_reach_past_the_input_rows(spark, where, refused):
+    from sparkml_dist.stages.preprocess import select_rows
+
+    rows = spark.createDataFrame([(30, "Wife")], "age int, relationship string")
+    with pytest.raises(ConfigError, match=re.escape(refused)):
+        select_rows(rows, where)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """The scheduled workflow: Airflow DAG and Databricks bundle match the one workflow definition,
 and a re-run for the same run date replaces that date's outputs."""
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,8 @@ def test_databricks_bundle_matches_the_workflow():
 def test_airflow_loads_the_dag_built_from_the_workflow_definition(tmp_path, monkeypatch):
     # real Airflow (installed by setup: the `workflow` extra) parses the DAG file as a scheduler would
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
-    monkeypatch.setenv("SPARKML_DIST_MASTER", "spark://127.0.0.1:7077")
+    hostile = "spark://127.0.0.1:7077 $(touch pwned); touch pwned"  # a variable's value stays one argument
+    monkeypatch.setenv("SPARKML_DIST_MASTER", hostile)
     from airflow.models.dagbag import DagBag
 
     bag = DagBag(dag_folder=str(ROOT / "conf/workflows"), include_examples=False)
@@ -48,8 +50,8 @@ def test_airflow_loads_the_dag_built_from_the_workflow_definition(tmp_path, monk
     for task in WORKFLOW:
         op = dag.task_dict[task.name]
         assert sorted(op.upstream_task_ids) == sorted(task.depends_on)
-        expected = " ".join(spark_submit_command(task, "conf/adult.yaml", "{{ ds }}", "spark://127.0.0.1:7077"))
-        assert op.bash_command.endswith(expected), op.bash_command
+        expected = spark_submit_command(task, "conf/adult.yaml", "{{ ds }}", hostile)
+        assert shlex.split(op.bash_command)[3:] == expected, op.bash_command
     assert dag.catchup is False and dag.max_active_runs == 1
 
 

@@ -37,7 +37,8 @@ with DAG(
         command = spark_submit_command(task, "conf/adult.yaml", "{{ ds }}", MASTER)
         operators[task.name] = BashOperator(
             task_id=task.name,
-            bash_command=f"cd {shlex.quote(HOME)} && " + " ".join(command),
+            # every argument quoted: a variable's value is data, never shell syntax
+            bash_command=f"cd {shlex.quote(HOME)} && {shlex.join(command)}",
             retries=1,
         )
     for task in WORKFLOW:

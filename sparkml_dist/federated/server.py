@@ -20,7 +20,6 @@ import torch
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sparkml_dist import storage
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.dataset import split_frame
 from sparkml_dist.data.features import FEATURES, build_feature_pipeline, feature_names, to_feature_frame
@@ -35,6 +34,7 @@ from sparkml_dist.models.custom import check_custom_model, task_spec
 from sparkml_dist.models.factory import build_model, model_spec
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.models.weights import state_dict_to_bytes
+from sparkml_dist.storage.hadoop import atomic_dir
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tasks.base import Target
 from sparkml_dist.train.records import EpochRecord, Evaluation
@@ -117,7 +117,8 @@ def run_federated(spark: SparkSession, cfg: JobConfig, sink: RoundSink | None = 
         finally:
             rdd.unpersist()
     pipeline_dir = OutputPaths.of(cfg).under("federated", "feature_pipeline")
-    pipeline.write().overwrite().save(storage.spark_path(pipeline_dir))  # travels inside the model: it scores raw rows
+    with atomic_dir(spark, pipeline_dir) as staging:  # travels inside the model: it scores raw rows
+        pipeline.write().save(staging)
     clear_rounds(rounds_dir(cfg))  # finished: a new run of the job trains afresh
     schema = {c.name: f"{c.type}/{c.role}" for c in data.columns}
     return FederatedResult(spec, state_dict_to_bytes(state), pipeline_dir, clients, target, schema, records, received)

@@ -7,7 +7,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pyspark.ml import PipelineModel
-from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -24,8 +23,8 @@ from sparkml_dist.data.features import (
 from sparkml_dist.data.ingest import WEIGHT, IngestResult, ingest
 from sparkml_dist.data.labels import EncodedRows, check_task, encode_labels, fit_target
 from sparkml_dist.data.layout import FeatureLayout
+from sparkml_dist.data.predicate import checked_predicate
 from sparkml_dist.data.sources import fingerprint, resolve_path
-from sparkml_dist.errors import ConfigError
 from sparkml_dist.tasks.base import Target
 from sparkml_dist.spark.session import job_phase
 from sparkml_dist.storage.hadoop import atomic_dir
@@ -131,14 +130,10 @@ def _encode(pipeline: PipelineModel, rows: dict[str, DataFrame], weighted: bool)
 
 
 def select_rows(rows: DataFrame, where: str | None) -> DataFrame:
-    """The rows a Spark SQL predicate over the raw columns keeps; a bad predicate names the key."""
+    """The rows a checked boolean predicate over the raw columns keeps (`data.predicate`)."""
     if not where:
         return rows
-    try:
-        return rows.where(F.expr(where)).select(*rows.columns)
-    except AnalysisException as exc:  # ParseException is one too  # unknown column, type error: raised here, before any job
-        raise ConfigError(f"finetune.where: {where!r} is not a valid predicate over the columns "
-                          f"{[c for c in rows.columns if not c.startswith('_')]}: {str(exc).splitlines()[0]}") from None
+    return rows.where(checked_predicate(rows, where)).select(*rows.columns)
 
 
 def _write_rejects(inputs: dict[str, IngestResult], labelled: dict[str, EncodedRows], path: str) -> None:

@@ -7,13 +7,23 @@ are given as `storage.spark_path` makes them (a local path as file://).
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import socket
+import time
 import uuid
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from typing import Iterator
+from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
 
+from sparkml_dist.errors import OutputInUseError
 from sparkml_dist.storage.store import spark_path
+
+log = logging.getLogger(__name__)
 
 
 class HadoopFS:
@@ -47,6 +57,44 @@ class HadoopFS:
         fs, d = self._fs(dst)
         fs.copyFromLocalFile(False, True, self._jvm.org.apache.hadoop.fs.Path(f"file://{local}"), d)
 
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        """Create `path` holding `data`; False, and nothing written, when it already exists."""
+        local = _local(path)
+        if local is not None:  # O_EXCL: atomic, where Hadoop's local create checks then creates
+            os.makedirs(os.path.dirname(local), exist_ok=True)
+            try:
+                fd = os.open(local, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            return True
+        fs, p = self._fs(path)
+        try:
+            out = fs.create(p, False)  # HDFS: atomic create-if-absent
+        except Exception as exc:  # noqa: BLE001 - py4j wraps FileAlreadyExistsException
+            if "AlreadyExists" in str(exc) or fs.exists(p):
+                return False
+            raise
+        try:
+            out.write(bytearray(data))
+        finally:
+            out.close()
+        return True
+
+    def read_text(self, path: str) -> str:
+        local = _local(path)
+        if local is not None:
+            with open(local, encoding="utf-8") as fh:
+                return fh.read()
+        fs, p = self._fs(path)
+        stream = fs.open(p)
+        try:
+            reader = self._jvm.java.io.BufferedReader(self._jvm.java.io.InputStreamReader(stream, "UTF-8"))
+            return "\n".join(iter(reader.readLine, None))
+        finally:
+            stream.close()
+
     def siblings(self, path: str, prefix: str) -> list[str]:
         fs, p = self._fs(path)
         parent = p.getParent()
@@ -55,8 +103,81 @@ class HadoopFS:
         return [s.getPath().toString() for s in fs.listStatus(parent) if s.getPath().getName().startswith(prefix)]
 
 
+def _local(path: str) -> str | None:
+    parsed = urlparse(path)
+    return parsed.path if parsed.scheme in ("", "file") else None
+
+
+@dataclass(frozen=True)
+class Writer:
+    """Who holds an output's lock: enough to tell a live writer from a crashed one on its host."""
+
+    host: str
+    pid: int
+    process_start: str  # /proc start time: a reused pid is not the same writer
+    since: str
+
+    @staticmethod
+    def me() -> "Writer":
+        return Writer(socket.gethostname(), os.getpid(), _process_start(os.getpid()),
+                      time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+    def is_gone(self) -> bool:
+        """True only when provably dead: the same host, and no live process with its pid and start."""
+        return self.host == socket.gethostname() and _process_start(self.pid) != self.process_start
+
+
+def _process_start(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+class OutputLock:
+    """`<output>.lock`, created exclusively: one writer per output at a time. A second live writer
+    is refused (`OutputInUseError`) instead of deleting the first one's staging directory; the
+    lock of a writer that crashed on this host is taken over, so a re-run after a crash works."""
+
+    def __init__(self, fs: HadoopFS, final: str):
+        self.fs = fs
+        self.final = final
+        self.path = f"{final.rstrip('/')}.lock"
+        self.me = Writer.me()
+
+    def acquire(self) -> None:
+        data = json.dumps(asdict(self.me)).encode()
+        if self.fs.create_exclusive(self.path, data):
+            return
+        owner = self._owner()
+        if owner is not None and owner.is_gone():
+            log.warning("%s: taking over the lock of a writer that is gone (pid %d on %s since %s)",
+                        self.final, owner.pid, owner.host, owner.since)
+            self.fs.delete(self.path)
+            if self.fs.create_exclusive(self.path, data):
+                return
+            owner = self._owner()
+        who = (f"pid {owner.pid} on host {owner.host}, since {owner.since}" if owner else "an unknown writer")
+        raise OutputInUseError(
+            f"{self.final} is being written by another job ({who}); this job is refused so that neither "
+            f"destroys the other's output. Wait for that job to finish, or give this one another output "
+            f"(output.root). If that job is no longer running, delete {self.path} and re-run.")
+
+    def release(self) -> None:
+        if self._owner() == self.me:  # never remove a lock someone took over meanwhile
+            self.fs.delete(self.path)
+
+    def _owner(self) -> Writer | None:
+        try:
+            return Writer(**json.loads(self.fs.read_text(self.path)))
+        except Exception:  # noqa: BLE001 - unreadable, half-written, or gone between the calls (py4j)
+            return None
+
+
 def recover(fs: HadoopFS, final: str) -> None:
-    """If a crash fell between the two renames of a commit, put the previous output back."""
+    """If a crash fell between the two renames of a commit, put the previous output back.
+    Called with the output's lock held: every staging directory left is a dead writer's."""
     name = final.rstrip("/").rsplit("/", 1)[-1]
     old = sorted(fs.siblings(final, f"{name}.old-"))
     if old and not fs.exists(final):
@@ -79,17 +200,22 @@ def commit(fs: HadoopFS, staging: str, final: str) -> None:
 @contextmanager
 def atomic_dir(spark: SparkSession, final: str) -> Iterator[str]:
     """Yield a staging path (in Spark's form, see `storage.spark_path`); on success it replaces
-    `final`, on error it is removed."""
+    `final`, on error it is removed. One writer at a time (`OutputLock`)."""
     final = spark_path(final)
     fs = HadoopFS(spark)
-    recover(fs, final)
-    staging = f"{final.rstrip('/')}.staging-{uuid.uuid4().hex[:8]}"
+    lock = OutputLock(fs, final)
+    lock.acquire()
     try:
-        yield staging
-    except BaseException:
-        fs.delete(staging)
-        raise
-    commit(fs, staging, final)
+        recover(fs, final)
+        staging = f"{final.rstrip('/')}.staging-{uuid.uuid4().hex[:8]}"
+        try:
+            yield staging
+        except BaseException:
+            fs.delete(staging)
+            raise
+        commit(fs, staging, final)
+    finally:
+        lock.release()
 
 
 def publish_for_executors(spark: SparkSession, local_dir: str, shared: str) -> str:
