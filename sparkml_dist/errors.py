@@ -107,11 +107,12 @@ class RankFailure(SparkMLDistError, RuntimeError):
     @staticmethod
     def _describe(reports: list[RankReport], stage_error: str) -> str:
         if not reports:
-            return ("the barrier stage failed before any rank could report (rank code did not start: "
+            return ("the barrier stage failed and no rank sent a report (if the rank code never started, "
                     f"look for an import or pickling problem): {stage_error}")
         lines = []
         for r in reports:
-            lines.append(f"rank {r.rank} (host {r.host}) failed: {r.exc_type}: {r.message}")
+            where = f" (host {r.host})" if r.host else ""
+            lines.append(f"rank {r.rank}{where} failed: {r.exc_type}: {r.message}")
             if r.output_tail:
                 lines.append(f"--- last output of rank {r.rank} ---\n{r.output_tail.rstrip()}")
             if r.traceback:

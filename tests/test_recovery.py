@@ -65,12 +65,19 @@ def test_sigkill_under_fsdp_resumes_from_the_sharded_checkpoint(spark, adult_pre
     assert saved and all(p.endswith(".dcp") and (tmp_path / "ckpt" / p.rsplit("/", 1)[-1]).is_dir() for p in saved)
 
 
-def test_exhausted_attempts_end_with_a_clear_error(spark, adult_prep, tmp_path):
-    faults = [Fault(rank=0, epoch=0, step=3, attempt=a) for a in range(2)]
-    job, _ = recovery_job(adult_prep, tmp_path, faults, "max_attempts=2")
+@pytest.mark.parametrize("backend, cause", [
+    ("torch", "WorkerCrashed: its Spark Python worker died while running the rank, without a Python exception: "
+              "it was killed by a signal"),
+    ("horovod", "the rank's child process died without a result (killed by SIGKILL)"),
+])
+def test_exhausted_attempts_end_with_a_clear_error(spark, adult_prep, tmp_path, backend, cause):
+    faults = [Fault(rank=1, epoch=0, step=3, attempt=a) for a in range(2)]
+    job, _ = recovery_job(adult_prep, tmp_path, faults, "max_attempts=2", f"backend={backend}")
     with pytest.raises(TrainingFailed, match=r"training failed after 2 attempt\(s\).*max_attempts") as err:
         launch(spark, job)
-    assert "crashed" in err.value.last_failure or "exited" in err.value.last_failure
+    assert err.value.last_failure.startswith("attempt 2 of 2: rank 1"), err.value.last_failure[:300]
+    assert cause in err.value.last_failure, err.value.last_failure[:1000]
+    assert "did not start" not in err.value.last_failure
 
 
 def test_a_slow_rank_is_reported_as_a_straggler(spark, adult_prep, tmp_path):

@@ -27,7 +27,7 @@ from sparkml_dist.launch.rendezvous import BoundStore
 from sparkml_dist.launch.relay import OutputRelay, RelayAddress, RelaySink
 from sparkml_dist.launch.spill import Spill, spilled_partition
 from sparkml_dist.launch.isolation import run_forked
-from sparkml_dist.launch.reports import decode_failures, encode_failure, is_peer_failure
+from sparkml_dist.launch.reports import crash_reports, decode_failures, encode_failure, is_peer_failure
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, b
             results = _collect_over_frame(frame, num_ranks, functools.partial(
                 _frame_rank_main, fn=fn, payload=payload, backend=backend, options=options))
     except Exception as exc:  # Py4JJavaError and friends: look for our rank reports
-        reports = decode_failures(str(exc))
+        reports = decode_failures(str(exc)) or crash_reports(str(exc))
         raise RankFailure(reports, _first_python_error(str(exc)) + _missing_module_advice(spark, str(exc))) \
             from (None if reports else exc)
     finally:

@@ -52,7 +52,7 @@ def relaunch(launch: Callable[[int], list[R]], max_attempts: int, wrap: bool = T
         try:
             results = launch(attempt)
         except RankFailure as failure:
-            failures.append(str(failure))
+            failures.append(f"attempt {attempt + 1} of {max_attempts}: {failure}")
             log.warning("attempt %d/%d failed: %s", attempt + 1, max_attempts, str(failure).splitlines()[0])
             if not wrap and (not failure.retryable or attempt + 1 == max_attempts):
                 raise

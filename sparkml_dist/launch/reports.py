@@ -60,3 +60,22 @@ def decode_failures(text: str) -> list[RankReport]:
             continue
         found.setdefault(report.rank, report)
     return [found[r] for r in sorted(found)]
+
+
+_CRASHED = re.compile(r"Python worker exited unexpectedly \(crashed\)")
+_FAILED_TASK = re.compile(r"barrier task \w*Task\(\d+, (\d+)\) finished unsuccessfully")
+WORKER_CRASHED = (
+    "its Spark Python worker died while running the rank, without a Python exception: it was killed by a "
+    "signal (SIGKILL from a user, a resource manager or the kernel's OOM killer: see `dmesg` and the "
+    "executor's log on its host) or crashed in native code (SIGSEGV/SIGABRT: set "
+    "spark.python.worker.faulthandler.enabled=true for its stack). Spark does not pass on which signal; "
+    "a rank run in its own child process (backend horovod) names it")
+
+
+def crash_reports(text: str) -> list[RankReport]:
+    """Reports for ranks whose Python worker process died (no report of their own could be sent):
+    the barrier task Spark names is the rank (a barrier stage's partition is its rank)."""
+    if not _CRASHED.search(text):
+        return []
+    ranks = sorted({int(p) for p in _FAILED_TASK.findall(text)})
+    return [RankReport(rank=r, host="", exc_type="WorkerCrashed", message=WORKER_CRASHED) for r in ranks]
