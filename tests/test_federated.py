@@ -1,22 +1,75 @@
 """Federated learning on Adult with a natural client key (occupation: 15 clients from 9 to
 4,140 rows, positive rates from 0.01 to 0.48): real Spark partitions, one per client."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
+from cryptography.exceptions import InvalidTag
 
-from sparkml_dist.federated import secure
+from sparkml_dist.federated import privacy, secure
 from sparkml_dist.federated.server import ReceivedLog, UnexpectedPayload
 
 
-def test_pairwise_masks_cancel_in_the_sum_and_hide_each_update():
-    keys = {i: secure.private_key(b"client-%d" % i, 3) for i in range(4)}
+def masked_round(updates: list[np.ndarray], salt: bytes):
+    """Each client's key pair, sealed and unsealed as the two passes do, and its masked words."""
+    keys = {i: secure.new_key() for i in range(len(updates))}
+    digests = {i: secure.rows_digest(np.full(3, i, np.float32)) for i in keys}
+    sealed = {i: secure.seal(k, digests[i], salt) for i, k in keys.items()}
     publics = {i: secure.public_bytes(k) for i, k in keys.items()}
-    shapes = {"w": (5, 3), "b": (5,)}
-    masks = [secure.masks(i, keys[i], publics, 3, shapes, 1e3) for i in range(4)]
-    for name in shapes:
-        assert float(sum(m[name] for m in masks).abs().max()) < 1e-9, "masks cancel"
-        assert all(float(m[name].abs().mean()) > 100 for m in masks), "each one alone is noise"
+    opened = {i: secure.unseal(sealed[i], digests[i], salt) for i in keys}
+    return publics, [secure.masked(i, opened[i], publics, salt, secure.quantise(u, len(updates)))
+                     for i, u in enumerate(updates)]
+
+
+def test_the_masked_sum_equals_the_plain_sum_exactly_in_the_ring():
+    rng = np.random.default_rng(0)
+    updates = [rng.normal(0, 50, 1000) for _ in range(5)]
+    _, masked = masked_round(updates, os.urandom(16))
+    ring = sum(masked[1:], masked[0])
+    plain = sum((secure.quantise(u, 5) for u in updates[1:]), secure.quantise(updates[0], 5))
+    assert np.array_equal(ring, plain), "the masks cancel exactly in integers"
+    error = np.abs(secure.dequantise(ring) - np.sum(updates, axis=0)).max()
+    assert error <= 5 * 2.0 ** -(secure.FRACTION_BITS + 1), "rounding error within 2^-(F+1) per client"
+    for words, update in zip(masked, updates):
+        alone = secure.dequantise(words)
+        assert np.abs(alone).mean() > 1e9, "one masked update alone is uniform noise over the ring"
+        assert abs(np.corrcoef(alone, update)[0, 1]) < 0.1
+
+
+def test_keys_and_dp_noise_are_fresh_each_run_on_the_same_data():
+    updates = [np.ones(8), np.ones(8)]
+    first, masked_1 = masked_round(updates, os.urandom(16))
+    second, masked_2 = masked_round(updates, os.urandom(16))
+    assert first[0] != second[0] and first[1] != second[1], "a fresh X25519 key pair per client per round"
+    assert not np.array_equal(masked_1[0], masked_2[0])
+    assert not torch.equal(privacy.gaussian((1000,), 1.0), privacy.gaussian((1000,), 1.0))
+    noise = privacy.gaussian((200_000,), 2.0)
+    assert abs(float(noise.mean())) < 0.02 and abs(float(noise.std()) - 2.0) < 0.02
+
+
+def test_a_sealed_key_opens_only_with_its_own_rows_and_round_salt():
+    salt, key = os.urandom(16), secure.new_key()
+    sealed = secure.seal(key, secure.rows_digest(np.arange(4.0)), salt)
+    with pytest.raises(InvalidTag):
+        secure.unseal(sealed, secure.rows_digest(np.arange(5.0)), salt)
+    with pytest.raises(InvalidTag):
+        secure.unseal(sealed, secure.rows_digest(np.arange(4.0)), os.urandom(16))
+
+
+def test_an_update_too_large_for_the_ring_names_the_fix():
+    with pytest.raises(secure.QuantisationOverflow, match="federated.clip_norm"):
+        secure.quantise(np.array([1e12]), 10)
+
+
+def test_the_accountant_reports_epsilon_that_grows_with_rounds_and_shrinks_with_noise():
+    one = privacy.epsilon([privacy.RoundNoise(0.5, 1.0)], 1e-5)
+    ten = privacy.epsilon([privacy.RoundNoise(0.5, 1.0)] * 10, 1e-5)
+    quieter = privacy.epsilon([privacy.RoundNoise(0.5, 2.0)] * 10, 1e-5)
+    assert 0 < one < ten and quieter < ten
+    assert privacy.effective_multiplier(1.0, [10, 10, 10]) == pytest.approx(1.0)
+    assert privacy.effective_multiplier(1.0, [100, 1, 1]) < 0.6, "a heavy client is less hidden"
 
 
 def test_the_driver_refuses_anything_but_parameter_shaped_updates():
@@ -26,6 +79,8 @@ def test_the_driver_refuses_anything_but_parameter_shaped_updates():
         log.check({"client": 1, "samples": 5, "rows": [[1.0, 2.0]]})
     with pytest.raises(UnexpectedPayload, match="not shaped like the model's parameters"):
         log.check({"client": 2, "samples": 5, "update": {"w": torch.zeros(7, 3)}})
+    with pytest.raises(UnexpectedPayload, match="6 ring words"):
+        log.check({"client": 3, "samples": 5, "masked": np.zeros(7, np.uint64)})
 
 
 def centralized_accuracy(adult_prep, tmp_path, epochs: int) -> float:
@@ -99,9 +154,13 @@ def test_secure_aggregation_with_a_late_client_clipping_noise_and_fedprox(spark,
     sampled_slow = sum(1 for r in result.records if r.counters["late"])
     assert sum(late) == sampled_slow >= 1, "the slow client is dropped from the rounds it was sampled for"
     assert result.score > 0.80, "masks cancel: the sum of masked updates is the real update"
-    assert result.received.largest_value > 100, "no single masked update says what it is"
-    params = MlflowClient(cfg.tracking.tracking_uri).get_run(run_id).data.params
+    assert result.received.largest_value > 1e6, "no single masked update says what it is"
+    run_data = MlflowClient(cfg.tracking.tracking_uri).get_run(run_id).data
+    params = run_data.params
     assert params["federated.noise_multiplier"] == "0.05" and params["federated.clip_norm"] == "2.0"
+    spent = [r.counters["dp_epsilon"] for r in result.records]
+    assert spent == sorted(spent) and spent[0] > 0, "the accountant's epsilon grows with each released round"
+    assert run_data.metrics["dp_epsilon"] == pytest.approx(spent[-1])
 
 
 @pytest.mark.spark

@@ -1,6 +1,7 @@
 """Fine-tuning from the registry: adapters (unit), and the real job on Adult: a model trained
 on everyone, fine-tuned on married women ("Wife"), gets better on them and not worse elsewhere."""
 
+import os
 import re
 
 import pytest
@@ -154,13 +155,26 @@ def test_community_contributions_accepted_poisoned_and_regressing(spark, tuned, 
     poisoned, run_id = _submit(spark, cfg, save_delta({k: v * 1e4 for k, v in delta.items()}, tmp_path / "big.pt"), "mallory")
     assert not poisoned.accepted and "exceeds community.max_delta_norm" in poisoned.reason
     assert client.get_run(run_id).data.tags["contribution.status"] == "rejected"
+    assert [a.path for a in client.list_artifacts(run_id)] == [], "nothing of a rejected delta is kept"
+
+    oversize = tmp_path / "oversize.pt"
+    oversize.write_bytes(b"\x80" + os.urandom(3 * 2 ** 20))  # garbage: parsing it would say "unreadable"
+    huge, _ = _submit(spark, cfg, oversize, "mallory")
+    assert not huge.accepted and "over the" in huge.reason and "cap" in huge.reason and "not read" in huge.reason
+    assert "unreadable" not in huge.reason
+    named, _ = _submit(spark, cfg, honest, "alice; DROP TABLE")
+    assert not named.accepted and "give a plain name" in named.reason
 
     # small, but it flips the output layer: within the norm bound, caught by the held-out check
     last = [k for k in parent if k.endswith("weight")][-1]
     flip = {k: (-2 * parent[k] if k == last else torch.zeros_like(v)) for k, v in parent.items()}
     regressing, run_id = _submit(spark, cfg, save_delta(flip, tmp_path / "flip.pt"), "eve")
     assert not regressing.accepted and "regression on held-out rows" in regressing.reason, regressing.reason
-    assert client.get_run(run_id).data.tags["contribution.reason"] == regressing.reason
+    run = client.get_run(run_id).data
+    assert run.tags["contribution.reason"] == regressing.reason and run.tags["contribution.contributor"] == "eve"
+    assert run.tags["contribution.contributor_verified"] == "false", "a name given on the command line is a claim"
+    assert not re.search(r"\d\.\d{3}", regressing.reason), "only a coarse change: no tuning against held-out rows"
+    assert [a.path for a in client.list_artifacts(run_id)] == [], "no model of a rejected merge"
 
     wrong = save_delta({**delta, last: torch.zeros(3, 3)}, tmp_path / "shape.pt")
     misshapen, _ = _submit(spark, cfg, wrong, "bob")

@@ -363,7 +363,10 @@ class CommunityConfig(Section):
     max_regression: float = Field(0.005, ge=0.0, description="the gate metric on held-out rows may get worse (in its "
                                                              "direction and units: accuracy points, rmse in the "
                                                              "label's units) by at most this")
-    validation_path: str | None = Field(None, description="held-out rows (raw CSV); default data.test_path")
+    validation_path: str | None = Field(None, description="held-out rows (raw) a contribution is judged on; default "
+                                                           "the training file's validation split (not the test set)")
+    max_delta_mb: float | None = Field(None, gt=0.0, description="a delta file larger than this is refused unread; "
+                                                                 "default twice the base model's weights plus 1 MiB")
     alias: str | None = Field("community", description="alias an accepted contribution's version gets (null: none)")
 
 
@@ -381,7 +384,9 @@ class FederatedConfig(Section):
     proximal_mu: float = Field(0.01, ge=0.0, description="fedprox: weight of mu/2 ||w - w_global||^2")
     clip_norm: float | None = Field(None, gt=0.0, description="per-client L2 bound on the update")
     noise_multiplier: float = Field(0.0, ge=0.0, description="Gaussian noise std on the summed update = this x clip_norm")
-    secure_aggregation: bool = Field(False, description="pairwise X25519 masks: the driver sees only the sum")
+    dp_delta: float = Field(1e-5, gt=0.0, lt=1.0, description="the delta of the (epsilon, delta) the run reports "
+                                                                "when noise_multiplier > 0")
+    secure_aggregation: bool = Field(False, description="pairwise X25519 masks in a finite ring: the driver sees only the sum")
     round_timeout_s: float = Field(300.0, gt=0.0, description="a client still training this long after it started is dropped for the round (counted)")
     seed: int = Field(7, description="client sampling")
 

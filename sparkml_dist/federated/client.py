@@ -1,10 +1,9 @@
 """What runs on a client (inside its Spark partition): local training from the broadcast global
-weights, then clip, noise and mask the update. Only the update, its sample count and a few
-scalars leave the partition."""
+weights, then clip, noise (federated.privacy) and mask (federated.secure) the update. Only the
+update, its sample count and a few scalars leave the partition."""
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -12,14 +11,11 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from sparkml_dist.federated import secure
+from sparkml_dist.federated import privacy, secure
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.models.weights import state_dict_from_bytes
 from sparkml_dist.tasks.base import Target
-
-MASK_SCALE = 1e3  # masks far larger than any update: a masked update says nothing about its update
-
 
 @dataclass(frozen=True)
 class RoundTask:
@@ -40,6 +36,8 @@ class RoundTask:
     class_weights: tuple[float, ...] | None = None
     loss_kind: str | None = None  # regression: train.loss
     publics: dict[int, bytes] | None = None  # secure aggregation: every sampled client's public key
+    sealed: dict[int, bytes] | None = None  # ... and its private key, sealed so that only it can open it
+    round_salt: bytes = b""  # fresh random bytes per round (secure.seal)
     slow_clients: tuple[tuple[int, float], ...] = ()  # tests: (client, seconds of delay per batch)
 
 
@@ -51,14 +49,12 @@ def client_rows(rows: Iterable) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def client_secret(x: np.ndarray, y: np.ndarray) -> bytes:
-    """A secret only this client can compute: a digest of its own rows."""
-    return hashlib.sha256(x.tobytes() + y.tobytes()).digest()
-
-
 def public_key(index: int, rows: Iterable, task: RoundTask) -> dict[str, Any]:
+    """Secure aggregation's first pass: a fresh key pair; the public half, and the private half sealed."""
     x, y = client_rows(rows)
-    return {"client": index, "public": secure.public_bytes(secure.private_key(client_secret(x, y), task.round_index))}
+    key = secure.new_key()
+    return {"client": index, "public": secure.public_bytes(key),
+            "sealed": secure.seal(key, secure.rows_digest(x, y), task.round_salt)}
 
 
 def client_update(index: int, rows: Iterable, task: RoundTask) -> dict[str, Any]:
@@ -70,18 +66,17 @@ def client_update(index: int, rows: Iterable, task: RoundTask) -> dict[str, Any]
     clipped = task.clip_norm is not None and norm > task.clip_norm
     if clipped:
         delta = {k: d * (task.clip_norm / norm) for k, d in delta.items()}
-    if task.noise_std and not late:  # local Gaussian noise on the clipped update
-        generator = torch.Generator().manual_seed(int.from_bytes(client_secret(x, y)[:8], "little") ^ task.round_index)
-        delta = {k: d + torch.randn(d.shape, generator=generator) * task.noise_std for k, d in delta.items()}
+    if task.noise_std and not late:  # local Gaussian noise on the clipped update, from the OS CSPRNG
+        delta = {k: d + privacy.gaussian(tuple(d.shape), task.noise_std) for k, d in delta.items()}
     samples = 0 if late else len(x)
     update = {k: d.double() * samples for k, d in delta.items()}  # sample-weighted: the driver divides by the sum
-    if task.publics is not None:  # a late client still sends its masks, so the others' cancel
-        key = secure.private_key(client_secret(x, y), task.round_index)
-        shapes = {k: tuple(v.shape) for k, v in update.items()}
-        for k, m in secure.masks(index, key, task.publics, task.round_index, shapes, MASK_SCALE).items():
-            update[k] = update[k] + m
-    return {"client": index, "samples": samples, "update": update, "late": late, "norm": norm, "clipped": clipped,
-            "loss": loss}
+    payload = {"client": index, "samples": samples, "late": late, "norm": norm, "clipped": clipped, "loss": loss}
+    if task.publics is None:
+        return {**payload, "update": update}
+    # a late client still sends its masks, so that the others' cancel
+    key = secure.unseal(task.sealed[index], secure.rows_digest(x, y), task.round_salt)
+    words = secure.quantise(torch.cat([u.reshape(-1) for u in update.values()]).numpy(), len(task.publics))
+    return {**payload, "masked": secure.masked(index, key, task.publics, task.round_salt, words)}
 
 
 def _train_locally(index: int, x: np.ndarray, y: np.ndarray, global_state: dict, task: RoundTask):

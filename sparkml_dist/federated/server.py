@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -29,7 +30,9 @@ from sparkml_dist.data.loader import features_to_numpy
 from sparkml_dist.errors import ConfigError
 from sparkml_dist.federated.checkpoints import (RoundsDone, clear_rounds, fingerprint, load_rounds, rounds_dir,
                                                 save_round)
+from sparkml_dist.federated import secure
 from sparkml_dist.federated.client import RoundTask, client_update, public_key
+from sparkml_dist.federated.privacy import RoundNoise, effective_multiplier, epsilon
 from sparkml_dist.models.custom import check_custom_model, task_spec
 from sparkml_dist.models.factory import build_model, model_spec
 from sparkml_dist.models.spec import ModelSpec
@@ -47,6 +50,10 @@ class UnexpectedPayload(RuntimeError):
     """A client sent something other than a parameter-shaped update: refused, never used."""
 
 
+class FederatedRoundError(RuntimeError):
+    """A round cannot be aggregated (a keyed client sent nothing): says why and what to do."""
+
+
 @dataclass
 class ReceivedLog:
     """What the driver received from clients: per payload, its keys and tensor shapes."""
@@ -56,7 +63,7 @@ class ReceivedLog:
     largest_value: float = 0.0  # the largest |entry| of any single update seen (masked ones are huge)
 
     def check(self, payload: dict[str, Any]) -> None:
-        allowed = {"client", "samples", "update", "late", "norm", "clipped", "loss", "public"}
+        allowed = {"client", "samples", "update", "masked", "late", "norm", "clipped", "loss", "public", "sealed"}
         if set(payload) - allowed:
             raise UnexpectedPayload(f"client {payload.get('client')}: unexpected fields {sorted(set(payload) - allowed)}")
         update = payload.get("update")
@@ -64,6 +71,13 @@ class ReceivedLog:
             if {k: tuple(v.shape) for k, v in update.items()} != self.shapes:
                 raise UnexpectedPayload(f"client {payload['client']}: update is not shaped like the model's parameters")
             self.largest_value = max(self.largest_value, max(float(v.abs().max()) for v in update.values()))
+        masked = payload.get("masked")
+        if masked is not None:
+            size = sum(math.prod(shape) for shape in self.shapes.values())
+            if not isinstance(masked, np.ndarray) or masked.dtype != np.uint64 or masked.shape != (size,):
+                raise UnexpectedPayload(f"client {payload['client']}: a masked update must be {size} ring words "
+                                        f"(uint64), one per model parameter")
+            self.largest_value = max(self.largest_value, float(np.abs(secure.dequantise(masked)).max()))
         self.payloads += 1
 
 
@@ -149,6 +163,8 @@ def _run_rounds(spark, cfg: JobConfig, spec: ModelSpec, target: Target, clients:
         started = time.perf_counter()
         state, stats = run_round(spark, rdd, cfg, spec, target, state, round_index, sampled, received, delays)
         samples = int(stats.pop("samples"))
+        if fed.noise_multiplier > 0:  # what the rounds so far spent, this one included
+            stats["dp_epsilon"] = spent_epsilon([*(r.counters for r in records), stats], fed.dp_delta)
         record = EpochRecord(round_index, stats.pop("train_loss"), samples,
                              samples / max(time.perf_counter() - started, 1e-9),
                              evaluate_arrays(spec, state, *test, target), counters=stats)
@@ -161,6 +177,12 @@ def _run_rounds(spark, cfg: JobConfig, spec: ModelSpec, target: Target, clients:
         log.info("round %d/%d: %d clients, %d late, %d clipped, test %s %.4f", round_index + 1, fed.rounds,
                  stats["clients"], stats["late"], stats["clipped"], e.metric, e.value)
     return state, records, received
+
+
+def spent_epsilon(rounds: list[dict[str, float]], delta: float) -> float:
+    """(epsilon, delta)-DP of the released rounds (skipped rounds release nothing)."""
+    return epsilon([RoundNoise(r["dp_sample_rate"], r["dp_noise_multiplier"]) for r in rounds
+                    if "dp_sample_rate" in r], delta)
 
 
 def client_partitions(pipeline, rows: DataFrame, column: str, weighted: bool = False):
@@ -195,12 +217,15 @@ def run_round(spark, rdd, cfg: JobConfig, spec: ModelSpec, target: Target, state
                      class_weights=target.balanced_weights() if cfg.train.class_weight == "balanced" else None,
                      loss_kind=cfg.train.loss, slow_clients=tuple(delays.items()))
     if fed.secure_aggregation:
+        task = replace(task, round_salt=os.urandom(16))
         keys = _on_clients(spark, rdd, sampled, public_key, task)
         for payload in keys:
             received.check(payload)
-        task = RoundTask(**{**task.__dict__, "publics": {p["client"]: p["public"] for p in keys}})
+        task = replace(task, publics={p["client"]: p["public"] for p in keys},
+                       sealed={p["client"]: p["sealed"] for p in keys})
     payloads = _on_clients(spark, rdd, sampled, client_update, task)
-    total = {k: torch.zeros(v.shape, dtype=torch.float64) for k, v in state.items()}
+    if task.publics is not None:
+        _check_every_keyed_client_answered(task.publics, payloads, round_index)
     samples, loss_sum = 0, 0.0
     for payload in payloads:
         received.check(payload)
@@ -209,17 +234,46 @@ def run_round(spark, rdd, cfg: JobConfig, spec: ModelSpec, target: Target, state
         stats["late"] += payload["late"]
         stats["clipped"] += payload["clipped"]
         stats["update_norm"] = max(stats["update_norm"], payload["norm"])
-        for k, u in payload["update"].items():
-            total[k] += u  # masked, when secure: only the sum means anything
     on_time = len(sampled) - stats["late"]
     if on_time < fed.min_clients or samples == 0:
         stats["skipped"] = 1.0
         return state, stats
+    total = _sum_of_updates(payloads, state)
+    stats["dp_sample_rate"] = len(sampled) / rdd.getNumPartitions()
+    stats["dp_noise_multiplier"] = effective_multiplier(fed.noise_multiplier, [p["samples"] for p in payloads])
     new_state = {k: (v + (total[k] / samples).to(v.dtype)) if v.is_floating_point() else v for k, v in state.items()}
     stats["train_loss"] = loss_sum / samples  # the clients' local training loss, sample-weighted
     stats["samples"] = float(samples)
     stats["noise_std_per_client"] = noise_std
     return new_state, stats
+
+
+def _check_every_keyed_client_answered(publics: dict[int, bytes], payloads: list[dict], round_index: int) -> None:
+    missing = sorted(set(publics) - {p["client"] for p in payloads})
+    if missing:
+        raise FederatedRoundError(
+            f"round {round_index + 1}: client(s) {missing} took part in the key exchange but sent no masked update; "
+            f"without their masks the sum cannot be unmasked (this secure aggregation has no dropout recovery). "
+            f"Re-run the job: it resumes at this round with fresh keys")
+
+
+def _sum_of_updates(payloads: list[dict], state: dict) -> dict[str, torch.Tensor]:
+    """The sample-weighted sum of the updates; masked ones are summed as integers in the ring, where
+    the masks cancel exactly, and only the sum is dequantised."""
+    if payloads and "masked" in payloads[0]:
+        ring = np.zeros_like(payloads[0]["masked"])
+        for payload in payloads:
+            ring = ring + payload["masked"]  # uint64: wraps, as the ring does
+        flat, total, offset = torch.from_numpy(secure.dequantise(ring)), {}, 0
+        for k, v in state.items():
+            total[k] = flat[offset:offset + v.numel()].reshape(v.shape)
+            offset += v.numel()
+        return total
+    total = {k: torch.zeros(v.shape, dtype=torch.float64) for k, v in state.items()}
+    for payload in payloads:
+        for k, u in payload["update"].items():
+            total[k] += u
+    return total
 
 
 def _on_clients(spark, rdd, sampled: tuple[int, ...], fn, task: RoundTask) -> list[dict[str, Any]]:
@@ -277,6 +331,8 @@ def result_lines(result: FederatedResult, cfg: JobConfig, model_uri: str) -> str
         f"algorithm      : {fed.algorithm}, {fed.rounds} rounds x {fed.local_epochs} local epoch(s), "
         f"clip {fed.clip_norm}, noise multiplier {fed.noise_multiplier}, secure aggregation {fed.secure_aggregation}",
         f"test {last.evaluation.metric:9s}: " + " ".join(f"{r.evaluation.value:.4f}" for r in result.records),
+        *([f"privacy        : ({last.counters['dp_epsilon']:.2f}, {fed.dp_delta:g})-DP at the client level "
+            f"(Opacus RDP accountant)"] if "dp_epsilon" in last.counters else []),
         f"late / skipped : {int(sum(r.counters['late'] for r in result.records))} client-rounds late, "
         f"{int(sum(r.counters['skipped'] for r in result.records))} rounds skipped",
         f"driver received: {result.received.payloads} payloads, every update shaped like the model's parameters",
