@@ -4,6 +4,7 @@ with spark-submit, the package shipped with --py-files, one rank per executor, b
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -40,7 +41,7 @@ def submit(cluster, package_zip, job, tmp_path, *overrides, env_extra=None):
            str(ROOT / job), "--config", str(ROOT / "conf/adult.yaml"),
            "--set", f"output.root={tmp_path / 'out'}", "--set", f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
            *[a for o in overrides for a in ("--set", o)]]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, **(env_extra or {})}
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_CONF_DIR": str(cluster.conf_dir), **(env_extra or {})}
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-4000:]
     assert f"master {cluster.master_url}" in out.stderr, "the job ran on the cluster, not a local fallback"
@@ -57,7 +58,8 @@ def workdir(tmp_path_factory, cluster, package_zip):
 
 START = ".venv/bin/python -m sparkml_dist.services.spark_cluster start --workers 2 --dir /tmp/spark-cluster"
 PACK = ".venv/bin/python -c \"import shutil; shutil.make_archive('dist/sparkml_dist', 'zip', '.', 'sparkml_dist')\""
-SUBMIT = """PYSPARK_PYTHON=$PWD/.venv/bin/python .venv/bin/spark-submit --master spark://127.0.0.1:7077 \\
+SUBMIT = """SPARK_CONF_DIR=/tmp/spark-cluster/conf PYSPARK_PYTHON=$PWD/.venv/bin/python \\
+  .venv/bin/spark-submit --master spark://127.0.0.1:7077 --load-spark-defaults \\
   --properties-file conf/spark/cluster.conf --py-files dist/sparkml_dist.zip \\
   jobs/pipeline.py --config conf/adult.yaml"""
 STOP = ".venv/bin/python -m sparkml_dist.services.spark_cluster stop --dir /tmp/spark-cluster"
@@ -94,11 +96,12 @@ def test_a_job_the_workers_cannot_host_fails_naming_the_gap(cluster, package_zip
     """The profile's 4g executors on 2g workers: no executor can start. The job fails within the
     bound, saying what it asked for and what each worker has free, instead of waiting forever."""
     spark_submit = Path(sys.executable).parent / "spark-submit"
-    cmd = [str(spark_submit), "--master", cluster.master_url, "--properties-file", str(ROOT / "conf/spark/cluster.conf"),
+    cmd = [str(spark_submit), "--master", cluster.master_url, "--load-spark-defaults",
+           "--properties-file", str(ROOT / "conf/spark/cluster.conf"),
            "--conf", f"spark.master.ui.port={cluster.web_url.rsplit(':', 1)[1]}", "--py-files", package_zip,
            str(ROOT / "jobs/preprocess.py"), "--config", str(ROOT / "conf/adult.yaml"),
            "--set", f"output.root={tmp_path / 'out'}", "--set", "spark.executor_wait_s=15"]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_CONF_DIR": str(cluster.conf_dir)}
     started = time.monotonic()
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     said = out.stdout + out.stderr  # spark-submit's Python writes the job's stderr where it likes
@@ -108,6 +111,28 @@ def test_a_job_the_workers_cannot_host_fails_naming_the_gap(cluster, package_zip
     assert "2 ALIVE workers (127.0.0.1: 1 cores / 2048m free" in said
     assert "lower spark.executor.memory to at most 2048m" in said
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.parquet"))
+
+
+def test_an_application_without_the_clusters_secret_is_refused(cluster, tmp_path):
+    """spark.authenticate is on (a fresh secret per cluster, in a mode-0600 spark-defaults.conf): an
+    application that does not have it cannot register with the master."""
+    conf = cluster.conf_dir / "spark-defaults.conf"
+    assert conf.stat().st_mode & 0o077 == 0, "the secret is readable by its owner only"
+    assert "spark.network.crypto.enabled       true" in conf.read_text()
+    probe = tmp_path / "probe.py"
+    probe.write_text("from pyspark.sql import SparkSession\nprint('COUNTED', SparkSession.builder.getOrCreate()"
+                     ".range(5).count())\n")
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_CONF_DIR"} | {"PYSPARK_PYTHON": sys.executable}
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "spark-submit"), "--master", cluster.master_url,
+                             str(probe)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        said, _ = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        said, _ = proc.communicate()
+    assert "Failed to connect to master" in said and "Expected SaslMessage" in said, said[-3000:]
+    assert "COUNTED" not in said
 
 
 @pytest.mark.parametrize("backend", ["torch", "horovod"])

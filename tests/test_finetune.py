@@ -173,7 +173,8 @@ def test_community_contributions_accepted_poisoned_and_regressing(spark, tuned, 
     run = client.get_run(run_id).data
     assert run.tags["contribution.reason"] == regressing.reason and run.tags["contribution.contributor"] == "eve"
     assert run.tags["contribution.contributor_verified"] == "false", "a name given on the command line is a claim"
-    assert not re.search(r"\d\.\d{3}", regressing.reason), "only a coarse change: no tuning against held-out rows"
+    assert re.search(r"about -\d\.\d\d\)$", regressing.reason), regressing.reason
+    assert not re.search(r"\d\.\d{4}", regressing.reason), "only a coarse change: no tuning against held-out rows"
     assert [a.path for a in client.list_artifacts(run_id)] == [], "no model of a rejected merge"
 
     wrong = save_delta({**delta, last: torch.zeros(3, 3)}, tmp_path / "shape.pt")

@@ -37,11 +37,11 @@ def test_each_rank_gets_the_gpu_spark_assigned_to_its_task(tmp_path, monkeypatch
         "spark.worker.resource.gpu.amount": "2", "spark.worker.resource.gpu.discoveryScript": str(script)})
     try:
         cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", cluster.master_url,
-               "--properties-file", str(ROOT / "conf/spark/gpu.conf"),
+               "--load-spark-defaults", "--properties-file", str(ROOT / "conf/spark/gpu.conf"),
                "--conf", "spark.executor.cores=2", "--conf", "spark.executor.resource.gpu.amount=2",
                "--conf", f"spark.executor.resource.gpu.discoveryScript={script}",
                "--conf", f"spark.pyspark.python={sys.executable}", str(ROOT / "tests/jobs/gpu_assignment.py")]
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_CONF_DIR": str(cluster.conf_dir)}
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     finally:
         cluster.stop()

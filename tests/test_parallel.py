@@ -7,6 +7,7 @@ import functools
 import pytest
 
 from bench.probe import Probe, probe_rank, reference_losses
+from sparkml_dist.errors import RankFailure
 from sparkml_dist.launch import TorchBackend, run_barrier
 from sparkml_dist.models.spec import ModelSpec, TransformerShape
 from sparkml_dist.models.transformer import token_layout
@@ -77,6 +78,22 @@ def test_sharded_checkpoint_resumes_at_another_world_size(spark, adult_prep, tmp
     assert [r.epoch for r in records] == [0, 1]
     assert records[1].train_loss < records[0].train_loss
     assert records[1].samples == prep.manifest.splits["train"].rows, "every row once per epoch at 4 ranks"
+
+
+def test_a_sharded_checkpoint_this_job_did_not_sign_is_refused_unread(spark, adult_prep, tmp_path):
+    """dcp.load unpickles a checkpoint's .metadata: a changed or planted checkpoint never gets that far."""
+    cfg, prep = adult_prep
+    ckpt = tmp_path / "ckpt"
+    job = functools.partial(transformer_job, cfg, prep, ckpt, "mlp", "strategy=fsdp")
+    run_barrier(spark, train_rank, job("epochs=1"), 2, FRESH)
+    latest = ckpt / list_checkpoints(ckpt)[-1].rsplit("/", 1)[-1]
+    assert (latest / "SIGNATURE").is_file()
+    with open(latest / ".metadata", "ab") as fh:
+        fh.write(b"\x00")  # one byte changed: the HMAC over every file no longer matches
+    with pytest.raises(RankFailure, match="not signed by this job's checkpoint key \\(a wrong signature\\)") as err:
+        run_barrier(spark, train_rank, job("epochs=2"), 2, FRESH)
+    assert {r.exc_type for r in err.value.reports} == {"UntrustedCheckpoint"}
+    assert not err.value.retryable, "a relaunch would meet the same checkpoint"
 
 
 @pytest.mark.slow

@@ -1,10 +1,16 @@
-"""The rendezvous store the launcher hosts: bound to one address, on a port nobody can take first."""
+"""The rendezvous store the launcher hosts: bound to one address, on a port nobody can take first, and
+reached from other hosts only through a gateway that admits holders of the launch's secret."""
 
+import socket
+import subprocess
+import sys
 from datetime import timedelta
 
 import psutil
+import pytest
 import torch.distributed as dist
 
+from sparkml_dist.launch.gateway import LocalForwarder, StoreGateway
 from sparkml_dist.launch.rendezvous import BoundStore
 
 
@@ -16,3 +22,60 @@ def test_the_store_listens_on_the_given_address_only_and_serves_clients():
         client = dist.TCPStore("127.0.0.1", bound.port, 2, False, timedelta(seconds=10))
         client.set("rank1", "here")
         assert bound.store.get("rank1") == b"here"
+
+
+SECRET = b"s" * 32
+
+
+@pytest.fixture
+def gateway():
+    with BoundStore("127.0.0.1", world_size=2, timeout_s=10) as bound:
+        gate = StoreGateway("127.0.0.1", bound.port, SECRET)
+        try:
+            yield bound, gate
+        finally:
+            gate.close()
+
+
+def test_a_client_with_the_launch_secret_reaches_the_store_through_the_gateway(gateway):
+    bound, gate = gateway
+    forwarder = LocalForwarder("127.0.0.1", gate.port, SECRET)
+    try:
+        client = dist.TCPStore("127.0.0.1", forwarder.port, 2, False, timedelta(seconds=10))
+        client.set("rank1", "here")
+        assert bound.store.get("rank1") == b"here" and client.get("rank1") == b"here"
+    finally:
+        forwarder.close()
+    assert gate.refused == 0 and forwarder.refused == 0
+
+
+def test_a_connection_without_the_secret_is_refused_and_logged(gateway, caplog):
+    _, gate = gateway
+    with socket.create_connection(("127.0.0.1", gate.port), timeout=10) as raw:
+        nonce = raw.recv(64)
+        assert len(nonce) == 32, "the gateway challenges first"
+        raw.sendall(b"\0" * 32)  # not the proof
+        assert raw.recv(64) == b"", "closed without a byte of the store"
+    wrong = LocalForwarder("127.0.0.1", gate.port, b"w" * 32)  # another launch's secret
+    try:
+        with pytest.raises(Exception, match="(?i)recv|closed|connect|timed out"):
+            dist.TCPStore("127.0.0.1", wrong.port, 2, False, timedelta(seconds=5))
+    finally:
+        wrong.close()
+    assert gate.refused >= 2, "the raw probe and every retry of the wrong secret"
+    assert "refused a connection from 127.0.0.1" in caplog.text and "did not prove the job's secret" in caplog.text
+
+
+def test_the_forwarder_admits_only_its_own_process(gateway):
+    """Another local process cannot borrow a rank's proof through its loopback forwarder."""
+    _, gate = gateway
+    forwarder = LocalForwarder("127.0.0.1", gate.port, SECRET)
+    try:
+        probe = ("import socket, sys; s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=10); "
+                 "print(len(s.recv(64)))")
+        out = subprocess.run([sys.executable, "-c", probe, str(forwarder.port)], capture_output=True, text=True,
+                             timeout=60)
+        assert out.stdout.strip() == "0", "closed at once"
+        assert forwarder.refused == 1 and gate.refused == 0
+    finally:
+        forwarder.close()

@@ -7,10 +7,12 @@ first (fail fast instead of Spark's 10-minute wait), and turns a failing rank in
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import re
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -23,6 +25,7 @@ from sparkml_dist.launch.deal import deal
 from sparkml_dist.launch.context import (PartitionData, RankContext, captured_output, env_scope,
                                          layout)
 from sparkml_dist.launch.pg_guard import process_groups_outlive_the_call
+from sparkml_dist.launch.gateway import LocalForwarder, StoreGateway
 from sparkml_dist.launch.rendezvous import BoundStore
 from sparkml_dist.launch.relay import OutputRelay, RelayAddress, RelaySink
 from sparkml_dist.launch.spill import Spill, spilled_partition
@@ -42,6 +45,7 @@ class RankOptions:
     extra: dict[str, str] = field(default_factory=dict)  # the backend's, from `driver_start`
     relay: RelayAddress | None = None  # stream output lines to the driver's log
     echo: bool = True  # also write them to the worker's own stdout
+    secret: bytes = b""  # this launch's rendezvous secret: fresh random bytes (launch.gateway)
 
 
 def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backend: Backend, *,
@@ -63,7 +67,8 @@ def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, b
     handle = backend.driver_start(num_ranks, driver_host)
     relay = OutputRelay(driver_host) if stream_output else None
     options = RankOptions(dict(handle.extra), relay.address if relay else None,
-                          echo=not (relay and spark.sparkContext.master.startswith("local")))
+                          echo=not (relay and spark.sparkContext.master.startswith("local")),
+                          secret=secrets.token_bytes(32))
     log.info("launching %d ranks (backend %s) in a barrier stage", num_ranks, backend.name)
     try:
         if frame is None:
@@ -132,16 +137,20 @@ def _run_rank(fn: RankFn, payload: Any, backend: Backend, options: RankOptions, 
     addresses = [info.address for info in task.getTaskInfos()]
     gpus = tuple(task.resources()["gpu"].addresses) if "gpu" in task.resources() else ()
     info = layout(addresses, rank, gpus)
-    store = BoundStore(info["host"], len(addresses), getattr(backend, "timeout_s", 300)) \
-        if rank == 0 and backend.hosts_store else None
+    store = gateway = None
+    if rank == 0 and backend.hosts_store:  # the store on loopback; other hosts reach it through the gateway
+        store = BoundStore("127.0.0.1", len(addresses), getattr(backend, "timeout_s", 300))
+        gateway = StoreGateway(info["host"], store.port, options.secret)
     try:
         # one round trip: rank 0's rendezvous port, and every rank's share of the DataFrame
-        gathered = [json.loads(m) for m in task.allGather(json.dumps({"port": store.port if store else 0,
+        gathered = [json.loads(m) for m in task.allGather(json.dumps({"port": gateway.port if gateway else 0,
                                                                       "rows": spill.rows if spill else 0}))]
         partition = PartitionData(spill.path, tuple(g["rows"] for g in gathered)) if spill else None
         ctx = RankContext(master_port=int(gathered[0]["port"]), extra=options.extra, partition=partition, **info)
         return rank, _run_reporting(fn, ctx, payload, backend, options)
     finally:
+        if gateway is not None:
+            gateway.close()
         if store is not None:
             store.close()
 
@@ -152,7 +161,7 @@ def _run_reporting(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend,
     try:
         with captured_output(on_line=sink, echo=options.echo) as tail, env_scope(backend.rank_env(ctx)):
             try:
-                return _run_with_backend(fn, ctx, payload, backend, tail)
+                return _run_with_backend(fn, ctx, payload, backend, tail, options.secret)
             except BaseException as exc:  # noqa: BLE001 - every failure must reach the driver by rank
                 if is_peer_failure(exc):
                     # A collective broke because another rank died: give that rank's own report
@@ -164,14 +173,16 @@ def _run_reporting(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend,
             sink.close()
 
 
-def _run_with_backend(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend, tail) -> Any:
-    if backend.needs_fresh_process:
-        return run_forked(functools.partial(_init_run_shutdown, fn, ctx, payload, backend), tail)
-    return _init_run_shutdown(fn, ctx, payload, backend)
+def _run_with_backend(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend, tail, secret: bytes) -> Any:
+    run = functools.partial(_init_run_shutdown, fn, ctx, payload, backend, secret)
+    return run_forked(run, tail) if backend.needs_fresh_process else run()
 
 
-def _init_run_shutdown(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend) -> Any:
-    with process_groups_outlive_the_call():  # a torch 2.13 deadlock otherwise (launch.pg_guard)
+def _init_run_shutdown(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend, secret: bytes) -> Any:
+    # in the process that runs the rank (a forked child's threads are its own): the forwarder
+    # admits only this process's store clients
+    with rendezvous_client(ctx, secret) if backend.hosts_store else contextlib.nullcontext(), \
+            process_groups_outlive_the_call():  # a torch 2.13 deadlock otherwise (launch.pg_guard)
         backend.rank_init(ctx)
         try:
             return fn(ctx, payload)
@@ -180,3 +191,15 @@ def _init_run_shutdown(fn: RankFn, ctx: RankContext, payload: Any, backend: Back
                 backend.rank_shutdown()
             except Exception:  # noqa: BLE001 - never mask the rank's own error
                 log.warning("rank %d: backend shutdown failed", ctx.rank, exc_info=True)
+
+
+@contextlib.contextmanager
+def rendezvous_client(ctx: RankContext, secret: bytes):
+    """MASTER_ADDR/MASTER_PORT point at a forwarder in this process that proves the launch's
+    secret to rank 0's gateway (launch.gateway)."""
+    forwarder = LocalForwarder(ctx.master_addr, ctx.master_port, secret)
+    try:
+        with env_scope({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(forwarder.port)}):
+            yield forwarder
+    finally:
+        forwarder.close()

@@ -72,6 +72,7 @@ def make_job(cfg: JobConfig, data: "PreprocessResult", checkpoint_dir: str, *, p
     from sparkml_dist.models.custom import check_custom_model, task_spec
     from sparkml_dist.models.factory import model_spec
     from sparkml_dist.train.job import TrainJob
+    from sparkml_dist.train.parallel.signing import checkpoint_key
 
     manifest = data.manifest
     target = warm_start.target if warm_start else manifest.target_spec
@@ -95,6 +96,7 @@ def make_job(cfg: JobConfig, data: "PreprocessResult", checkpoint_dir: str, *, p
         class_weights=target.balanced_weights() if cfg.train.class_weight == "balanced" else None,
         weighted=manifest.weighted,
         frame_fed=cfg.train.input == "dataframe",
+        checkpoint_key=checkpoint_key(checkpoint_dir),
     )
 
 

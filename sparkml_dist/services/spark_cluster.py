@@ -7,6 +7,12 @@ stopped by the PIDs the daemon script records.
 
 The command line uses Spark's own default ports (master 7077, web UI 8080) and workers sized for
 conf/spark/cluster.conf (1 core, 4g each); the library call picks free ports unless told.
+
+Spark's own authentication is on: each start writes a fresh random secret, with
+`spark.authenticate` and `spark.network.crypto.enabled` (AES-encrypted RPC and block transfers),
+to `<dir>/conf/spark-defaults.conf` (mode 0600). The daemons read it through SPARK_CONF_DIR; a
+job joins with `SPARK_CONF_DIR=<dir>/conf spark-submit --load-spark-defaults ...`. An
+application without the secret cannot register with the master or reach an executor.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -40,6 +47,11 @@ class StandaloneCluster:
     def env(self) -> dict[str, str]:
         return daemon_env(self.workdir)
 
+    @property
+    def conf_dir(self) -> Path:
+        """SPARK_CONF_DIR for a job on this cluster: its spark-defaults.conf holds the shared secret."""
+        return self.workdir / "conf"
+
     def alive_workers(self) -> int:
         try:
             with urllib.request.urlopen(f"{self.web_url}/json/", timeout=3) as resp:
@@ -60,7 +72,23 @@ def daemon_env(workdir: Path) -> dict[str, str]:
     home = str(Path(pyspark.__file__).parent)
     return {**os.environ, "SPARK_HOME": home, "SPARK_PID_DIR": str(workdir / "pids"),
             "SPARK_LOG_DIR": str(workdir / "logs"), "SPARK_LOCAL_IP": "127.0.0.1",
-            "SPARK_WORKER_DIR": str(workdir / "work"), "SPARK_IDENT_STRING": "sparkml_dist"}
+            "SPARK_WORKER_DIR": str(workdir / "work"), "SPARK_IDENT_STRING": "sparkml_dist",
+            "SPARK_CONF_DIR": str(workdir / "conf")}
+
+
+def write_auth_conf(workdir: Path) -> Path:
+    """A fresh shared secret with authentication and RPC encryption on, readable by this user only."""
+    conf = workdir / "conf"
+    conf.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = conf / "spark-defaults.conf"
+    path.unlink(missing_ok=True)  # created anew below with mode 0600, never widened
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write("# written by sparkml_dist.services.spark_cluster start: a fresh secret per cluster\n"
+                 "spark.authenticate                 true\n"
+                 f"spark.authenticate.secret          {secrets.token_hex(32)}\n"
+                 "spark.network.crypto.enabled       true\n")
+    return path
 
 
 def start_cluster(workdir: str | Path, workers: int = 2, cores_per_worker: int = 1, memory: str = "2g",
@@ -70,6 +98,7 @@ def start_cluster(workdir: str | Path, workers: int = 2, cores_per_worker: int =
     workdir = Path(workdir).resolve()
     for sub in ("pids", "logs", "work"):
         (workdir / sub).mkdir(parents=True, exist_ok=True)
+    write_auth_conf(workdir)
     env = daemon_env(workdir)
     if worker_conf:  # e.g. GPU resources: spark.worker.resource.gpu.amount / .discoveryScript
         env["SPARK_WORKER_OPTS"] = " ".join(f"-D{k}={v}" for k, v in worker_conf.items())
@@ -140,6 +169,8 @@ def main(argv: list[str] | None = None) -> None:
         (Path(args.dir) / "cluster.json").write_text(json.dumps({"master": c.master_url, "web": c.web_url}))
         print(f"master {c.master_url} (UI {c.web_url}), {c.workers} workers ALIVE; stop: "
               f"python -m sparkml_dist.services.spark_cluster stop --dir {args.dir}")
+        print(f"Spark authentication on: submit with SPARK_CONF_DIR={args.dir}/conf and --load-spark-defaults "
+              f"(its spark-defaults.conf holds this cluster's secret)")
     else:
         StandaloneCluster(Path(args.dir).resolve(), "", "", 0).stop()
         print(f"stopped the daemons recorded under {args.dir}/pids")

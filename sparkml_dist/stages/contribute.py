@@ -63,7 +63,10 @@ def contribute(spark: SparkSession, cfg: JobConfig, run: RunHandle, delta_source
     base_uri = community.base_model or f"models:/{cfg.tracking.registered_model}@champion"
     bundle = load_bundle(base_uri, run.tracking_uri, spark=spark)
     parent = model_version(base_uri, run.tracking_uri)
-    who, verified = contributor_identity(contributor, run.tracking_uri)
+    try:
+        who, verified, refused = *contributor_identity(contributor, run.tracking_uri), None
+    except DeltaRejected as bad_name:
+        who, verified, refused = "(refused name)", False, bad_name
     client = run.client()
     verdict = Verdict(False, "", parent)
     for key, value in {"contribution.contributor": who, "contribution.contributor_verified": str(verified).lower(),
@@ -71,6 +74,8 @@ def contribute(spark: SparkSession, cfg: JobConfig, run: RunHandle, delta_source
                        "parent_version": parent or ""}.items():
         client.set_tag(run.run_id, key, value)
     try:
+        if refused is not None:
+            raise refused
         blob = read_delta(delta_source, run.tracking_uri, max_bytes(community.max_delta_mb, bundle.weights))
         verdict.sha256 = fingerprint(blob)
         client.set_tag(run.run_id, "contribution.sha256", verdict.sha256)

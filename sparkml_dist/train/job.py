@@ -71,6 +71,7 @@ class TrainJob:
     class_weights: tuple[float, ...] | None = None  # per class, multiplied into each row's weight
     weighted: bool = False  # the splits carry a weight per row
     frame_fed: bool = False  # train.input=dataframe: the train rows arrive with the barrier stage
+    checkpoint_key: bytes = b""  # signs and verifies sharded checkpoints (train.parallel.signing)
 
     def training_columns(self) -> list[str]:
         """What a rank reads of the train split (the columns a dealt DataFrame must carry)."""

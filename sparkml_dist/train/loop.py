@@ -116,7 +116,8 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
         meta = {"epoch": epoch, "step": step, "partial": stats.saved(), "history": [h.to_json() for h in history],
                 "data_world": strategy.data_world}
         if strategy.sharded_checkpoints:  # a collective: every rank writes its shards
-            save_sharded(job.checkpoint_dir, model, optimizer, meta, epoch, step, cfg.checkpoint_keep, ctx.rank)
+            save_sharded(job.checkpoint_dir, model, optimizer, meta, epoch, step, cfg.checkpoint_keep, ctx.rank,
+                         job.checkpoint_key)
         elif ctx.is_chief:
             save_checkpoint(job.checkpoint_dir, {"model": strategy.unwrap(model).state_dict(),
                                                  "optimizer": optimizer.state_dict(), **meta},
@@ -187,7 +188,7 @@ def _build_and_restore(job: TrainJob, strategy: Strategy, device: torch.device):
         model, lambda params: torch.optim.AdamW(trainable(params), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     )
     if strategy.sharded_checkpoints:
-        ckpt = load_sharded(job.checkpoint_dir, model, optimizer, strategy.data_world)  # reshards to this layout
+        ckpt = load_sharded(job.checkpoint_dir, model, optimizer, job.checkpoint_key, strategy.data_world)  # reshards to this layout
     elif ckpt is not None:
         optimizer.load_state_dict(ckpt["optimizer"])
         strategy.broadcast_state(model, optimizer)

@@ -26,6 +26,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from sparkml_dist import storage
 from sparkml_dist.errors import StorageError
 from sparkml_dist.train.checkpoint import checkpoint_name, list_checkpoints, position_of, prunable
+from sparkml_dist.train.parallel.signing import sign, verify
 
 META = "meta.pt"
 
@@ -43,8 +44,8 @@ _OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 
 
 def save_sharded(directory: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict[str, Any],
-                 epoch: int, step: int, keep: int, rank: int) -> Path:
-    """Collective: every rank calls it. Returns the checkpoint directory."""
+                 epoch: int, step: int, keep: int, rank: int, key: bytes) -> Path:
+    """Collective: every rank calls it. Returns the checkpoint directory, signed with `key`."""
     directory = _local_dir(directory)
     final = directory / checkpoint_name(epoch, step, sharded=True)
     staging = directory / f".{final.name}.tmp"
@@ -58,6 +59,7 @@ def save_sharded(directory: str | Path, model: nn.Module, optimizer: torch.optim
     if rank == 0:
         with storage.atomic_writer(str(staging / META)) as fh:
             torch.save(meta, fh)
+        sign(staging, key)
         shutil.rmtree(final, ignore_errors=True)  # a re-run of the same step: the older copy goes
         os.replace(staging, final)
         for old in prunable(list_checkpoints(str(directory)), keep):
@@ -83,20 +85,23 @@ class _SkipEmptyShards(DefaultLoadPlanner):
         return local.numel() == 0
 
 
-def load_sharded(directory: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+def load_sharded(directory: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer, key: bytes,
                  data_world: int | None = None) -> dict[str, Any] | None:
     """Load the newest sharded checkpoint into the (already parallelised) model and optimizer,
     resharding to this run's layout; returns its meta, or None when there is none. A mid-epoch
     checkpoint cut for another number of data shards than `data_world` is passed over for the
-    newest epoch start (an elastic relaunch at another world size)."""
+    newest epoch start (an elastic relaunch at another world size). Its signature is verified
+    with `key` before anything in it is read (train.parallel.signing)."""
     found = [p for p in list_checkpoints(str(directory)) if p.endswith(".dcp")]
     if found and data_world is not None and position_of(found[-1])[1] > 0:
+        verify(_local_dir(found[-1]), key)
         meta = torch.load(_local_dir(found[-1]) / META, map_location="cpu", weights_only=True)
         if meta.get("data_world", data_world) != data_world:
             found = [p for p in found if position_of(p)[1] == 0]
     if not found:
         return None
     latest = _local_dir(found[-1])
+    verify(latest, key)
     model_state, optim_state = get_state_dict(model, optimizer, options=_OPTIONS)
     state = {"model": model_state, "optim": optim_state}
     dcp.load(state, checkpoint_id=str(latest), planner=_SkipEmptyShards())
