@@ -35,7 +35,7 @@ EPOCHS = 6
 
 def submit(cluster: EmulatedHosts, job: str, *overrides: str) -> list[str]:
     return [str(Path(sys.executable).parent / "spark-submit"), "--master", cluster.master_url,
-            "--properties-file", str(ROOT / "conf/spark/cluster.conf"), str(ROOT / job),
+            "--load-spark-defaults", "--properties-file", str(ROOT / "conf/spark/cluster.conf"), str(ROOT / job),
             "--config", str(ROOT / "conf/adult.yaml"), "--set", f"output.root={SHARED / 'out'}",
             "--set", f"tracking.tracking_uri=sqlite:///{SHARED / 'mlflow.db'}",
             *[a for o in overrides for a in ("--set", o)]]

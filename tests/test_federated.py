@@ -63,6 +63,16 @@ def test_an_update_too_large_for_the_ring_names_the_fix():
         secure.quantise(np.array([1e12]), 10)
 
 
+def test_a_client_that_drops_out_after_the_key_exchange_fails_the_round_with_its_reason():
+    from sparkml_dist.federated.server import FederatedRoundError, _check_every_keyed_client_answered
+
+    publics = {0: b"a", 3: b"b", 5: b"c"}
+    _check_every_keyed_client_answered(publics, [{"client": c} for c in publics], 2)
+    with pytest.raises(FederatedRoundError, match=r"round 3: client\(s\) \[5\] took part in the key exchange but "
+                                                  r"sent no masked update.*no dropout recovery.*resumes at this round"):
+        _check_every_keyed_client_answered(publics, [{"client": 0}, {"client": 3}], 2)
+
+
 def test_the_accountant_reports_epsilon_that_grows_with_rounds_and_shrinks_with_noise():
     one = privacy.epsilon([privacy.RoundNoise(0.5, 1.0)], 1e-5)
     ten = privacy.epsilon([privacy.RoundNoise(0.5, 1.0)] * 10, 1e-5)

@@ -31,7 +31,8 @@ DOC = ROOT / "docs" / "deployment.md"
 START = (".venv/bin/python -m sparkml_dist.services.hosts start --workers 2 --shared /tmp/sparkml_dist-shared "
          "--dir /tmp/sparkml_dist-hosts")
 PIPELINE = """.venv/bin/python -m sparkml_dist.services.hosts exec --dir /tmp/sparkml_dist-hosts 0 -- \\
-  .venv/bin/spark-submit --master spark://10.77.0.1:7077 --properties-file conf/spark/cluster.conf \\
+  .venv/bin/spark-submit --master spark://10.77.0.1:7077 --load-spark-defaults \\
+  --properties-file conf/spark/cluster.conf \\
   jobs/pipeline.py --config conf/adult.yaml --set output.root=/tmp/sparkml_dist-shared/out \\
   --set tracking.tracking_uri=sqlite:////tmp/sparkml_dist-shared/mlflow.db"""
 KILL = ".venv/bin/python -m sparkml_dist.services.hosts kill --dir /tmp/sparkml_dist-hosts 2"
@@ -119,7 +120,7 @@ def submit(cluster, package_zip, job: str, *overrides: str, timeout: int = 600) 
     """spark-submit on host 0 over the documented pipeline's output (its preprocessed splits)."""
     run = SHARED
     argv = [str(Path(sys.executable).parent / "spark-submit"), "--master", cluster.master_url,
-            "--properties-file", str(ROOT / "conf/spark/cluster.conf"), "--py-files", package_zip,
+            "--load-spark-defaults", "--properties-file", str(ROOT / "conf/spark/cluster.conf"), "--py-files", package_zip,
             str(ROOT / job), "--config", str(ROOT / "conf/adult.yaml"),
             "--set", f"output.root={run / 'out'}", "--set", f"tracking.tracking_uri=sqlite:///{run / 'mlflow.db'}",
             *[a for o in overrides for a in ("--set", o)]]
@@ -190,7 +191,7 @@ def test_losing_a_whole_host_mid_training_continues_with_fewer_ranks(hosts, pack
     checkpoints = SHARED / "out" / "checkpoints"
     before = set(checkpoints.glob("*")) if checkpoints.exists() else set()
     argv = [str(Path(sys.executable).parent / "spark-submit"), "--master", hosts.master_url,
-            "--properties-file", str(ROOT / "conf/spark/cluster.conf"), "--py-files", package_zip,
+            "--load-spark-defaults", "--properties-file", str(ROOT / "conf/spark/cluster.conf"), "--py-files", package_zip,
             str(ROOT / "jobs/train.py"), "--config", str(ROOT / "conf/adult.yaml"),
             "--set", f"output.root={SHARED / 'out'}", "--set", f"tracking.tracking_uri=sqlite:///{SHARED / 'mlflow.db'}",
             "--set", "train.epochs=6", "--set", "train.min_ranks=1", "--set", "train.elastic_wait_s=10",

@@ -4,6 +4,7 @@ reached from other hosts only through a gateway that admits holders of the launc
 import socket
 import subprocess
 import sys
+import time
 from datetime import timedelta
 
 import psutil
@@ -66,16 +67,27 @@ def test_a_connection_without_the_secret_is_refused_and_logged(gateway, caplog):
     assert "refused a connection from 127.0.0.1" in caplog.text and "did not prove the job's secret" in caplog.text
 
 
-def test_the_forwarder_admits_only_its_own_process(gateway):
-    """Another local process cannot borrow a rank's proof through its loopback forwarder."""
-    _, gate = gateway
+def test_the_forwarder_admits_only_its_own_process(gateway, tmp_path):
+    """Another local process cannot borrow a rank's proof through its loopback forwarder (the
+    rank's own children, e.g. a training script, can)."""
+    bound, gate = gateway
     forwarder = LocalForwarder("127.0.0.1", gate.port, SECRET)
+    probe = ("import socket, sys; s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=10); "
+             "print(len(s.recv(64)))")
     try:
-        probe = ("import socket, sys; s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=10); "
-                 "print(len(s.recv(64)))")
-        out = subprocess.run([sys.executable, "-c", probe, str(forwarder.port)], capture_output=True, text=True,
-                             timeout=60)
-        assert out.stdout.strip() == "0", "closed at once"
+        script = ("import sys; from datetime import timedelta; import torch.distributed as dist; "
+                  "dist.TCPStore('127.0.0.1', int(sys.argv[1]), 2, False, timedelta(seconds=10)).set('child', 'in')")
+        child = subprocess.run([sys.executable, "-c", script, str(forwarder.port)], capture_output=True, text=True,
+                               timeout=120)
+        assert child.returncode == 0, child.stderr[-2000:]
+        assert bound.store.get("child") == b"in", "a child of the rank's process (a training script) is admitted"
+        stranger = tmp_path / "stranger.out"  # its parent exits first: no longer this process's descendant
+        subprocess.run(["bash", "-c", f'( sleep 1; "{sys.executable}" -c "$0" {forwarder.port} > {stranger} ) & exit',
+                        probe], timeout=30)
+        deadline = time.monotonic() + 30
+        while not (stranger.exists() and stranger.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert stranger.read_text().strip() == "0", "closed at once"
         assert forwarder.refused == 1 and gate.refused == 0
     finally:
         forwarder.close()

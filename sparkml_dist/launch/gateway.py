@@ -8,9 +8,10 @@ to the store. The secret is fresh random bytes per launch, handed to this stage'
 Everything else is refused and logged.
 
 Each rank's own TCPStore client reaches the gateway through a forwarder in its own process.
-The forwarder listens on loopback and pipes only connections that this very process opened:
-it checks the connecting socket's inode in /proc/net/tcp against /proc/self/fd. So another
-local user cannot borrow the rank's proof. Linux only, like the rest of the launcher.
+The forwarder listens on loopback and pipes only connections that this process opened, or a
+process it started (a training script the rank runs). It looks up the connecting socket's
+inode in /proc/net/tcp and finds it among those processes' /proc/<pid>/fd. So another local
+process cannot borrow the rank's proof. Linux only, like the rest of the launcher.
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ class LocalForwarder(_Listener):
     def _serve(self, conn: socket.socket, peer: tuple) -> None:
         if not opened_by_this_process(peer[1], self.port):
             self.refused += 1
-            log.warning("rendezvous forwarder 127.0.0.1:%d refused a connection from port %d: another process's",
+            log.warning("rendezvous forwarder 127.0.0.1:%d refused a connection from port %d: not this rank's process",
                         self.port, peer[1])
             _close(conn)
             return
@@ -133,19 +134,43 @@ class LocalForwarder(_Listener):
 
 
 def opened_by_this_process(peer_port: int, listen_port: int) -> bool:
-    """Is the loopback socket 127.0.0.1:peer_port -> 127.0.0.1:listen_port one of this process's?
-    (torch's client may connect from an IPv6 socket to the v4-mapped address: /proc/net/tcp6.)"""
+    """Is the loopback socket 127.0.0.1:peer_port -> 127.0.0.1:listen_port held by this process or
+    one it started (a training script the rank runs as a child)? torch's client may connect from
+    an IPv6 socket to the v4-mapped address, so /proc/net/tcp6 is read too."""
     inode = _socket_inode(peer_port, listen_port)
     if inode is None:
         return False
     target = f"socket:[{inode}]"
-    for fd in os.listdir("/proc/self/fd"):
+    for pid in _this_process_and_descendants():
         try:
-            if os.readlink(f"/proc/self/fd/{fd}") == target:
-                return True
+            fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:
             continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                    return True
+            except OSError:
+                continue
     return False
+
+
+def _this_process_and_descendants() -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found, frontier = [os.getpid()], [os.getpid()]
+    while frontier:
+        frontier = [c for p in frontier for c in children.get(p, [])]
+        found.extend(frontier)
+    return found
 
 
 def _socket_inode(peer_port: int, listen_port: int) -> str | None:

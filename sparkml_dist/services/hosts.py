@@ -37,6 +37,8 @@ from pathlib import Path
 
 import pyspark
 
+from sparkml_dist.services.spark_cluster import write_auth_conf
+
 MASTER_PORT = 7077
 MASTER_UI_PORT = 8080
 SUBNET, ALT_SUBNET = "10.77.0", "10.77.1"
@@ -93,7 +95,14 @@ class EmulatedHosts:
         return {**os.environ, "SPARK_HOME": spark_home, "SPARK_LOCAL_IP": host.address,
                 "SPARK_PID_DIR": "/tmp/spark-pids", "SPARK_LOG_DIR": "/tmp/spark-logs",
                 "SPARK_WORKER_DIR": "/tmp/spark-work", "SPARK_IDENT_STRING": "sparkml_dist",
-                "PYSPARK_PYTHON": sys.executable, "TMPDIR": "/tmp", **(extra or {})}
+                "PYSPARK_PYTHON": sys.executable, "TMPDIR": "/tmp", "SPARK_CONF_DIR": str(self.spark_conf_dir),
+                **(extra or {})}
+
+    @property
+    def spark_conf_dir(self) -> Path:
+        """Every host's SPARK_CONF_DIR, on the shared mount: its spark-defaults.conf holds the
+        cluster's Spark secret (`spark_cluster.write_auth_conf`), as each node of a real cluster would."""
+        return Path(self.shared) / ".spark-auth" / "conf"
 
     def run(self, host: Host | int, argv: list[str], extra_env: dict[str, str] | None = None,
             **kwargs) -> subprocess.CompletedProcess:
@@ -221,7 +230,9 @@ def create_hosts(workdir: str | Path, count: int, shared: str | Path, keep: list
 
 
 def start_spark(cluster: EmulatedHosts, cores: int = 1, memory: str = "4g", timeout_s: float = 90) -> None:
-    """A standalone master on host 0 and a worker on every other host, each bound to its address."""
+    """A standalone master on host 0 and a worker on every other host, each bound to its address,
+    with Spark's authentication and RPC encryption on (a fresh secret per start)."""
+    write_auth_conf(cluster.spark_conf_dir.parent)
     daemon = str(Path(pyspark.__file__).parent / "sbin" / "spark-daemon.sh")
     master = cluster.hosts[0]
     _checked(cluster.run(master, [daemon, "start", "org.apache.spark.deploy.master.Master", "1", "--host",
