@@ -22,7 +22,7 @@ demo: setup
 	$(PY) -m sparkml_dist.cli pipeline --config $(CONFIG)
 
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
