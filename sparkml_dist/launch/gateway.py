@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import logging
 import os
+import pkgutil
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-_SCRIPT = str(Path(__file__).with_name("gateway_process.py"))
+# its source, run with `python -I -c`: read through the package loader, so that a package
+# shipped to the executors as a zip (--py-files) works as well as an installed one
+_SOURCE = pkgutil.get_data("sparkml_dist.launch", "gateway_process.py").decode()
 START_TIMEOUT_S = 30.0
 
 
@@ -38,7 +40,7 @@ class _Relay:
     def __init__(self, mode: str, bind_host: str, target_host: str, target_port: int, secret: bytes):
         self.refused = 0
         self.process = subprocess.Popen(
-            [sys.executable, "-I", _SCRIPT, mode, bind_host, target_host, str(target_port), str(os.getpid())],
+            [sys.executable, "-I", "-c", _SOURCE, mode, bind_host, target_host, str(target_port), str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             self.process.stdin.write(secret.hex() + "\n")  # never on the command line or in the environment

@@ -4,7 +4,7 @@ A separate process, not threads in the rank's: C++ code in the rank (TensorPipe'
 measured) blocks on store traffic while holding the GIL, so a Python thread that carries that
 traffic inside the same interpreter would never run.
 
-    python -I gateway_process.py gateway|forward BIND_HOST TARGET_HOST TARGET_PORT ALLOWED_PID
+    python -I -c "<this source>" gateway|forward BIND_HOST TARGET_HOST TARGET_PORT ALLOWED_PID
 
 stdin: the secret in hex on the first line; the process exits when stdin closes (its launcher
 ended or died). stdout: `PORT <n>` once listening, then `REFUSED <why>` per refused connection.
