@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -126,13 +127,18 @@ def test_an_application_without_the_clusters_secret_is_refused(cluster, tmp_path
     proc = subprocess.Popen([str(Path(sys.executable).parent / "spark-submit"), "--master", cluster.master_url,
                              str(probe)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
-    try:
-        said, _ = proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        said, _ = proc.communicate()
-    assert "Failed to connect to master" in said and "Expected SaslMessage" in said, said[-3000:]
-    assert "COUNTED" not in said
+    said: list[str] = []
+    reader = threading.Thread(target=lambda: said.extend(proc.stdout), daemon=True)  # until the refusal shows
+    reader.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any("Expected SaslMessage" in line for line in list(said)):
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)  # it would retry the master for a minute more
+    proc.wait()
+    reader.join(10)
+    text = "".join(said)
+    assert "Failed to connect to master" in text and "Expected SaslMessage" in text, text[-3000:]
+    assert "COUNTED" not in text
 
 
 @pytest.mark.parametrize("backend", ["torch", "horovod"])

@@ -147,7 +147,12 @@ def _run_rank(fn: RankFn, payload: Any, backend: Backend, options: RankOptions, 
                                                                       "rows": spill.rows if spill else 0}))]
         partition = PartitionData(spill.path, tuple(g["rows"] for g in gathered)) if spill else None
         ctx = RankContext(master_port=int(gathered[0]["port"]), extra=options.extra, partition=partition, **info)
-        return rank, _run_reporting(fn, ctx, payload, backend, options)
+        result = _run_reporting(fn, ctx, payload, backend, options)
+        if backend.hosts_store:
+            # rank 0 keeps the store until every rank is done with it: a rank's last store traffic
+            # (e.g. RPC's shutdown barrier) may still be on its way when rank 0's own function returns
+            task.barrier()
+        return rank, result
     finally:
         if gateway is not None:
             gateway.close()
