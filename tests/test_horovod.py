@@ -28,13 +28,16 @@ def horovod_layout(ctx, payload):
     import horovod.torch as hvd
 
     return {"rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(),
-            "rendezvous": os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"]}
+            "rendezvous": (os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"], os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"]),
+            "gateway_port": ctx.extra["HOROVOD_GLOO_RENDEZVOUS_PORT"]}
 
 
-def test_horovod_ranks_match_the_barrier_layout_and_rendezvous_on_the_driver_address(spark):
+def test_horovod_ranks_match_the_barrier_layout_and_rendezvous_through_their_own_forwarder(spark):
     results = run_barrier(spark, horovod_layout, None, 2, get_backend("horovod", timeout_s=60))
     assert [(r["rank"], r["size"], r["local_rank"]) for r in results] == [(0, 2, 0), (1, 2, 1)]
-    assert {r["rendezvous"] for r in results} == {"127.0.0.1"}
+    # each rank's Horovod talks to a loopback forwarder of its own, which proves the secret to the gateway
+    assert {r["rendezvous"][0] for r in results} == {"127.0.0.1"}
+    assert len({r["rendezvous"][1] for r in results} | {results[0]["gateway_port"]}) == 3
 
 
 def test_repeated_horovod_launches_survive_python_worker_reuse(spark):

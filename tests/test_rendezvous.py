@@ -99,3 +99,28 @@ def test_the_forwarder_admits_only_its_own_process(gateway, tmp_path):
         assert eventually(lambda: forwarder.refused == 1) and gate.refused == 0
     finally:
         forwarder.close()
+
+
+def test_horovods_rendezvous_server_is_reached_only_through_the_gateway():
+    """The driver's Horovod rendezvous HTTP server listens on loopback; the ranks' one way in is the
+    gateway, which refuses an HTTP request that does not first prove the launch's secret."""
+    from sparkml_dist.launch.horovod_backend import RendezvousHandle
+
+    handle = RendezvousHandle("127.0.0.1", SECRET)
+    try:
+        server_host, server_port = handle._server.server_address
+        assert server_host == "127.0.0.1" and int(handle.extra["HOROVOD_GLOO_RENDEZVOUS_PORT"]) != server_port
+        with socket.create_connection(("127.0.0.1", handle._gateway.port), timeout=10) as raw:
+            raw.sendall(b"GET /rank/0 HTTP/1.1\r\nHost: x\r\n\r\n")  # Horovod's client, without the proof
+            assert len(raw.recv(64)) == 32, "a challenge, not an HTTP response"
+            assert raw.recv(4096) == b"", "closed without a byte of the rendezvous server"
+        assert eventually(lambda: handle._gateway.refused == 1)
+        forwarder = LocalForwarder("127.0.0.1", handle._gateway.port, SECRET)
+        try:
+            with socket.create_connection(("127.0.0.1", forwarder.port), timeout=10) as ok:
+                ok.sendall(b"PUT /scope/key HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nvalue")
+                assert ok.recv(4096).startswith(b"HTTP/1."), "the proven path reaches the server"
+        finally:
+            forwarder.close()
+    finally:
+        handle.stop()

@@ -23,10 +23,17 @@ class Backend(Protocol):
     name: str
     # run each rank in a forked child of the Spark Python worker (a fresh process per launch)
     needs_fresh_process: bool
-    # rank 0's task hosts torch's rendezvous store (MASTER_ADDR/PORT), bound to its address
+    # rank 0's task hosts torch's rendezvous store (MASTER_ADDR/PORT) behind a gateway; else the
+    # driver hosts the backend's rendezvous (behind a gateway of its own, `driver_start`)
     hosts_store: bool
 
-    def driver_start(self, num_ranks: int, driver_host: str) -> DriverHandle: ...
+    def driver_start(self, num_ranks: int, driver_host: str, secret: bytes) -> DriverHandle: ...
+
+    def rendezvous_gateway(self, ctx: RankContext) -> tuple[str, int]:
+        """Where the launch's authenticated rendezvous gateway listens."""
+
+    def rendezvous_env(self, forwarder_port: int) -> dict[str, str]:
+        """The rank's environment that points its rendezvous client at its loopback forwarder."""
 
     def rank_env(self, ctx: RankContext) -> dict[str, str]: ...
 

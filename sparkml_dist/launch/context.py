@@ -40,6 +40,9 @@ class RankContext:
     gpus: tuple[str, ...] = ()
     extra: Mapping[str, str] = field(default_factory=dict)  # backend-specific, from the driver
     partition: PartitionData | None = None  # launched over a DataFrame: this rank's rows, spilled locally
+    # the launch's secret (fresh random bytes, this stage's tasks only): services a rank opens to
+    # its peers admit only those that prove it (train.ps_wire)
+    secret: bytes = field(default=b"", repr=False, compare=False)
 
     @property
     def is_chief(self) -> bool:

@@ -1,6 +1,8 @@
 """Horovod backend without horovod.spark: Horovod's Gloo rendezvous HTTP server runs on the
-driver, bound to the driver's address (Horovod's own helper binds all interfaces), and each
-barrier task gets the Horovod rank environment derived from BarrierTaskContext."""
+driver, on loopback (Horovod's own helper binds all interfaces and admits anyone). The one port
+the ranks reach is the launch's authenticated gateway on the driver's address (launch.gateway):
+each rank's Horovod joins through its own loopback forwarder, which proves the launch's secret.
+Each barrier task gets the Horovod rank environment derived from BarrierTaskContext."""
 
 from __future__ import annotations
 
@@ -9,22 +11,32 @@ from dataclasses import dataclass
 
 from sparkml_dist.launch.backend import DriverHandle, pick_device
 from sparkml_dist.launch.context import RankContext
+from sparkml_dist.launch.gateway import StoreGateway
 from sparkml_dist.launch.netif import interface_for
 
 
 class RendezvousHandle(DriverHandle):
-    """One rendezvous server per launch: fresh key/value state, stopped by PID-less thread join."""
+    """One rendezvous server per launch (fresh key/value state) on loopback, behind the launch's
+    gateway on `host`; stopped by thread join and the gateway's PID."""
 
-    def __init__(self, host: str):
+    def __init__(self, host: str, secret: bytes):
         from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
 
-        self._server = RendezvousHTTPServer((host, 0), RendezvousHandler, 0)
+        self._server = RendezvousHTTPServer(("127.0.0.1", 0), RendezvousHandler, 0)
         self._thread = threading.Thread(target=self._server.serve_forever, name="hvd-rendezvous", daemon=True)
         self._thread.start()
-        port = self._server.server_address[1]
-        self.extra = {"HOROVOD_GLOO_RENDEZVOUS_ADDR": host, "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port)}
+        try:
+            self._gateway = StoreGateway(host, self._server.server_address[1], secret)
+        except BaseException:
+            self._stop_server()
+            raise
+        self.extra = {"HOROVOD_GLOO_RENDEZVOUS_ADDR": host, "HOROVOD_GLOO_RENDEZVOUS_PORT": str(self._gateway.port)}
 
     def stop(self) -> None:
+        self._gateway.close()
+        self._stop_server()
+
+    def _stop_server(self) -> None:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=10)
@@ -40,10 +52,16 @@ class HorovodBackend:
     name: str = "horovod"
     # hvd.init() segfaults in a reused Spark Python worker: each rank runs in a forked child
     needs_fresh_process: bool = True
-    hosts_store: bool = False  # Horovod's rendezvous is the driver's HTTP server
+    hosts_store: bool = False  # Horovod's rendezvous is the driver's HTTP server, behind its gateway
 
-    def driver_start(self, num_ranks: int, driver_host: str) -> DriverHandle:
-        return RendezvousHandle(driver_host)
+    def driver_start(self, num_ranks: int, driver_host: str, secret: bytes) -> DriverHandle:
+        return RendezvousHandle(driver_host, secret)
+
+    def rendezvous_gateway(self, ctx: RankContext) -> tuple[str, int]:
+        return ctx.extra["HOROVOD_GLOO_RENDEZVOUS_ADDR"], int(ctx.extra["HOROVOD_GLOO_RENDEZVOUS_PORT"])
+
+    def rendezvous_env(self, forwarder_port: int) -> dict[str, str]:
+        return {"HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1", "HOROVOD_GLOO_RENDEZVOUS_PORT": str(forwarder_port)}
 
     def rank_env(self, ctx: RankContext) -> dict[str, str]:
         return {

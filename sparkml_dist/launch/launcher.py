@@ -64,11 +64,11 @@ def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, b
     if num_ranks > slots:
         raise SlotError(slots, num_ranks, slot_gap(spark))
     driver_host = spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
-    handle = backend.driver_start(num_ranks, driver_host)
+    secret = secrets.token_bytes(32)  # this launch's only: handed to its tasks inside the task
+    handle = backend.driver_start(num_ranks, driver_host, secret)
     relay = OutputRelay(driver_host) if stream_output else None
     options = RankOptions(dict(handle.extra), relay.address if relay else None,
-                          echo=not (relay and spark.sparkContext.master.startswith("local")),
-                          secret=secrets.token_bytes(32))
+                          echo=not (relay and spark.sparkContext.master.startswith("local")), secret=secret)
     log.info("launching %d ranks (backend %s) in a barrier stage", num_ranks, backend.name)
     try:
         if frame is None:
@@ -146,7 +146,8 @@ def _run_rank(fn: RankFn, payload: Any, backend: Backend, options: RankOptions, 
         gathered = [json.loads(m) for m in task.allGather(json.dumps({"port": gateway.port if gateway else 0,
                                                                       "rows": spill.rows if spill else 0}))]
         partition = PartitionData(spill.path, tuple(g["rows"] for g in gathered)) if spill else None
-        ctx = RankContext(master_port=int(gathered[0]["port"]), extra=options.extra, partition=partition, **info)
+        ctx = RankContext(master_port=int(gathered[0]["port"]), extra=options.extra, partition=partition,
+                          secret=options.secret, **info)
         result = _run_reporting(fn, ctx, payload, backend, options)
         if backend.hosts_store:
             # rank 0 keeps the store until every rank is done with it: a rank's last store traffic
@@ -186,7 +187,7 @@ def _run_with_backend(fn: RankFn, ctx: RankContext, payload: Any, backend: Backe
 def _init_run_shutdown(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend, secret: bytes) -> Any:
     # in the process that runs the rank (a forked child's threads are its own): the forwarder
     # admits only this process's store clients
-    with rendezvous_client(ctx, secret) if backend.hosts_store else contextlib.nullcontext(), \
+    with rendezvous_client(ctx, backend, secret), \
             process_groups_outlive_the_call():  # a torch 2.13 deadlock otherwise (launch.pg_guard)
         backend.rank_init(ctx)
         try:
@@ -199,12 +200,12 @@ def _init_run_shutdown(fn: RankFn, ctx: RankContext, payload: Any, backend: Back
 
 
 @contextlib.contextmanager
-def rendezvous_client(ctx: RankContext, secret: bytes):
-    """MASTER_ADDR/MASTER_PORT point at a forwarder in this process that proves the launch's
-    secret to rank 0's gateway (launch.gateway)."""
-    forwarder = LocalForwarder(ctx.master_addr, ctx.master_port, secret)
+def rendezvous_client(ctx: RankContext, backend: Backend, secret: bytes):
+    """The backend's rendezvous address (MASTER_ADDR/PORT, Horovod's rendezvous) points at a
+    forwarder for this process that proves the launch's secret to the gateway (launch.gateway)."""
+    forwarder = LocalForwarder(*backend.rendezvous_gateway(ctx), secret)
     try:
-        with env_scope({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(forwarder.port)}):
+        with env_scope(backend.rendezvous_env(forwarder.port)):
             yield forwarder
     finally:
         forwarder.close()

@@ -28,8 +28,14 @@ class TorchBackend:
     # the launcher hosts the rendezvous store on rank 0's task address (launch.rendezvous)
     hosts_store: bool = True
 
-    def driver_start(self, num_ranks: int, driver_host: str) -> DriverHandle:
+    def driver_start(self, num_ranks: int, driver_host: str, secret: bytes) -> DriverHandle:
         return DriverHandle()
+
+    def rendezvous_gateway(self, ctx: RankContext) -> tuple[str, int]:
+        return ctx.master_addr, ctx.master_port
+
+    def rendezvous_env(self, forwarder_port: int) -> dict[str, str]:
+        return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(forwarder_port)}
 
     def rank_env(self, ctx: RankContext) -> dict[str, str]:
         env = {
@@ -41,10 +47,8 @@ class TorchBackend:
             "LOCAL_WORLD_SIZE": str(ctx.local_size),
             **AGENT_STORE_ENV,
         }
-        # gloo's and TensorPipe's (torch RPC) listeners on the interface of the task's own address,
-        # not the host's default one
-        interface = interface_for(ctx.host)
-        return env | {"GLOO_SOCKET_IFNAME": interface, "TP_SOCKET_IFNAME": interface}
+        # gloo's listeners on the interface of the task's own address, not the host's default one
+        return env | {"GLOO_SOCKET_IFNAME": interface_for(ctx.host)}
 
     def rank_init(self, ctx: RankContext) -> None:
         if not self.init_group:

@@ -1,4 +1,4 @@
-"""train.strategy=async: parameter servers and asynchronous SGD over torch RPC. Ranks
+"""train.strategy=async: parameter servers and asynchronous SGD (train/ps_wire.py). Ranks
 0..servers-1 hold the parameters; the others pull, compute and push without waiting for each
 other, so a slow worker only makes its own updates staler. It is its own rank program
 (`train.async_ps.async_rank`), launched in the same barrier stage and relaunched like the loop."""
@@ -31,7 +31,7 @@ class AsyncOptions(Section):
 
 class AsyncConfig(TrainConfig):
     dataframe_input: ClassVar[bool] = False
-    strategy: Literal["async"] = Field("async", description="parameter servers and asynchronous SGD (torch RPC)")
+    strategy: Literal["async"] = Field("async", description="parameter servers and asynchronous SGD")
     async_ps: AsyncOptions = Field(default_factory=AsyncOptions, description="servers and the staleness policy")
 
     @model_validator(mode="after")
@@ -46,11 +46,11 @@ class AsyncConfig(TrainConfig):
 class ParameterServerMethod(TrainMethod):
     name: str = "async"
     config: type[TrainConfig] = AsyncConfig
-    summary: str = ("parameter servers + asynchronous SGD over torch RPC: workers never wait for each other; "
+    summary: str = ("parameter servers + asynchronous SGD (`train/ps_wire.py`): workers never wait for each other; "
                     "stale updates dropped or down-weighted and counted")
 
     def needs(self, cfg: TrainConfig) -> LaunchNeeds:
-        return LaunchNeeds(cfg.num_ranks, "torch", fresh_process=True)  # torch RPC: a fresh agent per launch
+        return LaunchNeeds(cfg.num_ranks, "torch", fresh_process=False)  # gloo and plain sockets, as ddp
 
     def run(self, request: TrainRequest) -> TrainOutcome:
         from sparkml_dist.launch.relaunch import run_with_relaunch

@@ -1,4 +1,4 @@
-"""Parameter servers and asynchronous SGD over torch.distributed.rpc (TensorPipe).
+"""Parameter servers and asynchronous SGD.
 
 Ranks 0..S-1 are servers: each holds a shard of the parameters (split by name) and its own
 optimizer. The other ranks are workers: each reads its own shard of the data and loops
@@ -9,8 +9,10 @@ is stale (`version now - version seen > max_staleness`): then it is dropped or s
 At each epoch end all ranks meet once: rank 0 gathers the shards and checkpoints them, and a
 relaunch resumes every rank from the newest such checkpoint.
 
-RPC calls a function by name in the server's process, so each server process keeps its one
-`ParameterServer` in `_SERVER`: the only module state, set in `serve()` and cleared after.
+Pulls and pushes travel over `ps_wire`: each server listens on its task's address and admits
+only peers that prove the launch's secret; tensors travel as raw bytes, never pickled (torch
+RPC would unpickle whatever reaches its port). The servers' addresses reach the workers through
+the process group that the launcher's authenticated rendezvous set up.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from sparkml_dist.train.checkpoint import load_latest, save_checkpoint
 from sparkml_dist.train.faults import inject
 from sparkml_dist.train.job import TrainJob
 from sparkml_dist.train.loop import evaluate
+from sparkml_dist.train.ps_wire import ServerConnection, ServerEndpoint, layout_of
 from sparkml_dist.train.records import EpochRecord, Evaluation, RankResult, RankStats
 from sparkml_dist.train.strategies import Strategy, local_param_bytes
 
@@ -57,6 +60,9 @@ class ParameterServer:
         self.stats = ServerStats()
         self.lock = threading.Lock()
 
+    def layout(self) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        return layout_of(self.params)
+
     def pull(self) -> tuple[int, dict[str, torch.Tensor]]:
         with self.lock:
             return self.version, {k: p.detach().clone() for k, p in self.params.items()}
@@ -81,17 +87,6 @@ class ParameterServer:
             return True
 
 
-_SERVER: ParameterServer | None = None
-
-
-def _pull() -> tuple[int, dict[str, torch.Tensor]]:
-    return _SERVER.pull()
-
-
-def _push(grads: dict[str, torch.Tensor], seen: int) -> bool:
-    return _SERVER.push(grads, seen)
-
-
 def shard_names(names: list[str], servers: int) -> list[list[str]]:
     """Parameter names per server, round-robin in model order."""
     return [names[s::servers] for s in range(servers)]
@@ -99,8 +94,6 @@ def shard_names(names: list[str], servers: int) -> list[list[str]]:
 
 def async_rank(ctx: RankContext, job: TrainJob) -> RankResult:
     """The rank function for train.strategy=async (the process group is already up: gloo)."""
-    from torch.distributed import rpc
-
     cfg = job.train
     servers = cfg.async_ps.servers
     torch.set_num_threads(cfg.threads_per_rank or 1)
@@ -108,18 +101,9 @@ def async_rank(ctx: RankContext, job: TrainJob) -> RankResult:
     model = build_model(job.model_spec)
     start_epoch = _resume(job, model)
     shards = shard_names([n for n, _ in model.named_parameters()], servers)
-    # env://: RPC joins the rendezvous store the launcher hosts on rank 0's task address (its own
-    # key prefix per init), instead of a second store that would listen on every interface
-    options = rpc.TensorPipeRpcBackendOptions(init_method="env://", num_worker_threads=16, rpc_timeout=cfg.timeout_s)
-    rpc.init_rpc(f"rank{ctx.rank}", rank=ctx.rank, world_size=ctx.world_size, rpc_backend_options=options)
-    try:
-        result = _serve(ctx, job, model, shards[ctx.rank], start_epoch) if ctx.rank < servers \
-            else _work(ctx, job, model, shards, start_epoch)
-    except BaseException:
-        rpc.shutdown(graceful=False)  # a graceful shutdown would wait for the ranks this one failed
-        raise
-    rpc.shutdown()
-    return result
+    if ctx.rank < servers:
+        return _serve(ctx, job, model, shards[ctx.rank], start_epoch)
+    return _work(ctx, job, model, shards, start_epoch)
 
 
 def _resume(job: TrainJob, model: nn.Module) -> int:
@@ -142,22 +126,29 @@ def _epoch_end(ctx: RankContext, job: TrainJob, model: nn.Module, params: dict |
         save_checkpoint(job.checkpoint_dir, state, epoch, 0, job.train.checkpoint_keep)
 
 
+def _server_addresses(address: tuple[str, int] | None) -> list[tuple[str, int]]:
+    """Every rank: the servers' listening addresses, in server order (a meeting point as well)."""
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, address)
+    return [tuple(a) for a in gathered if a is not None]
+
+
 def _serve(ctx: RankContext, job: TrainJob, model: nn.Module, names: list[str], start_epoch: int) -> RankResult:
-    global _SERVER
     cfg = job.train
     state = dict(model.named_parameters())
-    _SERVER = ParameterServer({n: state[n] for n in names}, cfg.learning_rate, cfg.weight_decay,
-                              cfg.async_ps.max_staleness, cfg.async_ps.stale_policy)
+    server = ParameterServer({n: state[n] for n in names}, cfg.learning_rate, cfg.weight_decay,
+                             cfg.async_ps.max_staleness, cfg.async_ps.stale_policy)
+    endpoint = ServerEndpoint(ctx.host, ctx.secret, server, f"parameter server (rank {ctx.rank})")
     try:
-        dist.barrier()  # servers are up
+        _server_addresses(endpoint.address)  # servers are up
         for epoch in range(start_epoch, cfg.epochs):
             dist.barrier()  # every worker finished this epoch: its pushes are applied
-            _epoch_end(ctx, job, model, _SERVER.pull()[1], epoch)
+            _epoch_end(ctx, job, model, server.pull()[1], epoch)
         if start_epoch >= cfg.epochs:  # resumed after the last epoch: only the final parameters
-            _epoch_end(ctx, job, model, _SERVER.pull()[1], None)
-        stats, server_params = _SERVER.stats, _SERVER.params
+            _epoch_end(ctx, job, model, server.pull()[1], None)
     finally:
-        _SERVER = None
+        endpoint.close()
+    stats, server_params = server.stats, server.params
     counters = {"applied": stats.applied, "dropped": stats.dropped, "downweighted": stats.downweighted,
                 **_staleness_summary(stats.staleness)}
     held = sum(v.numel() * v.element_size() for v in server_params.values())
@@ -170,34 +161,45 @@ def _serve(ctx: RankContext, job: TrainJob, model: nn.Module, names: list[str], 
 
 
 def _work(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[str]], start_epoch: int) -> RankResult:
-    from torch.distributed import rpc
+    cfg = job.train
+    connections = [ServerConnection.open(address, ctx.secret, cfg.timeout_s) for address in _server_addresses(None)]
+    try:
+        return _work_connected(ctx, job, model, shards, start_epoch, connections)
+    finally:
+        for connection in connections:
+            connection.close()
 
+
+def _work_connected(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[str]], start_epoch: int,
+                    connections: list[ServerConnection]) -> RankResult:
     cfg = job.train
     servers = cfg.async_ps.servers
     worker, workers = ctx.rank - servers, ctx.world_size - servers
-    dist.barrier()  # servers are up
     loader = job.loader("train", worker, workers, cfg.batch_size, cfg.seed)
     loss_fn, params = job.loss(), dict(model.named_parameters())
+    holds = [layout_of({k: params[k] for k in shard}) for shard in shards]
     steps, samples, loss_sum, start = 0, 0, 0.0, time.perf_counter()
     step_times = []
     for epoch in range(start_epoch, cfg.epochs):
         for step, (x, y) in enumerate(loader.epoch(epoch)):
             t0 = time.perf_counter()
             inject(job.faults, job.attempt, ctx.rank, epoch, step)
-            pulls = [rpc.rpc_async(f"rank{s}", _pull) for s in range(servers)]
+            for connection in connections:  # ask every server first: they answer in parallel
+                connection.send_pull()
             seen = []
             with torch.no_grad():
-                for future in pulls:
-                    version, values = future.wait()
+                for connection, shard in zip(connections, holds):
+                    version, values = connection.recv_pull(shard)
                     seen.append(version)
                     for k, v in values.items():
                         params[k].copy_(v)
             model.zero_grad()
             loss = loss_fn(model(torch.from_numpy(x)), torch.from_numpy(y))
             loss.backward()
-            pushes = [rpc.rpc_async(f"rank{s}", _push, args=({k: params[k].grad for k in shards[s]}, seen[s]))
-                      for s in range(servers)]
-            torch.futures.wait_all(pushes)
+            for s, connection in enumerate(connections):
+                connection.send_push({k: params[k].grad for k in shards[s]}, seen[s])
+            for connection in connections:
+                connection.recv_push()
             steps, samples, loss_sum = steps + 1, samples + len(x), loss_sum + float(loss) * len(x)
             step_times.append(time.perf_counter() - t0)
         dist.barrier()  # this worker finished the epoch
