@@ -51,14 +51,20 @@ def _raw_gloo_rank(rank: int, port: int, queue) -> None:
         queue.put(result)
 
 
+def _unused_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def raw_gloo() -> dict[int, float]:
     import torch.multiprocessing as mp
 
-    from sparkml_dist.launch.context import free_port
-
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = free_port("127.0.0.1")
+    port = _unused_port()  # as torchrun users do: a port that is free now (loopback, this benchmark only)
     procs = [ctx.Process(target=_raw_gloo_rank, args=(r, port, queue)) for r in range(2)]
     for p in procs:
         p.start()

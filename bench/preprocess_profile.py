@@ -53,13 +53,11 @@ def main(rows: int = 1_000_000) -> list[dict]:
     from bench.preprocess import CONFIG
     from sparkml_dist.config import SparkConfig, load_config
     from sparkml_dist.data.generate import adult_like, write_csv
-    from sparkml_dist.launch.context import free_port
     from sparkml_dist.spark import build_session
     from sparkml_dist.stages import preprocess
 
-    port = free_port("127.0.0.1")
-    spark = build_session(SparkConfig(master="local[2]", app_name="bench-preprocess-profile",
-                                      conf={"spark.ui.enabled": "true", "spark.ui.port": str(port)}))
+    spark = build_session(SparkConfig(master="local[2]", app_name="bench-preprocess-profile",  # UI on a kernel-picked port
+                                      conf={"spark.ui.enabled": "true", "spark.ui.port": "0"}))
     spark.sparkContext.setLogLevel("ERROR")
     with tempfile.TemporaryDirectory() as tmp:
         train, test = f"{tmp}/train_csv", f"{tmp}/test_csv"

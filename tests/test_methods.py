@@ -56,7 +56,7 @@ def test_a_method_registered_outside_the_package_runs_through_the_pipeline(spark
     ([], 2, "torch", False),
     (["train.backend=horovod"], 2, "horovod", True),
     (["train.strategy=fsdp", "train.num_ranks=4"], 4, "torch", True),
-    (["train.strategy=async", "train.num_ranks=3"], 3, "torch", True),
+    (["train.strategy=async", "train.num_ranks=3"], 3, "torch", False),
     (["train.strategy=federated", "federated.client_column=occupation"], 0, "torch", False),
 ])
 def test_each_method_says_what_it_needs_from_the_launcher(adult_config_path, overrides, ranks, backend, fresh):

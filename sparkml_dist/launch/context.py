@@ -6,7 +6,6 @@ import collections
 import io
 import logging
 import os
-import socket
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -66,12 +65,6 @@ def layout(addresses: list[str], rank: int, gpus: tuple[str, ...] = ()) -> dict:
         "master_addr": hosts[0],
         "gpus": gpus,
     }
-
-
-def free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

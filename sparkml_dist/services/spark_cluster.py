@@ -6,7 +6,8 @@ stopped by the PIDs the daemon script records.
     python -m sparkml_dist.services.spark_cluster stop --dir /tmp/spark-cluster
 
 The command line uses Spark's own default ports (master 7077, web UI 8080) and workers sized for
-conf/spark/cluster.conf (1 core, 4g each); the library call picks free ports unless told.
+conf/spark/cluster.conf (1 core, 4g each); the library call lets the master bind ports the kernel
+picks (read back from its log) unless told.
 
 Spark's own authentication is on: each start writes a fresh random secret, with
 `spark.authenticate` and `spark.network.crypto.enabled` (AES-encrypted RPC and block transfers),
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -31,7 +33,6 @@ from pathlib import Path
 
 import pyspark
 
-from sparkml_dist.launch.context import free_port
 
 MASTER = "org.apache.spark.deploy.master.Master"
 WORKER = "org.apache.spark.deploy.worker.Worker"
@@ -94,7 +95,7 @@ def write_auth_conf(workdir: Path) -> Path:
 def start_cluster(workdir: str | Path, workers: int = 2, cores_per_worker: int = 1, memory: str = "2g",
                   timeout_s: float = 60, worker_conf: dict[str, str] | None = None, port: int = 0,
                   webui_port: int = 0) -> StandaloneCluster:
-    """Start a master and `workers` workers on 127.0.0.1; `port`/`webui_port` 0 pick free ports."""
+    """Start a master and `workers` workers on 127.0.0.1; `port`/`webui_port` 0: ports the kernel picks."""
     workdir = Path(workdir).resolve()
     for sub in ("pids", "logs", "work"):
         (workdir / sub).mkdir(parents=True, exist_ok=True)
@@ -103,15 +104,17 @@ def start_cluster(workdir: str | Path, workers: int = 2, cores_per_worker: int =
     if worker_conf:  # e.g. GPU resources: spark.worker.resource.gpu.amount / .discoveryScript
         env["SPARK_WORKER_OPTS"] = " ".join(f"-D{k}={v}" for k, v in worker_conf.items())
     daemon = str(Path(env["SPARK_HOME"]) / "sbin" / "spark-daemon.sh")
-    port = port or free_port("127.0.0.1")
-    web = webui_port or free_port("127.0.0.1")
-    for wanted in (port, web):
-        _check_port_free(wanted)
-    cluster = StandaloneCluster(workdir, f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{web}", workers)
-    _run([daemon, "start", MASTER, "1", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(web)], env)
+    for wanted in (port, webui_port):
+        if wanted:
+            _check_port_free(wanted)
+    # port 0: the master binds a port the kernel picks and names it in its log (no free-port race)
+    _run([daemon, "start", MASTER, "1", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(webui_port)],
+         env)
+    master_url, web_url = _master_addresses(workdir, timeout_s)
+    cluster = StandaloneCluster(workdir, master_url, web_url, workers)
     for i in range(1, workers + 1):
         _run([daemon, "start", WORKER, str(i), "--host", "127.0.0.1", "--cores", str(cores_per_worker),
-              "--memory", memory, "--webui-port", str(free_port("127.0.0.1")), cluster.master_url], env)
+              "--memory", memory, "--webui-port", "0", cluster.master_url], env)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if cluster.alive_workers() == workers:
@@ -120,6 +123,23 @@ def start_cluster(workdir: str | Path, workers: int = 2, cores_per_worker: int =
     logs = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted((workdir / "logs").glob("*.out")))
     cluster.stop()
     raise RuntimeError(f"standalone cluster: {cluster.alive_workers()}/{workers} workers ALIVE after {timeout_s}s\n{logs}")
+
+
+_MASTER_AT = re.compile(r"Starting Spark master at (spark://\S+)")
+_WEB_UI_AT = re.compile(r"Bound MasterWebUI to \S+, and started at http://[^:\s]+:(\d+)")
+
+
+def _master_addresses(workdir: Path, timeout_s: float) -> tuple[str, str]:
+    """The master's URL and web UI, as its log names them once it is listening."""
+    deadline = time.monotonic() + timeout_s
+    text = ""
+    while time.monotonic() < deadline:
+        text = "".join(p.read_text(errors="replace") for p in (workdir / "logs").glob(f"*{MASTER}*.out"))
+        master, web = _MASTER_AT.findall(text), _WEB_UI_AT.findall(text)
+        if master and web:
+            return master[-1], f"http://127.0.0.1:{web[-1]}"
+        time.sleep(0.3)
+    raise RuntimeError(f"the Spark master did not report its address within {timeout_s}s; its log:\n{text[-2000:]}")
 
 
 def _check_port_free(port: int) -> None:
