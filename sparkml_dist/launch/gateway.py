@@ -49,7 +49,6 @@ class _Relay:
         except BaseException:
             self.close()
             raise
-        self.host = bind_host
         threading.Thread(target=self._watch, name=f"sparkml_dist-{mode}-log", daemon=True).start()
 
     def _read_port(self) -> int:
