@@ -104,6 +104,12 @@ def _federated(spark, cfg: JobConfig, args) -> str:
     return result_lines(result.outcome.detail, cfg, result.model_uri)
 
 
+def _tune(spark, cfg: JobConfig, args) -> str:
+    from sparkml_dist.tune.runner import result_lines, run_tune
+
+    return result_lines(run_tune(spark, cfg))
+
+
 COMMANDS: dict[str, Command] = {c.name: c for c in (
     Command("preprocess", "ingest, quarantine bad rows, fit features, write the Parquet splits", _preprocess),
     Command("train", "train on the preprocessed splits with train.strategy's method", _train),
@@ -114,6 +120,8 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
     Command("finetune", "continue training a registered model on new rows", _finetune),
     Command("contribute", "validate a contributor's parameter delta and merge it if it passes", _contribute),
     Command("federated", "federated rounds over client partitions (federated.client_column)", _federated),
+    Command("tune", "hyperparameter search over tune.space: concurrent barrier trials, pruning, best model "
+                    "through the gate", _tune),
 )}
 STAGES = tuple(COMMANDS)
 

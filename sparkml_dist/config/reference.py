@@ -76,6 +76,9 @@ def _walk(prefix: str, model: type[BaseModel], only: list[str] | None, depth: in
         if nested is not None and typing.get_origin(field.annotation) is list:
             yield key, field, depth  # a list of sections: the list, then each item's keys
             yield from _walk(f"{key}[]", nested, None, depth + 1)
+        elif nested is not None and typing.get_origin(field.annotation) is dict:
+            yield key, field, depth  # a mapping of sections: the mapping, then each value's keys
+            yield from _walk(f"{key}.<key>", nested, None, depth + 1)
         elif nested is not None:
             yield from _walk(key, nested, None, depth + 1)
         else:

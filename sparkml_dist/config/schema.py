@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationErr
 from pydantic_core import PydanticCustomError
 
 from sparkml_dist.config.overrides import apply_overrides
+from sparkml_dist.config.tune import TuneConfig, space_problems
 from sparkml_dist.registry import Registry
 from sparkml_dist.tasks.base import TASKS, resolve_task
 
@@ -418,6 +419,7 @@ class JobConfig(Section):
     finetune: FinetuneConfig = FinetuneConfig()
     community: CommunityConfig = CommunityConfig()
     federated: FederatedConfig = FederatedConfig()
+    tune: TuneConfig = TuneConfig()
 
     @field_validator("train", mode="wrap")
     @classmethod
@@ -441,6 +443,10 @@ class JobConfig(Section):
             self.train.check_job(self)
         except ValueError as exc:  # a check across sections, reported at the train section
             raise _error(("train",), self.train.strategy, exc) from None
+        if self.tune.space:
+            raw = self.model_dump(mode="json", exclude_unset=True)
+            for key, problem in space_problems(raw, self.tune.space, _validation_message):
+                raise _error(("tune", "space", key), self.tune.space[key].corners(), ValueError(problem))
         return self
 
     @property
@@ -473,6 +479,17 @@ class JobConfig(Section):
 
         walk("", self.model_dump(mode="json"))
         return flat
+
+
+def _validation_message(raw: dict) -> str | None:
+    """None when `raw` is a valid job config, else what is wrong with it (key: reason)."""
+    try:
+        JobConfig.model_validate(raw)
+    except ValidationError as exc:
+        return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<top level>'}: "
+                         f"{'unknown key' if e['type'] == 'extra_forbidden' else e['msg'].removeprefix('Value error, ')}"
+                         for e in exc.errors())
+    return None
 
 
 def task_problems(cfg: JobConfig, task_name: str) -> list[tuple[tuple[str, ...], str]]:

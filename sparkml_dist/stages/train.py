@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from pyspark.sql import SparkSession
 
@@ -18,6 +19,9 @@ from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tracking.client import EpochLogger, RankTracker, RunHandle, tracked_run
 from sparkml_dist.tracking.outcome import log_outcome
 from sparkml_dist.train.records import EpochRecord, TrainOutcome
+
+if TYPE_CHECKING:
+    from sparkml_dist.train.job import EpochSink
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +42,16 @@ class TrainResult:
 
 
 def train(spark: SparkSession, cfg: JobConfig, prep: PreprocessResult | None, run: RunHandle,
-          method_name: str | None = None) -> TrainResult:
+          method_name: str | None = None, sink: EpochSink | None = None) -> TrainResult:
     """Train on `prep` (the preprocess stage's output) with `train.strategy`'s method (or
-    `method_name`'s) and log the result under `run`."""
+    `method_name`'s) and log the result under `run`; each epoch's record goes to `sink` (default:
+    the run's metrics)."""
     paths = OutputPaths.of(cfg)
     method = get_method(method_name or cfg.train.strategy)
     if cfg.model.kind == "custom" and cfg.model.factory:
         ship_factory(spark, cfg.model.factory)
-    outcome = method.run(TrainRequest(spark, cfg, prep, paths.checkpoints(run.run_id), sink=EpochLogger(run)))
+    outcome = method.run(TrainRequest(spark, cfg, prep, paths.checkpoints(run.run_id),
+                                      sink=sink or EpochLogger(run)))
     if cfg.evaluate.threshold == "f1":
         outcome = with_f1_threshold(spark, cfg, outcome, run)
     return record_outcome(run, cfg, outcome)

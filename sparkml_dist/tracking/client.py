@@ -129,6 +129,7 @@ class EpochLogger:
     names the keys): a driver-side method calls it; rank 0 of a barrier stage `open()`s it."""
 
     handle: RunHandle
+    may_stop: bool = False  # it only logs
 
     def __call__(self, record) -> None:
         RankTracker(self.handle, 0).log(record.metrics(), record.epoch)

@@ -24,16 +24,20 @@ Placement = Callable[[TrainConfig, int, int], "Strategy"]
 
 
 class OpenSink(Protocol):
-    def __call__(self, record: EpochRecord) -> None: ...
+    def __call__(self, record: EpochRecord) -> bool | None: ...  # True: stop training after this epoch
 
     def close(self) -> None: ...
 
 
 class EpochSink(Protocol):
     """Where each epoch's record goes as it completes (`tracking.client.EpochLogger`): a method on
-    the driver calls it; rank 0 of a barrier stage `open()`s it first and `close()`s it at the end."""
+    the driver calls it; rank 0 of a barrier stage `open()`s it first and `close()`s it at the end.
+    A sink whose `may_stop` is true may answer True (a pruned tuning trial): every rank then ends
+    training after that epoch, with the epochs done so far."""
 
-    def __call__(self, record: EpochRecord) -> None: ...
+    may_stop: bool
+
+    def __call__(self, record: EpochRecord) -> bool | None: ...
 
     def open(self) -> OpenSink: ...
 

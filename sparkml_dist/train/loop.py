@@ -95,6 +95,13 @@ def train_rank(ctx: RankContext, job: TrainJob) -> RankResult:
             sink.close()
 
 
+def _told_to_stop(job: TrainJob, strategy: Strategy, verdict: bool | None) -> bool:
+    """Rank 0's sink verdict, agreed by every rank (a collective, so only for sinks that may stop)."""
+    if job.sink is None or not job.sink.may_stop:
+        return False
+    return strategy.allreduce_max(1 if verdict else 0) > 0
+
+
 def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.device, sink) -> RankResult:
     cfg = job.train
     model, optimizer, ckpt = _build_and_restore(job, strategy, device)
@@ -143,9 +150,12 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
                               cfg.straggler_factor)
         history.append(record)
         progress.epoch_end(record)
-        if sink is not None:
-            sink(record)
+        verdict = sink(record) if sink is not None else None
         checkpoint(epoch + 1, 0, EpochStats())  # saved as the next epoch's start: valid at any world size
+        if _told_to_stop(job, strategy, verdict):
+            if ctx.is_chief:
+                log.info("stopping after epoch %d: the epoch sink said so (a pruned trial)", epoch + 1)
+            break
 
     if job.adapt is not None:
         merge_adapters(strategy.unwrap(model))  # the exported model has the base model's names
