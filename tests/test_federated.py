@@ -191,30 +191,30 @@ def test_federated_is_a_train_strategy_of_the_same_pipeline(spark, make_adult_co
 @pytest.mark.spark
 @pytest.mark.slow
 def test_a_rerun_after_the_driver_died_resumes_at_the_next_round(spark, make_adult_config):
-    """The driver dies after round 2 of 4 (here: the round sink raises, as a crash would stop it).
-    Running the job again resumes at round 3 with the saved model, records and client sampler, and
+    """The driver dies after round 1 of 3 (here: the round sink raises, as a crash would stop it).
+    Running the job again resumes at round 2 with the saved model, records and client sampler, and
     ends where an uninterrupted run ends; the round checkpoints are removed once it finishes."""
     from sparkml_dist.federated.checkpoints import rounds_dir
     from sparkml_dist.federated.server import run_federated
     from sparkml_dist import storage
 
-    cfg = make_adult_config("federated.client_column=occupation", "federated.rounds=4",
+    cfg = make_adult_config("federated.client_column=occupation", "federated.rounds=3",
                             "federated.client_fraction=0.6")
 
     class DriverDied(Exception):
         pass
 
-    def dies_after_round_2(record):
-        if record.epoch == 1:
+    def dies_after_round_1(record):
+        if record.epoch == 0:
             raise DriverDied()
 
     with pytest.raises(DriverDied):
-        run_federated(spark, cfg, sink=dies_after_round_2)
+        run_federated(spark, cfg, sink=dies_after_round_1)
     assert storage.exists(rounds_dir(cfg))
     seen = []
     resumed = run_federated(spark, cfg, sink=lambda record: seen.append(record.epoch))
-    assert seen == [2, 3], "only the rounds the dead driver had not finished"
-    assert [r.epoch for r in resumed.records] == [0, 1, 2, 3]
+    assert seen == [1, 2], "only the rounds the dead driver had not finished"
+    assert [r.epoch for r in resumed.records] == [0, 1, 2]
     uninterrupted = run_federated(spark, cfg)  # the checkpoints were cleared: a fresh run
     assert [r.evaluation.value for r in resumed.records] == pytest.approx(
         [r.evaluation.value for r in uninterrupted.records], abs=2e-3), "the same rounds as without the crash"

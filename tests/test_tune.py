@@ -68,6 +68,24 @@ def test_a_trial_that_trails_the_median_is_pruned(tmp_path):
                    values=None if pruned else accuracy)
 
 
+def test_a_seeded_study_draws_the_same_values_per_trial_whatever_order_parallel_trials_ask_in(adult_config_path):
+    import optuna
+
+    from sparkml_dist.tune.samplers import trial_seeded_tpe
+    from sparkml_dist.tune.space import suggest
+
+    space = load_config(adult_config_path).tune.space
+
+    def draws(order: list[int]) -> dict[int, dict]:
+        study = optuna.create_study(sampler=trial_seeded_tpe(5), direction="maximize")
+        trials = [study.ask() for _ in order]  # all running at once, as parallel trials are
+        return {trials[i].number: suggest(trials[i], space) for i in order}
+
+    assert draws([0, 1, 2]) == draws([2, 0, 1])
+    other = optuna.create_study(sampler=trial_seeded_tpe(6), direction="maximize")
+    assert suggest(other.ask(), space) != draws([0])[0], "another seed, other values"
+
+
 @dataclass(frozen=True)
 class StopAfterFirstEpoch:
     """An epoch sink that may stop training, and does after epoch 0 (as a pruner would)."""
@@ -150,6 +168,10 @@ def test_a_study_as_the_docs_run_it_survives_a_killed_driver(tmp_path):
     assert sorted(s for s in states.values() if s in ("complete", "pruned")).__len__() == 4 - len(before)
     assert tune_run.data.tags["tune.best_trial"] in {str(n) for n in finished}
     assert tune_run.data.metrics["test_accuracy"] >= 0.84
+    pruned = [r for r in trials if r.data.tags.get("tune.state") == "pruned"]
+    assert pruned, "conf/adult.yaml's seed gives trials 2-5 a learning rate near 1e-5: the pruner stops them"
+    history = client.get_metric_history(pruned[0].info.run_id, "val_accuracy")
+    assert len(history) == 1, "a pruned trial's ranks stopped after its first epoch of 2"
     spans = sorted((r.info.start_time, r.info.end_time) for r in trials if r.info.end_time)
     assert any(b[0] < a[1] for a, b in zip(spans, spans[1:])), "two trials ran at once"
     artifacts = {a.path for a in client.list_artifacts(tune_run.info.run_id, "tune")}
@@ -159,3 +181,15 @@ def test_a_study_as_the_docs_run_it_survives_a_killed_driver(tmp_path):
     assert killed and all(r.info.status == "KILLED" for r in killed), "the trials the kill cut short end KILLED"
     failed = {t.number for t in study.get_trials() if t.state.name == "FAIL"}
     assert {int(r.data.tags["tune.trial"]) for r in killed} <= failed
+
+
+@pytest.mark.spark
+def test_more_trial_ranks_than_slots_are_refused_before_any_trial(spark, make_adult_config, tmp_path):
+    from sparkml_dist.errors import SlotError
+    from sparkml_dist.tune import run_tune
+
+    cfg = make_adult_config("tune.parallel_trials=3", "tune.ranks_per_trial=2")
+    with pytest.raises(SlotError, match=r"4 task slots available, 6 ranks requested.*tune.parallel_trials=3 x "
+                                        r"tune.ranks_per_trial=2"):
+        run_tune(spark, cfg)
+    assert not (tmp_path / "out" / "preprocess").exists(), "refused before preprocessing"

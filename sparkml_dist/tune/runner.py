@@ -247,6 +247,7 @@ def _log_plots(cfg: JobConfig, parent: RunHandle, study: "optuna.Study") -> list
     out = storage.local_path(storage.join(OutputPaths.of(cfg).plots, "tune"))
     written = []
     for name, draw in (("optimization_history.png", ovm.plot_optimization_history),
+                       ("intermediate_values.png", ovm.plot_intermediate_values),  # where pruned trials stopped
                        ("param_importances.png", ovm.plot_param_importances)):
         try:
             with warnings.catch_warnings():  # Optuna marks its matplotlib plots experimental

@@ -82,11 +82,11 @@ def make_pruner(kind: str, startup_trials: int):
 
 
 def make_sampler(tune: TuneConfig):
-    import optuna
+    from sparkml_dist.tune.samplers import TrialSeededRandomSampler, trial_seeded_tpe
 
     if tune.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=tune.seed)
-    return optuna.samplers.TPESampler(seed=tune.seed)
+        return TrialSeededRandomSampler(tune.seed)
+    return trial_seeded_tpe(tune.seed)
 
 
 def create_study(ref: StudyRef, tune: TuneConfig):
