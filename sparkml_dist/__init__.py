@@ -41,6 +41,8 @@ _EXPORTS: dict[str, str] = {
     "finetune": "sparkml_dist.stages.finetune",
     "contribute": "sparkml_dist.stages.contribute",
     "run_pipeline": "sparkml_dist.pipeline",
+    "run_tune": "sparkml_dist.tune.runner",
+    "TuneResult": "sparkml_dist.tune.runner",
     "PreprocessResult": "sparkml_dist.data.dataset",
     "TrainResult": "sparkml_dist.stages.train",
     "Summary": "sparkml_dist.pipeline",
