@@ -33,6 +33,8 @@ TUNE = ".venv/bin/python -m sparkml_dist.cli tune --config conf/adult.yaml --set
     ("{model.hidden: {choice: [[64], 'wide']}}", "tune.space.model.hidden: \"wide\" is not a valid value here"),
     ("{train.learning_rate: {uniform: [0.1, 0.01]}}", "low < high"),
     ("{train.epochs: {int: [1, 3], choice: [2]}}", "give exactly one of loguniform, uniform, int, choice"),
+    ("{features.one_hot: {choice: [true, false]}}", "tune.space.features.one_hot: trials share one preprocess output"),
+    ("{train.num_ranks: {int: [1, 2]}}", "set that instead"),
 ])
 def test_a_search_space_outside_the_config_schema_is_refused_at_load(adult_config_path, space, words):
     with pytest.raises(ConfigError) as err:

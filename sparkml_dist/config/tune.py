@@ -21,6 +21,7 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 KINDS = ("loguniform", "uniform", "int", "choice")
+SEARCHABLE = ("model", "train", "evaluate", "federated")  # what a trial may change; the rest is the study's
 
 
 class ParamSpace(BaseModel):
@@ -91,6 +92,13 @@ def space_problems(raw: dict, space: dict[str, ParamSpace], validate: Callable[[
     base = {k: v for k, v in raw.items() if k != "tune"}
     problems = []
     for key, param in space.items():
+        if key.split(".")[0] not in SEARCHABLE:
+            problems.append((key, f"trials share one preprocess output, tracking and session: search keys under "
+                                  f"{', '.join(SEARCHABLE)}"))
+            continue
+        if key == "train.num_ranks":
+            problems.append((key, "every trial has tune.ranks_per_trial ranks: set that instead"))
+            continue
         for value in param.corners():
             message = validate(apply_overrides(base, [f"{key}={json.dumps(value)}"]))
             if message is not None and f"{key}: unknown key" in message:
