@@ -95,7 +95,7 @@ def _optimize(spark, cfg: JobConfig, prep: "PreprocessResult", parent: RunHandle
              ref.name, ref.storage_url, finished, missing, tune.parallel_trials, tune.ranks_per_trial)
     if missing == 0:
         return
-    progress = _Progress(missing, tune.parallel_trials, metric, tune.max_failed_trials)
+    progress = _Progress(missing, metric, tune.max_failed_trials)
 
     def objective(trial: optuna.Trial) -> float:
         return _run_trial(spark, cfg, prep, parent, trial, ref, metric)
@@ -156,8 +156,8 @@ def _close(run: RunHandle, state: str, ok: bool, reason: str = "") -> None:
 class _Progress:
     """One line per finished trial: its state and value, the best so far, what is left and an ETA."""
 
-    def __init__(self, planned: int, parallel: int, metric: str, max_failed: int):
-        self.planned, self.parallel, self.metric, self.max_failed = planned, parallel, metric, max_failed
+    def __init__(self, planned: int, metric: str, max_failed: int):
+        self.planned, self.metric, self.max_failed = planned, metric, max_failed
         self.done, self.failed, self.last_error = 0, 0, ""
         self.started = time.monotonic()
         self._lock = threading.Lock()
@@ -199,6 +199,8 @@ def _finish(spark, cfg: JobConfig, parent: RunHandle, study: "optuna.Study", ref
     best = _best(study)
     if best is None:
         raise SparkMLDistError(f"tune: study {ref.name} has no complete trial to register")
+    # with one trial at a time Optuna runs them on this thread: its job group is a trial's
+    spark.sparkContext.setJobGroup("tune", f"tune: the best trial ({best.number}) evaluated and registered")
     model_uri = best.user_attrs["model_uri"]
     log_params(parent, {f"best.{k}": str(v) for k, v in best.params.items()})
     client = parent.client()
