@@ -1,6 +1,6 @@
 """Model-parallel strategies in the barrier stage (real gloo ranks on local Spark):
 each matches one-process training step for step, holds ~1/N of the parameters, resumes
-from sharded checkpoints at another world size, and runs the Adult pipeline to its bar."""
+from sharded checkpoints at another world size, and trains Adult to its bar on the test file."""
 
 import functools
 
@@ -11,7 +11,6 @@ from sparkml_dist.errors import RankFailure
 from sparkml_dist.launch import TorchBackend, run_barrier
 from sparkml_dist.models.spec import ModelSpec, TransformerShape
 from sparkml_dist.models.transformer import token_layout
-from sparkml_dist.pipeline import run_pipeline
 from sparkml_dist.train.checkpoint import list_checkpoints
 from sparkml_dist.train.loop import train_rank
 from test_training import job_for
@@ -98,10 +97,19 @@ def test_a_sharded_checkpoint_this_job_did_not_sign_is_refused_unread(spark, adu
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy,ranks", [("fsdp", 2), ("tensor", 2), ("pipeline", 2), ("hybrid", 4)])
-def test_adult_pipeline_runs_with_each_strategy(spark, make_adult_config, strategy, ranks):
-    cfg = make_adult_config("model.kind=transformer", f"train.strategy={strategy}", f"train.num_ranks={ranks}",
-                            "train.epochs=3", "train.learning_rate=0.002")
-    summary = run_pipeline(spark, cfg)
-    assert summary.test_metrics["accuracy"] >= 0.84  # the same bar as the MLP
-    assert summary.rows["scored"] == 16281, "the exported full state_dict scores every row in the UDF"
-    assert summary.rows["trained"] + summary.rows["validation"] == 32561
+def test_adult_train_stage_with_each_strategy_reaches_the_bar_on_test(spark, adult_prep, tmp_path, strategy, ranks):
+    """The train stage (logged model with its feature pipeline) on the shared preprocessed splits, then
+    the evaluate stage over the raw test file through the scoring UDF."""
+    from sparkml_dist.stages import evaluate, train
+    from sparkml_dist.tracking.client import tracked_run
+
+    base, prep = adult_prep
+    cfg = base.with_overrides("model.kind=transformer", f"train.strategy={strategy}", f"train.num_ranks={ranks}",
+                              "train.epochs=3", "train.learning_rate=0.002", f"output.root={tmp_path / 'out'}",
+                              f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}")
+    with tracked_run(cfg.tracking, "train", cfg.flat_params()) as run:
+        trained = train(spark, cfg, prep, run)
+        report = evaluate(spark, cfg, trained.model_uri, run.tracking_uri)
+    assert report.metrics["accuracy"] >= 0.84  # the same bar as the MLP
+    assert report.metrics["rows"] == 16281, "the exported full state_dict scores every test row in the UDF"
+    assert trained.outcome.method == strategy and len(trained.outcome.ranks) == ranks
