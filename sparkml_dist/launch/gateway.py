@@ -77,6 +77,7 @@ class _Relay:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        self.process.stdout.close()
 
 
 class StoreGateway(_Relay):
