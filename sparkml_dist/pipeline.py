@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -20,7 +21,9 @@ from sparkml_dist.stages.preprocess import describe_target
 from sparkml_dist.stages.score import ScoreResult
 from sparkml_dist.tasks.base import get_task
 from sparkml_dist.storage.paths import OutputPaths
-from sparkml_dist.tracking.client import RunHandle, tracked_run
+from sparkml_dist.spark.session import job_group
+from sparkml_dist.tracking.client import RankTracker, RunHandle, tracked_run
+from sparkml_dist.tracking.cost import RunCost
 from sparkml_dist.tracking.models import champion_version
 
 log = logging.getLogger(__name__)
@@ -41,6 +44,8 @@ class Summary:
     task: str = "binary"
     target: str = ""  # what the model predicts: its classes (and threshold), or the label's scale
     seconds: dict[str, float] = field(default_factory=dict)
+    energy: str = ""  # the run's energy, how it was had, per training sample and per million rows scored
+    step_time: str = ""  # where each rank's mean step went (data, compute, comm, optimizer)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -53,7 +58,7 @@ def run_pipeline(spark: SparkSession, cfg: JobConfig, run_name: str = "pipeline"
 
 def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:
     paths = OutputPaths.of(cfg)
-    timer = _Timer()
+    timer = _Timer(spark)
     with timer("preprocess"):
         prep = preprocess(spark, cfg)
     with timer("train"):
@@ -71,6 +76,11 @@ def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:
     else:
         with timer("score"):
             scored = score(spark, cfg)
+    cost = RunCost.of(trained.outcome.records)
+    if scored.scored_rows and not math.isnan(scored.joules):
+        RankTracker(run, 0).log({"score_joules": scored.joules,
+                                 "score_joules_per_million_rows": scored.joules_per_million_rows},
+                                trained.outcome.last.epoch)
     manifest = prep.manifest
     summary = Summary(
         rows={
@@ -97,6 +107,8 @@ def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:
         task=trained.outcome.model.target.task,
         target=describe_target(trained.outcome.model.target),
         seconds=timer.seconds,
+        energy=_energy_line(cost, scored),
+        step_time=cost.time_line(),
     )
     storage.write_text(paths.summary, summary.to_json())
     with storage.local_copy(paths.summary) as local:
@@ -104,10 +116,19 @@ def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:
     return summary
 
 
-class _Timer:
-    """Wall time per stage, with a log line at each start and end."""
+def _energy_line(cost: RunCost, scored: ScoreResult) -> str:
+    line = f"training {cost.energy_line()}"
+    if scored.scored_rows and not math.isnan(scored.joules):
+        line += f"; scoring {scored.joules_per_million_rows:,.1f} J per million rows (estimated from CPU time)"
+    return line
 
-    def __init__(self) -> None:
+
+class _Timer:
+    """Wall time per stage, with a log line at each start and end; the stage's Spark jobs run
+    under its own job group (`sparkml_dist:<stage>` in the Spark UI)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
         self.seconds: dict[str, float] = {}
 
     @contextmanager
@@ -115,7 +136,8 @@ class _Timer:
         t0 = time.perf_counter()
         log.info("stage %s: started", name)
         try:
-            yield
+            with job_group(self.spark, f"sparkml_dist:{name}", f"pipeline stage {name}"):
+                yield
         finally:
             self.seconds[name] = round(time.perf_counter() - t0, 2)
             log.info("stage %s: finished in %.1fs", name, self.seconds[name])
@@ -140,5 +162,7 @@ def format_summary(s: Summary) -> str:
         f"stage seconds  : {s.seconds}",
         f"summary JSON   : {s.outputs['summary']}",
         f"MLflow UI      : mlflow ui --backend-store-uri {s.tracking_uri} --host 127.0.0.1 --port 5000",
+        f"energy         : {s.energy}",
+        f"step time      : {s.step_time}",
     ]
     return "\n".join(lines)

@@ -11,6 +11,33 @@ from sparkml_dist.pipeline import run_pipeline
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
+def assert_the_run_says_what_it_cost(spark, client, run, summary):
+    """Per rank, read back from MLflow: system metrics under MLflow's names, the step breakdown
+    adding up to the measured step, energy with its method; the stages' Spark jobs in their groups."""
+    metrics = run.data.metrics
+    for rank in (0, 1):
+        for name in ("cpu_utilization_percentage", "process_cpu_percentage", "process_rss_megabytes",
+                     "network_receive_megabytes"):
+            assert len(client.get_metric_history(summary.run_id, f"system/rank{rank}/{name}")) >= 8, "one per epoch at least"
+        parts = [metrics[f"step_{part}_ms_rank{rank}"] for part in ("data", "compute", "comm", "optimizer")]
+        assert sum(parts) == pytest.approx(metrics[f"step_total_ms_rank{rank}"], rel=0.1)
+        assert metrics[f"step_comm_ms_rank{rank}"] > 0, "two ranks: gradients were allreduced, and timed"
+        assert metrics[f"energy_joules_rank{rank}"] > 0
+    assert run.data.tags["energy.method"] in {"estimate", "rapl"}
+    assert metrics["energy_joules_total"] == pytest.approx(
+        sum(m.value for r in (0, 1) for m in client.get_metric_history(summary.run_id, f"energy_joules_rank{r}")))
+    assert metrics["score_joules_per_million_rows"] > 0
+    assert summary.energy.startswith("training ") and " J per training sample" in summary.energy
+    assert "rank0" in summary.step_time and "comm" in summary.step_time
+    tracker = spark.sparkContext.statusTracker()
+    for stage in ("preprocess", "train", "evaluate", "score"):
+        assert tracker.getJobIdsForGroup(f"sparkml_dist:{stage}"), f"the {stage} stage's jobs are in its group"
+    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    descriptions = [jobs.apply(i).description() for i in range(jobs.size())]
+    described = {d.get() for d in descriptions if d.isDefined()}
+    assert "train ddp: 8 epochs: 2 ranks (torch), attempt 1/3" in described, "the Spark UI says what the barrier job is"
+
+
 def test_adult_pipeline_end_to_end_then_gate_keeps_the_champion(spark, make_adult_config, tmp_path):
     cfg = make_adult_config()
     summary = run_pipeline(spark, cfg)
@@ -36,12 +63,14 @@ def test_adult_pipeline_end_to_end_then_gate_keeps_the_champion(spark, make_adul
     assert "samples_per_s_rank0" in run.data.metrics and "samples_per_s_rank1" in run.data.metrics
     assert len(client.get_metric_history(summary.run_id, "val_accuracy")) == 8
     artifacts = {a.path for a in client.list_artifacts(summary.run_id, "plots")}
-    assert artifacts == {"plots/loss_curves.png", "plots/roc.png", "plots/confusion_matrix.png"}
+    assert artifacts == {"plots/loss_curves.png", "plots/roc.png", "plots/confusion_matrix.png",
+                         "plots/step_breakdown.png"}
     model_files = {a.path for a in client.list_artifacts(summary.run_id, "model/artifacts")}
     assert "model/artifacts/feature_pipeline" in model_files, "the feature pipeline travels with the model"
     assert summary.alias == "champion"
     assert str(client.get_model_version_by_alias(cfg.tracking.registered_model, "champion").version) == summary.version
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["run_id"] == summary.run_id
+    assert_the_run_says_what_it_cost(spark, client, run, summary)
 
     # a second run that cannot pass the gate registers a challenger; the champion stays
     strict = make_adult_config("tracking.gate.min_value=0.99", "train.epochs=1")

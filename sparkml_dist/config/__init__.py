@@ -13,6 +13,7 @@ from sparkml_dist.config.schema import (
     JobConfig,
     LabelSpec,
     ModelConfig,
+    ObserveConfig,
     OutputConfig,
     SparkConfig,
     TrackingConfig,
@@ -22,6 +23,6 @@ from sparkml_dist.config.schema import (
 
 __all__ = [
     "TRAIN_METHODS", "ColumnSpec", "CommunityConfig", "DataConfig", "FeatureConfig", "FederatedConfig",
-    "FinetuneConfig", "GateConfig", "JobConfig", "LabelSpec", "ModelConfig", "OutputConfig", "SparkConfig",
+    "FinetuneConfig", "GateConfig", "JobConfig", "LabelSpec", "ModelConfig", "ObserveConfig", "OutputConfig", "SparkConfig",
     "TrackingConfig", "TrainConfig", "TransformerConfig", "apply_overrides", "load_config", "parse_config",
 ]

@@ -398,6 +398,20 @@ class FederatedConfig(Section):
         return self
 
 
+class ObserveConfig(Section):
+    """What a run costs and where its time goes (`sparkml_dist.observe`): per-rank system metrics
+    under MLflow's `system/` names, the step-time breakdown, and energy (docs/observability.md)."""
+
+    system_metrics_interval_s: float = Field(5.0, ge=0.0, description="each rank samples its CPU, memory, network "
+                                                                      "(and GPU) this often into the run as "
+                                                                      "system/rank<N>/... metrics; 0: off")
+    step_breakdown: bool = Field(True, description="time each step's data wait, forward+backward, communication and "
+                                                   "optimizer step per rank (per-epoch medians and a stacked plot)")
+    cpu_watts_per_core: float = Field(7.0, gt=0.0, le=100.0,
+                                      description="energy estimate where neither NVML nor RAPL can be read: joules = "
+                                                  "process CPU-seconds x this (a server CPU's TDP / its cores)")
+
+
 class OutputConfig(Section):
     """Outputs: preprocessed splits, checkpoints, predictions, plots and the stages' records."""
 
@@ -420,6 +434,7 @@ class JobConfig(Section):
     community: CommunityConfig = CommunityConfig()
     federated: FederatedConfig = FederatedConfig()
     tune: TuneConfig = TuneConfig()
+    observe: ObserveConfig = ObserveConfig()
 
     @field_validator("train", mode="wrap")
     @classmethod

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
+from pyspark import Accumulator
 from pyspark.sql import DataFrame
 from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, IntegerType
 
@@ -21,11 +23,13 @@ _SPARK: dict[str, DataType] = {"double": DoubleType(), "integer": IntegerType(),
 
 
 def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int = 1,
-                   passthrough: tuple[str, ...] = ("row_id",), layout: FeatureLayout | None = None) -> DataFrame:
+                   passthrough: tuple[str, ...] = ("row_id",), layout: FeatureLayout | None = None,
+                   cpu_seconds: Accumulator | None = None) -> DataFrame:
     """(passthrough..., features) -> (passthrough..., the task's prediction columns: probability
     and prediction; prediction, probability and probabilities; or prediction). With a `layout`,
     the features arrive as its per-feature columns (`scoring_frame`) and each Arrow batch is made
-    dense in the worker."""
+    dense in the worker. `cpu_seconds`, an accumulator, adds up the Python workers' CPU time spent
+    predicting (its process's, torch's threads included): what scoring's energy estimate is made of."""
     spark = df.sparkSession
     weights = spark.sparkContext.broadcast(bundle.weights)
     key, spec, target = bundle.key, bundle.spec, bundle.target
@@ -45,7 +49,10 @@ def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int =
         torch.set_num_threads(threads_per_worker)
         model = MODEL_CACHE.get(key, spec, lambda: weights.value)
         for batch in batches:
+            cpu0 = time.process_time()
             columns = predict(model, target, dense_features(batch, layout, where="a scoring batch"))
+            if cpu_seconds is not None:
+                cpu_seconds.add(time.process_time() - cpu0)
             arrays = [batch.column(c) for c in keep]
             arrays += [_arrow(columns[name], kind) for name, kind in outputs]
             yield pa.RecordBatch.from_arrays(arrays, names=names)

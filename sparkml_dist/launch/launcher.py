@@ -49,16 +49,17 @@ class RankOptions:
 
 
 def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backend: Backend, *,
-                stream_output: bool = False, frame: DataFrame | None = None) -> list[Any]:
+                stream_output: bool = False, frame: DataFrame | None = None, description: str | None = None) -> list[Any]:
     """Run `fn(ctx, payload)` on `num_ranks` ranks; return the results in rank order.
 
     `stream_output`: every rank's output lines are logged on the driver as they are written.
     `frame`: the ranks are the tasks of a barrier stage over this DataFrame, split into
-    `num_ranks` shares; each rank finds its share spilled to local disk at `ctx.partition`."""
+    `num_ranks` shares; each rank finds its share spilled to local disk at `ctx.partition`.
+    `description`: what the Spark UI shows for the barrier job (default: the ranks and backend)."""
     # imported here, not at the top: it pulls in the config schema (pydantic, about 0.3 s), which a
     # rank's worker would otherwise import, cold, when it unpickles the rank function
     from sparkml_dist.spark.capacity import slot_gap
-    from sparkml_dist.spark.session import task_slots
+    from sparkml_dist.spark.session import job_phase, task_slots
 
     slots = task_slots(spark, wanted=num_ranks)
     if num_ranks > slots:
@@ -71,12 +72,15 @@ def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, b
                           echo=not (relay and spark.sparkContext.master.startswith("local")), secret=secret)
     log.info("launching %d ranks (backend %s) in a barrier stage", num_ranks, backend.name)
     try:
-        if frame is None:
-            task = functools.partial(_rank_main, fn=fn, payload=payload, backend=backend, options=options)
-            results = spark.sparkContext.parallelize(range(num_ranks), num_ranks).barrier().mapPartitions(task).collect()
-        else:
-            results = _collect_over_frame(frame, num_ranks, functools.partial(
-                _frame_rank_main, fn=fn, payload=payload, backend=backend, options=options))
+        with job_phase(spark, description or f"{getattr(fn, '__name__', 'rank program')}: {num_ranks} ranks "
+                                              f"({backend.name}, barrier stage)"):
+            if frame is None:
+                task = functools.partial(_rank_main, fn=fn, payload=payload, backend=backend, options=options)
+                results = spark.sparkContext.parallelize(range(num_ranks), num_ranks).barrier() \
+                    .mapPartitions(task).collect()
+            else:
+                results = _collect_over_frame(frame, num_ranks, functools.partial(
+                    _frame_rank_main, fn=fn, payload=payload, backend=backend, options=options))
     except Exception as exc:  # Py4JJavaError and friends: look for our rank reports
         reports = decode_failures(str(exc)) or crash_reports(str(exc))
         raise RankFailure(reports, _first_python_error(str(exc)) + _missing_module_advice(spark, str(exc))) \

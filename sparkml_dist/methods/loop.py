@@ -61,7 +61,8 @@ class LoopMethod(TrainMethod):
         frame = training_frame(spark, job) if job.frame_fed else None
         return run_with_relaunch(spark, train_rank, lambda attempt: replace(job, attempt=attempt), needs.ranks,
                                  needs.make_backend(cfg.device, cfg.timeout_s), cfg.max_attempts, frame=frame,
-                                 min_ranks=cfg.min_ranks, elastic_wait_s=cfg.elastic_wait_s)
+                                 min_ranks=cfg.min_ranks, elastic_wait_s=cfg.elastic_wait_s,
+                                 label=f"train {self.name}: {cfg.epochs} epochs")
 
 
 def make_job(cfg: JobConfig, data: "PreprocessResult", checkpoint_dir: str, *, placement: Placement | None = None,
@@ -86,6 +87,7 @@ def make_job(cfg: JobConfig, data: "PreprocessResult", checkpoint_dir: str, *, p
         val_groups=tuple(manifest.splits["val"].row_groups),
         model_spec=spec,
         train=cfg.train,
+        observe=cfg.observe,
         checkpoint_dir=checkpoint_dir,
         placement=placement,
         sink=sink,

@@ -62,7 +62,8 @@ class ParameterServerMethod(TrainMethod):
         job = make_job(request.cfg, request.data, request.checkpoint_dir)  # the rank program places the model
         needs = self.needs(cfg)
         launched = run_with_relaunch(request.spark, async_rank, lambda a: replace(job, attempt=a), needs.ranks,
-                                     needs.make_backend(cfg.device, cfg.timeout_s), cfg.max_attempts)
+                                     needs.make_backend(cfg.device, cfg.timeout_s), cfg.max_attempts,
+                                     label=f"train async: {cfg.epochs} epochs")
         record = final_record(launched, cfg.epochs)
         if request.sink is not None:
             request.sink(record)

@@ -138,3 +138,19 @@ def job_phase(spark, description: str) -> Iterator[None]:
         yield
     finally:
         context.setLocalProperty("spark.job.description", previous)
+
+
+@contextmanager
+def job_group(spark, group: str, description: str) -> Iterator[None]:
+    """Put the Spark jobs started in the block under `group` (the Spark UI's job group, what
+    `sc.cancelJobGroup` stops) with `description`; the thread's previous group comes back after."""
+    context = spark.sparkContext
+    keys = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+    previous = {k: context.getLocalProperty(k) for k in keys}
+    context.setJobGroup(group, description)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            context.setLocalProperty(key, value)
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -17,6 +18,7 @@ from sparkml_dist.data.labels import model_target
 from sparkml_dist.errors import DataError
 from sparkml_dist.inference.bundle import ModelBundle
 from sparkml_dist.inference.udf import PREDICTION, score_features
+from sparkml_dist.spark.session import job_phase
 from sparkml_dist.storage.hadoop import atomic_dir
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tracking.client import resolve_tracking_uri
@@ -33,6 +35,12 @@ class ScoreResult:
     input_rows: int
     scored_rows: int
     rejected_rows: int
+    cpu_seconds: float = math.nan  # the Python workers' CPU time predicting (observe.energy's estimate)
+    joules: float = math.nan  # cpu_seconds x observe.cpu_watts_per_core: an estimate
+
+    @property
+    def joules_per_million_rows(self) -> float:
+        return self.joules / self.scored_rows * 1e6 if self.scored_rows else math.nan
 
 
 def score(spark: SparkSession, cfg: JobConfig, model_uri: str | None = None, input_path: str | None = None,
@@ -50,19 +58,21 @@ def _score_rows(spark: SparkSession, cfg: JobConfig, uri: str, bundle: ModelBund
     pipeline = PipelineModel.load(storage.spark_path(bundle.pipeline_for_spark))
     ids = tuple(raw.data.names_with_role("id"))  # pass through: predictions join back to the input on them
     features, layout = scoring_frame(pipeline, raw.accepted, with_label=False, extra=ids)
-    scored = score_features(features, bundle, layout=layout, passthrough=(ROW_ID, *ids))
+    cpu_seconds = spark.sparkContext.accumulator(0.0)
+    scored = score_features(features, bundle, layout=layout, passthrough=(ROW_ID, *ids), cpu_seconds=cpu_seconds)
     classes = model_target(bundle.target, raw.data).classes
     if classes:  # a classifier: the predicted class as the label's own value
         scored = scored.withColumn(PREDICTED_LABEL, F.element_at(F.array(*[F.lit(c) for c in classes]),
                                                                  F.col(PREDICTION) + 1))
     out = storage.absolute(output_path) if output_path else OutputPaths.of(cfg).predictions
-    with atomic_dir(spark, out) as staging:
+    with atomic_dir(spark, out) as staging, job_phase(spark, f"score: {uri} -> {out}"):
         scored.write.mode("overwrite").parquet(f"{staging}/scored")
         raw.rejects.coalesce(1).write.mode("overwrite").parquet(f"{staging}/rejects")
         written = spark.read.parquet(f"{staging}/scored").count()
         if written + raw.rejected_rows != raw.input_rows:
             raise DataError(f"scoring lost rows: input {raw.input_rows} != scored {written} + rejected {raw.rejected_rows}")
-    return ScoreResult(uri, storage.join(out, "scored"), raw.input_rows, written, raw.rejected_rows)
+    return ScoreResult(uri, storage.join(out, "scored"), raw.input_rows, written, raw.rejected_rows,
+                       cpu_seconds.value, cpu_seconds.value * cfg.observe.cpu_watts_per_core)
 
 
 def schema_of(data: DataConfig) -> dict[str, str]:

@@ -111,7 +111,19 @@ class RankTracker:
 
         now = int(time.time() * 1000)
         suffix = f"_rank{self.rank}" if per_rank else ""
-        batch = [Metric(f"{k}{suffix}", float(v), now, step) for k, v in metrics.items()]
+        self._log_batch([Metric(f"{k}{suffix}", float(v), now, step) for k, v in metrics.items()])
+
+    def log_system(self, samples) -> None:
+        """System samples (`observe.system.SystemSample`), each at its own time, step = its index."""
+        if self._client is None or not samples:
+            return
+        from mlflow.entities import Metric
+
+        batch = [Metric(k, float(v), s.timestamp_ms, s.index) for s in samples for k, v in s.metric_names().items()]
+        for i in range(0, len(batch), 1000):  # MLflow's log_batch limit
+            self._log_batch(batch[i:i + 1000])
+
+    def _log_batch(self, batch) -> None:
         for attempt in range(5):
             try:
                 self._client.log_batch(self.handle.run_id, metrics=batch)
@@ -132,7 +144,9 @@ class EpochLogger:
     may_stop: bool = False  # it only logs
 
     def __call__(self, record) -> None:
-        RankTracker(self.handle, 0).log(record.metrics(), record.epoch)
+        tracker = RankTracker(self.handle, 0)
+        tracker.log(record.metrics(), record.epoch)
+        tracker.log_system(record.system)
 
     def open(self) -> "BackgroundEpochLog":
         return BackgroundEpochLog(self.handle)
@@ -163,3 +177,4 @@ class BackgroundEpochLog:
     def _drain(self) -> None:
         while (record := self._queue.get()) is not None:
             self._tracker.log(record.metrics(), record.epoch)
+            self._tracker.log_system(record.system)

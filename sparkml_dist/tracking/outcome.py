@@ -10,6 +10,7 @@ from typing import Callable
 from sparkml_dist import storage
 from sparkml_dist.tracking import plots
 from sparkml_dist.tracking.client import RankTracker, RunHandle
+from sparkml_dist.tracking.cost import RunCost
 from sparkml_dist.tracking.models import log_model
 from sparkml_dist.train.records import TrainOutcome
 
@@ -20,9 +21,13 @@ def log_outcome(run: RunHandle, outcome: TrainOutcome, plots_dir: str) -> str:
     metrics = {"train_attempts": float(outcome.attempts)}
     for rank in outcome.ranks:
         metrics.update(rank.metrics())
+    cost = RunCost.of(outcome.records)
+    metrics.update(cost.metrics())
     RankTracker(run, 0).log(metrics, last_epoch)
     client = run.client()
     client.set_tag(run.run_id, "sparkml_dist.method", outcome.method)
+    if cost.measured:  # how the joules were had: never an estimate called a measurement
+        client.set_tag(run.run_id, "energy.method", cost.method)
     if len(set(outcome.world_sizes)) > 1:  # an elastic run changed its world size: say so
         client.set_tag(run.run_id, "sparkml_dist.elastic", "ranks per attempt: " +
                        " -> ".join(str(n) for n in outcome.world_sizes))
@@ -34,6 +39,9 @@ def log_outcome(run: RunHandle, outcome: TrainOutcome, plots_dir: str) -> str:
     if outcome.records:
         log_plot(run, lambda path: plots.loss_curves(outcome.records, path, outcome.unit),
                  storage.join(plots_dir, "loss_curves.png"))
+    if cost.steps_ms:
+        log_plot(run, lambda path: plots.step_breakdown(outcome.records, path),
+                 storage.join(plots_dir, "step_breakdown.png"))
     return model_uri
 
 

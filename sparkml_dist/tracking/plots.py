@@ -33,6 +33,34 @@ def loss_curves(records: Sequence[EpochRecord], path: Path, unit: str = "epoch")
     return _save(fig, path)
 
 
+def step_breakdown(records: Sequence[EpochRecord], path: Path) -> Path:
+    """Per rank, each epoch's mean step stacked by part (data, compute, comm, optimizer), with the
+    measured step as a black tick: a straggler's bar shows which part makes it slow."""
+    from sparkml_dist.observe.steps import PHASES
+
+    ranks = sorted({r.rank for rec in records for r in rec.per_rank if r.phases_ms})
+    cols = min(len(ranks), 4)
+    rows = (len(ranks) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.2 * rows), squeeze=False, sharey=True)
+    colors = {"data": "tab:orange", "compute": "tab:blue", "comm": "tab:red", "optimizer": "tab:green"}
+    for ax, rank in zip(axes.flat, ranks):
+        epochs = [(rec.epoch + 1, r.phases_ms) for rec in records for r in rec.per_rank
+                  if r.rank == rank and r.phases_ms]
+        bottom = [0.0] * len(epochs)
+        for phase in PHASES:
+            heights = [ms.get(phase, 0.0) for _, ms in epochs]
+            ax.bar([e for e, _ in epochs], heights, bottom=bottom, color=colors[phase], label=phase)
+            bottom = [b + h for b, h in zip(bottom, heights)]
+        ax.plot([e for e, _ in epochs], [ms.get("total", 0.0) for _, ms in epochs], "k_", markersize=14,
+                label="measured step")
+        ax.set(title=f"rank {rank}", xlabel="epoch", ylabel="mean ms per step")
+    for ax in list(axes.flat)[len(ranks):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7, loc="lower right")
+    fig.suptitle("Where each step's time went")
+    return _save(fig, path)
+
+
 def roc(fpr: list[float], tpr: list[float], auc: float, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
     ax.plot(fpr, tpr, label=f"AUC {auc:.4f}")

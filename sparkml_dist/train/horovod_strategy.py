@@ -14,6 +14,7 @@ from sparkml_dist.train.strategies import Strategy
 
 class HorovodDataParallel(Strategy):
     name = "horovod"
+    times_comm = True  # the allreduces launched in backward are waited for in optimizer_step
 
     def __init__(self, world_size: int, rank: int = 0, compression: str = "none", backward_passes_per_step: int = 1):
         super().__init__(world_size, rank)
@@ -30,6 +31,15 @@ class HorovodDataParallel(Strategy):
                                              backward_passes_per_step=self.backward_passes_per_step)
         self.broadcast_state(model, optimizer)
         return model, optimizer
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.comm_clock is None:
+            optimizer.step()
+            return
+        with self.comm_clock.blocking():  # the wait for backward's allreduces, timed apart
+            optimizer.synchronize()
+        with optimizer.skip_synchronize():
+            optimizer.step()
 
     def broadcast_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         import horovod.torch as hvd
@@ -58,11 +68,10 @@ class HorovodDataParallel(Strategy):
 
         return int(hvd.allreduce(torch.tensor([value]), op=hvd.Max).item())
 
-    def allgather_floats(self, values: list[float]) -> list[list[float]]:
+    def allgather_object(self, value):
         import horovod.torch as hvd
 
-        gathered = hvd.allgather_object(values)
-        return list(gathered)
+        return list(hvd.allgather_object(value))
 
     @staticmethod
     def unwrap(model: nn.Module) -> nn.Module:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
-from sparkml_dist.config.schema import TrainConfig
+from sparkml_dist.config.schema import ObserveConfig, TrainConfig
 from sparkml_dist.data.dataset import RowGroup
 from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.loader import FrameShardLoader, ShardLoader, feature_columns
@@ -76,6 +76,7 @@ class TrainJob:
     weighted: bool = False  # the splits carry a weight per row
     frame_fed: bool = False  # train.input=dataframe: the train rows arrive with the barrier stage
     checkpoint_key: bytes = b""  # signs and verifies sharded checkpoints (train.parallel.signing)
+    observe: ObserveConfig = ObserveConfig()  # system metrics, step breakdown, energy (sparkml_dist.observe)
 
     def training_columns(self) -> list[str]:
         """What a rank reads of the train split (the columns a dealt DataFrame must carry)."""

@@ -27,6 +27,9 @@ from sparkml_dist.launch.heartbeat import Heartbeat
 from sparkml_dist.launch.reports import is_peer_failure
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.weights import state_dict_from_bytes, state_dict_to_bytes
+from sparkml_dist.observe.monitor import RankMonitor, RankUsage
+from sparkml_dist.observe.steps import CommClock, StepTimes
+from sparkml_dist.observe.system import SystemSample
 from sparkml_dist.train.adapters import apply_adapters, merge_adapters, trainable
 from sparkml_dist.train.checkpoint import load_latest, save_checkpoint
 from sparkml_dist.train.faults import inject
@@ -50,6 +53,7 @@ class EpochStats:
     samples: int = 0
     seconds: float = 0.0
     step_times: list[float] = field(default_factory=list)
+    phases: StepTimes = field(default_factory=StepTimes)  # the step breakdown (observe.steps)
 
     def saved(self) -> dict[str, float]:
         return {"loss_sum": self.loss_sum, "samples": self.samples, "seconds": self.seconds}
@@ -86,6 +90,8 @@ def train_rank(ctx: RankContext, job: TrainJob) -> RankResult:
     torch.manual_seed(cfg.seed)  # every rank builds the same initial weights before any sharding
     device = torch.device(pick_device(ctx, cfg.device))
     strategy = job.placement(cfg, ctx.world_size, ctx.rank)
+    if job.observe.step_breakdown:
+        strategy.comm_clock = CommClock()  # before wrap(): a DDP comm hook reports to it
     # rank 0 connects to the tracking store while the others build too, not inside an epoch
     sink = job.sink.open() if ctx.is_chief and job.sink is not None else None
     try:
@@ -131,31 +137,35 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
                             epoch, step, cfg.checkpoint_keep)
 
     loss_fn = job.loss()
-    for epoch in range(position.epoch, cfg.epochs):
-        start = position.step if epoch == position.epoch else 0
-        stats = position.stats if epoch == position.epoch else EpochStats()
-        run = EpochRun(model=model, optimizer=optimizer, loss_fn=loss_fn, loader=train_loader,
-                       steps=steps_per_epoch, strategy=strategy, device=device, progress=progress,
-                       log_every=cfg.log_every_steps, checkpoint_every=cfg.checkpoint_every_steps,
-                       checkpoint=checkpoint, seed=cfg.seed, rank=ctx.rank,
-                       before_step=lambda e, s: inject(job.faults, job.attempt, ctx.rank, e, s),
-                       at_collective=heartbeat.beat)
-        try:
-            stats = run.epoch(epoch, start, stats)
-        except Exception as exc:
-            if is_peer_failure(exc):  # say which rank stopped, not only that a collective failed
-                raise PeerLost(f"{heartbeat.describe_missing() or 'a peer rank was lost'} ({exc})") from exc
-            raise
-        record = epoch_record(epoch, stats, strategy, evaluate(model, val_loader, strategy, device, job.target),
-                              cfg.straggler_factor)
-        history.append(record)
-        progress.epoch_end(record)
-        verdict = sink(record) if sink is not None else None
-        checkpoint(epoch + 1, 0, EpochStats())  # saved as the next epoch's start: valid at any world size
-        if _told_to_stop(job, strategy, verdict):
-            if ctx.is_chief:
-                log.info("stopping after epoch %d: the epoch sink said so (a pruned trial)", epoch + 1)
-            break
+    # system samples and energy from here on: what the epochs cost, not the model's start-up
+    monitor = RankMonitor(ctx.rank, job.observe.system_metrics_interval_s, job.observe.cpu_watts_per_core,
+                          device.index if device.type == "cuda" else None)
+    with monitor:
+        for epoch in range(position.epoch, cfg.epochs):
+            start = position.step if epoch == position.epoch else 0
+            stats = position.stats if epoch == position.epoch else EpochStats()
+            run = EpochRun(model=model, optimizer=optimizer, loss_fn=loss_fn, loader=train_loader,
+                           steps=steps_per_epoch, strategy=strategy, device=device, progress=progress,
+                           log_every=cfg.log_every_steps, checkpoint_every=cfg.checkpoint_every_steps,
+                           checkpoint=checkpoint, seed=cfg.seed, rank=ctx.rank, clock=strategy.comm_clock,
+                           before_step=lambda e, s: inject(job.faults, job.attempt, ctx.rank, e, s),
+                           at_collective=heartbeat.beat)
+            try:
+                stats = run.epoch(epoch, start, stats)
+            except Exception as exc:
+                if is_peer_failure(exc):  # say which rank stopped, not only that a collective failed
+                    raise PeerLost(f"{heartbeat.describe_missing() or 'a peer rank was lost'} ({exc})") from exc
+                raise
+            record = epoch_record(epoch, stats, strategy, evaluate(model, val_loader, strategy, device, job.target),
+                                  cfg.straggler_factor, monitor.epoch_usage())
+            history.append(record)
+            progress.epoch_end(record)
+            verdict = sink(record) if sink is not None else None
+            checkpoint(epoch + 1, 0, EpochStats())  # saved as the next epoch's start: valid at any world size
+            if _told_to_stop(job, strategy, verdict):
+                if ctx.is_chief:
+                    log.info("stopping after epoch %d: the epoch sink said so (a pruned trial)", epoch + 1)
+                break
 
     if job.adapt is not None:
         merge_adapters(strategy.unwrap(model))  # the exported model has the base model's names
@@ -229,6 +239,7 @@ class EpochRun:
     rank: int
     before_step: Callable[[int, int], None]
     at_collective: Callable[[int, int], None]
+    clock: CommClock | None = None  # None: no step breakdown (observe.step_breakdown off)
 
     def epoch(self, epoch: int, start_step: int, stats: EpochStats) -> EpochStats:
         self.model.train()
@@ -253,16 +264,19 @@ class EpochRun:
                     loss, rows = None, 0
                 else:
                     xb, yb = self._tensors(*batch)
+                    data_ready = time.perf_counter()
                     # local time (data) before the first collective: what tells a straggler
                     # apart, since every rank's full step waits for the slowest
-                    stats.step_times.append(time.perf_counter() - t0)
+                    stats.step_times.append(data_ready - t0)
                     self.at_collective(epoch, step)  # progress mark: this rank joins this batch's collectives
                     loss = self.strategy.train_step(self.model, xb, yb, self.loss_fn, accumulate)
+                    backward_done = time.perf_counter()
                     rows = len(xb)
                 stepped = (step + 1) % accumulate == 0 or step == last
                 if stepped:
-                    self.optimizer.step()
+                    self.strategy.optimizer_step(self.optimizer)
                     self.optimizer.zero_grad()
+                optimizer_done = time.perf_counter()
                 loss_value = float(loss) if loss is not None else float("nan")
                 if loss is not None:
                     stats.loss_sum += loss_value * rows
@@ -274,7 +288,12 @@ class EpochRun:
                                        stats.samples * self.strategy.data_world / max(stats.seconds, 1e-9))
                 if stepped and self.checkpoint_every and (step + 1) % self.checkpoint_every == 0 and step != last:
                     self.checkpoint(epoch, step + 1, stats)
-                t0 = time.perf_counter()
+                end = time.perf_counter()
+                if self.clock is not None:
+                    comm = self.clock.take()  # every step, idle ones too: the clock starts over
+                    if batch is not None:
+                        stats.phases.add(t0, data_ready, backward_done, optimizer_done, end, comm)
+                t0 = end
         stats.seconds = time.perf_counter() - started
         return stats
 
@@ -294,23 +313,33 @@ def step_seed(seed: int, epoch: int, step: int, rank: int) -> int:
 
 
 def epoch_record(epoch: int, stats: EpochStats, strategy: Strategy, evaluation: Evaluation,
-                 straggler_factor: float) -> EpochRecord:
+                 straggler_factor: float, usage: RankUsage | None = None) -> EpochRecord:
     """The epoch over all ranks (collectives: every rank calls it and gets the same record)."""
     share = strategy.metric_share  # ranks that split one batch count it once
     totals = strategy.allreduce_sum(torch.tensor([stats.loss_sum * share, stats.samples * share, stats.seconds],
                                                  dtype=torch.float64))
     loss_sum, samples, seconds = totals.tolist()
     mean_seconds = seconds / strategy.world_size
-    per_rank = rank_throughput(strategy, stats)
+    gathered = strategy.allgather_object(rank_usage(strategy, stats, usage or RankUsage()))
+    per_rank = tuple(pace for pace, _, _ in gathered)
+    methods = sorted({method for _, _, method in gathered if method})
     return EpochRecord(epoch=epoch, train_loss=loss_sum / max(samples, 1), samples=int(round(samples)),
                        samples_per_s=samples / max(mean_seconds, 1e-9), evaluation=evaluation,
-                       stragglers=tuple(find_stragglers(per_rank, straggler_factor)), per_rank=per_rank)
+                       stragglers=tuple(find_stragglers(per_rank, straggler_factor)), per_rank=per_rank,
+                       system=tuple(s for _, samples_, _ in gathered for s in samples_),
+                       energy_method=", ".join(methods))
 
 
-def rank_throughput(strategy: Strategy, stats: EpochStats) -> tuple[RankThroughput, ...]:
-    """Every rank's samples/s and median step time this epoch (an all-gather)."""
-    mine = [stats.samples / max(stats.seconds, 1e-9), 1000 * float(np.median(stats.step_times or [0.0]))]
-    return tuple(RankThroughput(r, v[0], v[1]) for r, v in enumerate(strategy.allgather_floats(mine)))
+def rank_usage(strategy: Strategy, stats: EpochStats,
+               usage: RankUsage) -> tuple[RankThroughput, tuple[SystemSample, ...], str]:
+    """This rank's pace, step breakdown, energy and system samples this epoch (what rank 0 gathers)."""
+    phases = stats.phases.means_ms()
+    if not strategy.comm_measured:  # inside forward/backward, not timed apart: no figure, not a zero
+        phases.pop("comm", None)
+    pace = RankThroughput(strategy.rank, stats.samples / max(stats.seconds, 1e-9),
+                          1000 * float(np.median(stats.step_times or [0.0])), phases,
+                          usage.cpu_joules, usage.gpu_joules, usage.cpu_seconds)
+    return pace, usage.samples, usage.energy_method
 
 
 def find_stragglers(per_rank: tuple[RankThroughput, ...], factor: float) -> list[int]:

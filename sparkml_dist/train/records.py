@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from sparkml_dist.models.spec import ModelSpec
+from sparkml_dist.observe.system import SystemSample
 from sparkml_dist.tasks.base import Evaluation, Target
 
 @dataclass(frozen=True)
@@ -22,6 +23,16 @@ class RankThroughput:
     rank: int
     samples_per_s: float
     step_ms: float  # median time a step spent before its first collective (data + local work)
+    # mean ms per step of each part (observe.steps.PHASES; "total": the whole step); no comm where
+    # the strategy's collectives run inside forward/backward and are not timed apart
+    phases_ms: Mapping[str, float] = field(default_factory=dict)
+    cpu_joules: float = math.nan  # this epoch's energy (observe.energy; nan: not measured)
+    gpu_joules: float = 0.0
+    cpu_seconds: float = math.nan  # the rank process's CPU time this epoch
+
+    @property
+    def joules(self) -> float:
+        return self.cpu_joules + self.gpu_joules
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,15 @@ class EpochRecord:
     stragglers: tuple[int, ...] = ()
     per_rank: tuple[RankThroughput, ...] = ()
     counters: Mapping[str, float] = field(default_factory=dict)  # the method's own, e.g. updates_dropped
+    # every rank's system samples this epoch: logged as they come, not kept in checkpoints (so not
+    # part of a record's equality: a resumed run's records equal the first run's)
+    system: tuple[SystemSample, ...] = field(default=(), compare=False)
+    energy_method: str = ""  # how the ranks' joules were had: observe.energy (nvml, rapl, estimate)
+
+    @property
+    def joules(self) -> float:
+        """Every rank's energy this epoch (nan where a rank did not measure it)."""
+        return sum(r.joules for r in self.per_rank) if self.per_rank else math.nan
 
     def metrics(self) -> dict[str, float]:
         """The record as MLflow metrics (logged at step `epoch`)."""
@@ -47,11 +67,15 @@ class EpochRecord:
         for r in self.per_rank:
             out[f"samples_per_s_rank{r.rank}"] = r.samples_per_s
             out[f"step_time_ms_rank{r.rank}"] = r.step_ms
+            out.update({f"step_{phase}_ms_rank{r.rank}": ms for phase, ms in r.phases_ms.items()})
+            out[f"energy_joules_rank{r.rank}"] = r.joules
+            out[f"cpu_seconds_rank{r.rank}"] = r.cpu_seconds
+        out["energy_joules"] = self.joules
         out.update({k: float(v) for k, v in self.counters.items()})
         return {k: v for k, v in out.items() if not math.isnan(v)}
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self) | {"counters": dict(self.counters)}
+        return asdict(self) | {"counters": dict(self.counters), "system": []}  # samples are logged, not kept
 
     @staticmethod
     def from_json(raw: Mapping[str, Any]) -> "EpochRecord":
@@ -59,7 +83,7 @@ class EpochRecord:
         return EpochRecord(int(raw["epoch"]), float(raw["train_loss"]), int(raw["samples"]),
                            float(raw["samples_per_s"]), evaluation, tuple(raw.get("stragglers", ())),
                            tuple(RankThroughput(**r) for r in raw.get("per_rank", ())),
-                           dict(raw.get("counters", {})))
+                           dict(raw.get("counters", {})), (), raw.get("energy_method", ""))
 
 
 @dataclass(frozen=True)

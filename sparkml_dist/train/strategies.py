@@ -12,6 +12,8 @@ from typing import Any, Callable, ContextManager
 import torch
 from torch import nn
 
+from sparkml_dist.observe.steps import CommClock
+
 OptimizerFactory = Callable[[Any], torch.optim.Optimizer]
 
 
@@ -22,10 +24,17 @@ class Strategy:
     sharded_checkpoints = False  # True: every rank writes its part with torch.distributed.checkpoint
     replicated = True  # every rank ends with the same full parameters (checksums comparable)
     needs_lockstep = False  # every rank must run the same number of steps (no join() for uneven shards)
+    times_comm = False  # its collectives are timed apart (observe.steps): gradient syncs it makes itself
 
     def __init__(self, world_size: int, rank: int = 0):
         self.world_size = world_size
         self.rank = rank
+        self.comm_clock: CommClock | None = None  # set before wrap() to time the step's communication
+
+    @property
+    def comm_measured(self) -> bool:
+        """The step breakdown's comm part is measured (one rank: there is none to measure)."""
+        return self.comm_clock is not None and (self.times_comm or self.world_size == 1)
 
     @property
     def data_rank(self) -> int:
@@ -61,6 +70,9 @@ class Strategy:
         """A step with zero gradient, for a rank out of batches whose peers still step (lockstep)."""
         (loss_fn(model(x[:1]), y[:1]) * 0.0).backward()
 
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.step()
+
     def logits(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
         return self.unwrap(model)(x)
 
@@ -85,13 +97,14 @@ class Strategy:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return int(t.item())
 
-    def allgather_floats(self, values: list[float]) -> list[list[float]]:
+    def allgather_object(self, value: Any) -> list[Any]:
+        """Every rank's `value` (small, picklable), in rank order."""
         import torch.distributed as dist
 
         if self.world_size == 1:
-            return [values]
+            return [value]
         out = [None] * self.world_size
-        dist.all_gather_object(out, values)
+        dist.all_gather_object(out, value)
         return out
 
     @staticmethod
@@ -124,15 +137,34 @@ class DataParallel(Strategy):
     """torch.distributed DDP (gloo on CPU, nccl on GPU)."""
 
     name = "ddp"
+    times_comm = True
 
     def wrap(self, model: nn.Module, optimizer_factory: OptimizerFactory) -> tuple[nn.Module, torch.optim.Optimizer]:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         if self.world_size > 1:
             model = DDP(model)  # broadcasts rank 0's parameters at construction
+            if self.comm_clock is not None:
+                model.register_comm_hook(self.comm_clock, timed_allreduce)
         return model, optimizer_factory(model.parameters())
 
     def join(self, model: nn.Module) -> ContextManager:
         if self.world_size > 1:
             return model.join()  # ranks with one batch fewer shadow the others' allreduces
         return contextlib.nullcontext()
+
+
+def timed_allreduce(clock: CommClock, bucket):  # no annotations: DDP compares them, and ours are strings
+    """DDP's default gradient averaging (torch's `allreduce_hook`), with each bucket's launch and
+    completion told to `clock`: what the step breakdown's comm part is measured from."""
+    import torch.distributed as dist
+
+    clock.launched()
+    tensor = bucket.buffer()
+    tensor.div_(dist.get_world_size())
+
+    def finished(fut):
+        clock.done()
+        return fut.value()[0]
+
+    return dist.all_reduce(tensor, async_op=True).get_future().then(finished)
