@@ -76,7 +76,7 @@ def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:
     else:
         with timer("score"):
             scored = score(spark, cfg)
-    cost = RunCost.of(trained.outcome.records)
+    cost = RunCost.of_outcome(trained.outcome)
     if scored.scored_rows and not math.isnan(scored.joules):
         RankTracker(run, 0).log({"score_joules": scored.joules,
                                  "score_joules_per_million_rows": scored.joules_per_million_rows},

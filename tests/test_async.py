@@ -57,6 +57,13 @@ def test_async_sgd_reaches_synchronous_ddp_accuracy_and_logs_staleness(spark, ad
     assert metrics["updates_applied"] + metrics["updates_dropped"] > 0
     assert {"staleness_mean", "staleness_max", "samples_per_s_rank1", "samples_per_s_rank2", "val_accuracy"} <= set(metrics)
     assert result.model_uri.startswith("runs:/"), "the model from the servers' parameters is logged"
+    # what each rank cost: workers' pulls and pushes timed as communication, servers' energy too
+    for worker in (1, 2):
+        parts = [metrics[f"step_{p}_ms_rank{worker}"] for p in ("data", "compute", "comm", "optimizer")]
+        assert sum(parts) == pytest.approx(metrics[f"step_total_ms_rank{worker}"], rel=0.1)
+        assert metrics[f"step_comm_ms_rank{worker}"] > 0
+    assert all(metrics[f"energy_joules_rank{r}"] > 0 for r in (0, 1, 2))
+    assert "system/rank0/process_cpu_percentage" in metrics
 
 
 @pytest.mark.spark

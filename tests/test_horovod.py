@@ -60,6 +60,11 @@ def test_horovod_training_matches_torch_ddp_and_keeps_ranks_identical(spark, adu
     # same seed, same data order, same averaging: the curves agree to float-summation noise
     assert hvd_loss == pytest.approx(ddp_loss, rel=0.01)
     assert hvd_results[0].records[-1].evaluation.value > 0.83
+    # each step's wait for Horovod's allreduces is timed as communication (in synchronize), on both ranks
+    for pace in hvd_results[0].records[-1].per_rank:
+        ms = pace.phases_ms
+        assert ms["comm"] > 0 and sum(ms[p] for p in ("data", "compute", "comm", "optimizer")) == pytest.approx(
+            ms["total"], rel=0.1)
 
 
 def test_horovod_gradient_accumulation_and_fp16_compression_train(spark, adult_prep, tmp_path):

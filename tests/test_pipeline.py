@@ -64,7 +64,7 @@ def test_adult_pipeline_end_to_end_then_gate_keeps_the_champion(spark, make_adul
     assert len(client.get_metric_history(summary.run_id, "val_accuracy")) == 8
     artifacts = {a.path for a in client.list_artifacts(summary.run_id, "plots")}
     assert artifacts == {"plots/loss_curves.png", "plots/roc.png", "plots/confusion_matrix.png",
-                         "plots/step_breakdown.png"}
+                         "plots/step_breakdown.png", "plots/system_metrics.png"}
     model_files = {a.path for a in client.list_artifacts(summary.run_id, "model/artifacts")}
     assert "model/artifacts/feature_pipeline" in model_files, "the feature pipeline travels with the model"
     assert summary.alias == "champion"

@@ -70,7 +70,8 @@ class ParameterServerMethod(TrainMethod):
         chief = launched.results[0]
         model = TrainedModel(job.model_spec, chief.weights, request.data.feature_pipeline, request.data.manifest.schema,
                              job.target)
-        return TrainOutcome(self.name, model, (record,), tuple(r.stats for r in launched.results), launched.attempts)
+        return TrainOutcome(self.name, model, (record,), tuple(r.stats for r in launched.results), launched.attempts,
+                            epochs_per_record=cfg.epochs)
 
 
 def final_record(launched: "Launched[RankResult]", epochs: int) -> EpochRecord:
@@ -85,9 +86,13 @@ def final_record(launched: "Launched[RankResult]", epochs: int) -> EpochRecord:
                 "staleness_mean": float(np.mean([s["staleness_mean"] for s in servers])),
                 "staleness_max": float(max(s["staleness_max"] for s in servers))}
     chief = launched.results[0].records[-1]
+    ranks = launched.results
     return EpochRecord(epoch=epochs - 1, train_loss=sum(w.train_loss * w.samples for w in workers) / max(samples, 1),
                        samples=samples, samples_per_s=sum(w.samples_per_s for w in workers),
-                       evaluation=chief.evaluation, counters=counters)
+                       evaluation=chief.evaluation, counters=counters,
+                       per_rank=tuple(r.pace for r in ranks if r.pace is not None),
+                       system=tuple(s for r in ranks for s in r.system),
+                       energy_method=", ".join(sorted({r.energy_method for r in ranks if r.energy_method})))
 
 
 ASYNC = register_method(ParameterServerMethod())

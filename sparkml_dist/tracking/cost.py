@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from sparkml_dist.observe.steps import PHASES
-from sparkml_dist.train.records import EpochRecord
+from sparkml_dist.train.records import EpochRecord, TrainOutcome
 
 _METHODS = {"estimate": "estimated from CPU time", "rapl": "measured by RAPL", "nvml": "measured by NVML"}
 
@@ -22,7 +22,12 @@ class RunCost:
     steps_ms: Mapping[int, Mapping[str, float]] = field(default_factory=dict)  # the last epoch's means
 
     @staticmethod
-    def of(records: Sequence[EpochRecord]) -> "RunCost":
+    def of_outcome(outcome: TrainOutcome) -> "RunCost":
+        return RunCost.of(outcome.records, outcome.epochs_per_record)
+
+    @staticmethod
+    def of(records: Sequence[EpochRecord], epochs_per_record: int = 1) -> "RunCost":
+        """`epochs_per_record`: how many epochs each record's rows were trained for (async: all)."""
         per_rank: dict[int, float] = {}
         for record in records:
             for r in record.per_rank:
@@ -30,7 +35,7 @@ class RunCost:
         joules = sum(per_rank.values()) if per_rank else math.nan
         methods = sorted({record.energy_method for record in records if record.energy_method})
         last = records[-1].per_rank if records else ()
-        return RunCost(joules, ", ".join(methods), sum(r.samples for r in records), per_rank,
+        return RunCost(joules, ", ".join(methods), sum(r.samples for r in records) * epochs_per_record, per_rank,
                        {r.rank: dict(r.phases_ms) for r in last if r.phases_ms})
 
     @property

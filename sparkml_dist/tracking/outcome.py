@@ -21,7 +21,7 @@ def log_outcome(run: RunHandle, outcome: TrainOutcome, plots_dir: str) -> str:
     metrics = {"train_attempts": float(outcome.attempts)}
     for rank in outcome.ranks:
         metrics.update(rank.metrics())
-    cost = RunCost.of(outcome.records)
+    cost = RunCost.of_outcome(outcome)
     metrics.update(cost.metrics())
     RankTracker(run, 0).log(metrics, last_epoch)
     client = run.client()
@@ -42,6 +42,9 @@ def log_outcome(run: RunHandle, outcome: TrainOutcome, plots_dir: str) -> str:
     if cost.steps_ms:
         log_plot(run, lambda path: plots.step_breakdown(outcome.records, path),
                  storage.join(plots_dir, "step_breakdown.png"))
+    if any(record.system for record in outcome.records):
+        log_plot(run, lambda path: plots.system_metrics(outcome.records, path),
+                 storage.join(plots_dir, "system_metrics.png"))
     return model_uri
 
 

@@ -61,6 +61,25 @@ def step_breakdown(records: Sequence[EpochRecord], path: Path) -> Path:
     return _save(fig, path)
 
 
+def system_metrics(records: Sequence[EpochRecord], path: Path) -> Path:
+    """Per rank over the run's time: its process's CPU (100% = one core busy) and memory, and the
+    host's network traffic, as MLflow's System Metrics tab would chart `system/rank<N>/...`."""
+    samples = [s for rec in records for s in rec.system]
+    start = min(s.timestamp_ms for s in samples)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    shown = (("process_cpu_percentage", "process CPU %"), ("process_rss_megabytes", "process RSS (MB)"),
+             ("network_transmit_megabytes", "host network sent (MB)"))
+    for rank in sorted({s.rank for s in samples}):
+        mine = sorted((s for s in samples if s.rank == rank), key=lambda s: s.timestamp_ms)
+        seconds = [(s.timestamp_ms - start) / 1000 for s in mine]
+        for ax, (name, _) in zip(axes, shown):
+            ax.plot(seconds, [s.values.get(name, float("nan")) for s in mine], marker=".", label=f"rank {rank}")
+    for ax, (_, label) in zip(axes, shown):
+        ax.set(xlabel="seconds into training", title=label)
+    axes[0].legend(fontsize=8)
+    return _save(fig, path)
+
+
 def roc(fpr: list[float], tpr: list[float], auc: float, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
     ax.plot(fpr, tpr, label=f"AUC {auc:.4f}")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -30,12 +30,14 @@ from torch import nn
 from sparkml_dist.launch.context import RankContext
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.weights import state_dict_to_bytes
+from sparkml_dist.observe.monitor import RankMonitor
+from sparkml_dist.observe.steps import StepTimes
 from sparkml_dist.train.checkpoint import load_latest, save_checkpoint
 from sparkml_dist.train.faults import inject
 from sparkml_dist.train.job import TrainJob
 from sparkml_dist.train.loop import evaluate
 from sparkml_dist.train.ps_wire import ServerConnection, ServerEndpoint, layout_of
-from sparkml_dist.train.records import EpochRecord, Evaluation, RankResult, RankStats
+from sparkml_dist.train.records import EpochRecord, Evaluation, RankResult, RankStats, RankThroughput
 from sparkml_dist.train.strategies import Strategy, local_param_bytes
 
 log = logging.getLogger(__name__)
@@ -101,9 +103,17 @@ def async_rank(ctx: RankContext, job: TrainJob) -> RankResult:
     model = build_model(job.model_spec)
     start_epoch = _resume(job, model)
     shards = shard_names([n for n, _ in model.named_parameters()], servers)
-    if ctx.rank < servers:
-        return _serve(ctx, job, model, shards[ctx.rank], start_epoch)
-    return _work(ctx, job, model, shards, start_epoch)
+    times = StepTimes()
+    with RankMonitor(ctx.rank, job.observe.system_metrics_interval_s, job.observe.cpu_watts_per_core) as monitor:
+        if ctx.rank < servers:
+            result = _serve(ctx, job, model, shards[ctx.rank], start_epoch)
+        else:
+            result = _work(ctx, job, model, shards, start_epoch, times)
+        usage = monitor.epoch_usage()  # the whole run: async has no epochs that all ranks share
+    pace = RankThroughput(ctx.rank, result.stats.samples_per_s, result.stats.step_ms,
+                          times.means_ms() if job.observe.step_breakdown else {}, usage.cpu_joules, usage.gpu_joules,
+                          usage.cpu_seconds)
+    return replace(result, pace=pace, system=usage.samples, energy_method=usage.energy_method)
 
 
 def _resume(job: TrainJob, model: nn.Module) -> int:
@@ -160,18 +170,21 @@ def _serve(ctx: RankContext, job: TrainJob, model: nn.Module, names: list[str], 
                       weights=weights, counters=counters)
 
 
-def _work(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[str]], start_epoch: int) -> RankResult:
+def _work(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[str]], start_epoch: int,
+          times: StepTimes) -> RankResult:
     cfg = job.train
     connections = [ServerConnection.open(address, ctx.secret, cfg.timeout_s) for address in _server_addresses(None)]
     try:
-        return _work_connected(ctx, job, model, shards, start_epoch, connections)
+        return _work_connected(ctx, job, model, shards, start_epoch, connections, times)
     finally:
         for connection in connections:
             connection.close()
 
 
 def _work_connected(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[str]], start_epoch: int,
-                    connections: list[ServerConnection]) -> RankResult:
+                    connections: list[ServerConnection], times: StepTimes) -> RankResult:
+    """Pull, compute, push, step after step; `times` gets each step's breakdown: data, the pull and
+    the push (comm, timed as such), forward+backward (compute); the servers run the optimizer."""
     cfg = job.train
     servers = cfg.async_ps.servers
     worker, workers = ctx.rank - servers, ctx.world_size - servers
@@ -181,9 +194,11 @@ def _work_connected(ctx: RankContext, job: TrainJob, model: nn.Module, shards: l
     steps, samples, loss_sum, start = 0, 0, 0.0, time.perf_counter()
     step_times = []
     for epoch in range(start_epoch, cfg.epochs):
+        mark = time.perf_counter()
         for step, (x, y) in enumerate(loader.epoch(epoch)):
             t0 = time.perf_counter()
             inject(job.faults, job.attempt, ctx.rank, epoch, step)
+            pull_start = time.perf_counter()
             for connection in connections:  # ask every server first: they answer in parallel
                 connection.send_pull()
             seen = []
@@ -193,15 +208,21 @@ def _work_connected(ctx: RankContext, job: TrainJob, model: nn.Module, shards: l
                     seen.append(version)
                     for k, v in values.items():
                         params[k].copy_(v)
+            pulled = time.perf_counter()
             model.zero_grad()
             loss = loss_fn(model(torch.from_numpy(x)), torch.from_numpy(y))
             loss.backward()
+            push_start = time.perf_counter()
             for s, connection in enumerate(connections):
                 connection.send_push({k: params[k].grad for k in shards[s]}, seen[s])
             for connection in connections:
                 connection.recv_push()
+            pushed = time.perf_counter()
             steps, samples, loss_sum = steps + 1, samples + len(x), loss_sum + float(loss) * len(x)
             step_times.append(time.perf_counter() - t0)
+            end = time.perf_counter()
+            times.add(mark, t0, pushed, pushed, end, [(pull_start, pulled), (push_start, pushed)])
+            mark = end
         dist.barrier()  # this worker finished the epoch
         _epoch_end(ctx, job, model, None, epoch)  # the servers gather (and checkpoint) their shards
     if start_epoch >= cfg.epochs:

@@ -117,6 +117,11 @@ class RankResult:
     full_checksum: tuple[float, ...] | None = None  # rank 0: per-parameter sums of `weights`
     stragglers: tuple[int, ...] = ()
     counters: Mapping[str, Any] = field(default_factory=dict)  # a rank's own tallies (a parameter server's)
+    # a method without per-epoch records (async): the rank's pace, step breakdown and energy over the
+    # whole run, and its system samples, for the driver's one record
+    pace: RankThroughput | None = None
+    system: tuple[SystemSample, ...] = ()
+    energy_method: str = ""
 
 
 @dataclass(frozen=True)
@@ -143,6 +148,7 @@ class TrainOutcome:
     unit: str = "epoch"  # what one record is: an epoch, or a federated round
     detail: Any = None  # the method's own typed result, e.g. federated clients and payload checks
     world_sizes: tuple[int, ...] = ()  # ranks of each barrier-stage launch (elastic runs may shrink)
+    epochs_per_record: int = 1  # async: its one record stands for every epoch of the run
 
     @property
     def ranks_in_step(self) -> bool:
