@@ -17,7 +17,7 @@ ORDER = ["infer_vs_arrow_ceiling", "infer_vs_mlflow_spark_udf", "infer_compute_b
          "allreduce_horovod_vs_gloo", "allreduce_horovod_vs_gloo_16mib", "allreduce_horovod_vs_gloo_1mib",
          "preprocess_vs_spark_io_1m", "preprocess_vs_spark_io_10m", "memory_stream_train", "memory_score_10m",
          "host_loss_run_vs_uninterrupted", "host_loss_resume_s", "tune_epochs_median_vs_unpruned",
-         "tune_best_val_median_vs_unpruned", "tune_epochs_asha_vs_unpruned", "tune_best_val_asha_vs_unpruned", "tune_trials_per_hour", "tune_test_accuracy_vs_default"]
+         "tune_best_val_median_vs_unpruned", "tune_epochs_asha_vs_unpruned", "tune_best_val_asha_vs_unpruned", "tune_trials_per_hour", "tune_test_accuracy_vs_default", "observe_overhead_2_ranks"]
 
 
 def table(results: list[dict]) -> str:

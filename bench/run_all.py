@@ -13,8 +13,8 @@ import shutil
 import time
 from contextlib import contextmanager
 
-from bench import (allreduce, byo, host_loss, inference, loader, memory, parallel, preprocess, scaling, scoring_raw,
-                   training, tune)
+from bench import (allreduce, byo, host_loss, inference, loader, memory, observe, parallel, preprocess, scaling,
+                   scoring_raw, training, tune)
 from bench.common import make_bench_importable
 
 
@@ -48,6 +48,8 @@ def main(full: bool = False) -> None:
         allreduce.main(spark=spark)
     with timed("scaling"):
         scaling.main(spark=spark)
+    with timed("observe"):
+        observe.main(spark=spark)
     with timed("preprocess"):
         preprocess.main((1_000_000, 10_000_000) if full else (1_000_000,), spark=spark)
     with timed("tune"):

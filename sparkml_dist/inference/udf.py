@@ -28,8 +28,9 @@ def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int =
     """(passthrough..., features) -> (passthrough..., the task's prediction columns: probability
     and prediction; prediction, probability and probabilities; or prediction). With a `layout`,
     the features arrive as its per-feature columns (`scoring_frame`) and each Arrow batch is made
-    dense in the worker. `cpu_seconds`, an accumulator, adds up the Python workers' CPU time spent
-    predicting (its process's, torch's threads included): what scoring's energy estimate is made of."""
+    dense in the worker. `cpu_seconds`, an accumulator, adds up the Python workers' CPU time for
+    their tasks (Arrow in and out and the model, torch's threads included): the Python side of
+    scoring's energy estimate."""
     spark = df.sparkSession
     weights = spark.sparkContext.broadcast(bundle.weights)
     key, spec, target = bundle.key, bundle.spec, bundle.target
@@ -46,16 +47,19 @@ def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int =
         from sparkml_dist.data.loader import dense_features
         from sparkml_dist.inference.predict import MODEL_CACHE, predict
 
+        # the worker process serves one task at a time: its CPU time across the task is the task's
+        cpu0 = time.process_time()
         torch.set_num_threads(threads_per_worker)
         model = MODEL_CACHE.get(key, spec, lambda: weights.value)
-        for batch in batches:
-            cpu0 = time.process_time()
-            columns = predict(model, target, dense_features(batch, layout, where="a scoring batch"))
+        try:
+            for batch in batches:
+                columns = predict(model, target, dense_features(batch, layout, where="a scoring batch"))
+                arrays = [batch.column(c) for c in keep]
+                arrays += [_arrow(columns[name], kind) for name, kind in outputs]
+                yield pa.RecordBatch.from_arrays(arrays, names=names)
+        finally:
             if cpu_seconds is not None:
                 cpu_seconds.add(time.process_time() - cpu0)
-            arrays = [batch.column(c) for c in keep]
-            arrays += [_arrow(columns[name], kind) for name, kind in outputs]
-            yield pa.RecordBatch.from_arrays(arrays, names=names)
 
     return df.select(*keep, *feature_columns(layout)).mapInArrow(score_batches, schema)
 

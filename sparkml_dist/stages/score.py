@@ -18,7 +18,8 @@ from sparkml_dist.data.labels import model_target
 from sparkml_dist.errors import DataError
 from sparkml_dist.inference.bundle import ModelBundle
 from sparkml_dist.inference.udf import PREDICTION, score_features
-from sparkml_dist.spark.session import job_phase
+from sparkml_dist.observe.spark_cpu import executor_cpu_seconds, job_ids
+from sparkml_dist.spark.session import job_group
 from sparkml_dist.storage.hadoop import atomic_dir
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tracking.client import resolve_tracking_uri
@@ -35,7 +36,7 @@ class ScoreResult:
     input_rows: int
     scored_rows: int
     rejected_rows: int
-    cpu_seconds: float = math.nan  # the Python workers' CPU time predicting (observe.energy's estimate)
+    cpu_seconds: float = math.nan  # executors' task CPU time, JVM and Python workers (nan: not readable)
     joules: float = math.nan  # cpu_seconds x observe.cpu_watts_per_core: an estimate
 
     @property
@@ -65,14 +66,17 @@ def _score_rows(spark: SparkSession, cfg: JobConfig, uri: str, bundle: ModelBund
         scored = scored.withColumn(PREDICTED_LABEL, F.element_at(F.array(*[F.lit(c) for c in classes]),
                                                                  F.col(PREDICTION) + 1))
     out = storage.absolute(output_path) if output_path else OutputPaths.of(cfg).predictions
-    with atomic_dir(spark, out) as staging, job_phase(spark, f"score: {uri} -> {out}"):
+    group = "sparkml_dist:score"
+    earlier = job_ids(spark, group)  # an earlier scoring in this session is not this one's cost
+    with atomic_dir(spark, out) as staging, job_group(spark, group, f"score: {uri} -> {out}"):
         scored.write.mode("overwrite").parquet(f"{staging}/scored")
         raw.rejects.coalesce(1).write.mode("overwrite").parquet(f"{staging}/rejects")
         written = spark.read.parquet(f"{staging}/scored").count()
         if written + raw.rejected_rows != raw.input_rows:
             raise DataError(f"scoring lost rows: input {raw.input_rows} != scored {written} + rejected {raw.rejected_rows}")
+    cpu = cpu_seconds.value + executor_cpu_seconds(spark, job_ids(spark, group) - earlier)
     return ScoreResult(uri, storage.join(out, "scored"), raw.input_rows, written, raw.rejected_rows,
-                       cpu_seconds.value, cpu_seconds.value * cfg.observe.cpu_watts_per_core)
+                       cpu, cpu * cfg.observe.cpu_watts_per_core)
 
 
 def schema_of(data: DataConfig) -> dict[str, str]:

@@ -56,9 +56,9 @@ def step_breakdown(records: Sequence[EpochRecord], path: Path) -> Path:
         ax.set(title=f"rank {rank}", xlabel="epoch", ylabel="mean ms per step")
     for ax in list(axes.flat)[len(ranks):]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=7, loc="lower right")
     fig.suptitle("Where each step's time went")
-    return _save(fig, path)
+    fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="lower center", ncol=5, fontsize=8, frameon=False)
+    return _save(fig, path, rect=(0, 0.08, 1, 1))  # room below for the legend
 
 
 def system_metrics(records: Sequence[EpochRecord], path: Path) -> Path:
@@ -132,9 +132,9 @@ def residuals(actual: Sequence[float], predicted: Sequence[float], path: Path) -
     return _save(fig, path)
 
 
-def _save(fig, path: Path) -> Path:
+def _save(fig, path: Path, rect: tuple[float, float, float, float] = (0, 0, 1, 1)) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    fig.tight_layout(rect=rect)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
