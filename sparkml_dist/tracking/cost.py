@@ -66,4 +66,5 @@ class RunCost:
             total = ms.get("total", math.nan)
             shares = " ".join(f"{p} {100 * ms[p] / total:.0f}%" for p in PHASES if p in ms and total > 0)
             parts.append(f"rank{rank} {total:.2f} ms = {shares}")
-        return "; ".join(parts)
+        untimed = any("comm" not in ms for ms in self.steps_ms.values())
+        return "; ".join(parts) + (" (comm runs inside compute under this method: not timed apart)" if untimed else "")
