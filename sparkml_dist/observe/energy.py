@@ -21,6 +21,8 @@ from pathlib import Path
 
 import psutil
 
+from sparkml_dist.observe.system import nvml_handle
+
 log = logging.getLogger(__name__)
 
 POWERCAP = Path("/sys/class/powercap")
@@ -108,17 +110,14 @@ class EnergyMeter:
 
     @staticmethod
     def _nvml(cuda_index: int):
+        found = nvml_handle(cuda_index)
+        if found is None:
+            return None
+        nvml, handle = found
         try:
-            import pynvml
-            import torch
-
-            pynvml.nvmlInit()
-            uuid = str(torch.cuda.get_device_properties(cuda_index).uuid)
-            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-            start = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)  # mJ since the driver loaded
-            return pynvml, handle, start
-        except Exception as exc:  # noqa: BLE001
-            log.info("GPU energy not measured: NVML not readable (%s)", exc)
+            return nvml, handle, nvml.nvmlDeviceGetTotalEnergyConsumption(handle)  # mJ since the driver loaded
+        except Exception as exc:  # noqa: BLE001 - a GPU older than Volta has no energy counter
+            log.info("GPU energy not measured: %s", exc)
             return None
 
     def cpu_seconds(self) -> float:

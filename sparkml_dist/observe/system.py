@@ -34,34 +34,36 @@ class SystemSample:
         return {f"system/rank{self.rank}/{k}": v for k, v in self.values.items()}
 
 
+def nvml_handle(cuda_index: int):
+    """(the pynvml module, the NVML handle of CUDA device `cuda_index`), or None without NVML."""
+    try:
+        import pynvml
+        import torch
+
+        pynvml.nvmlInit()
+        uuid = str(torch.cuda.get_device_properties(cuda_index).uuid)
+        # NVML numbers GPUs physically; CUDA_VISIBLE_DEVICES renumbers them: match by UUID
+        return pynvml, pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+    except Exception as exc:  # noqa: BLE001 - no NVML: the figures say less, training goes on
+        log.info("GPU metrics and energy off: NVML not readable (%s); `pip install nvidia-ml-py` for them", exc)
+        return None
+
+
 class _Gpu:
     """NVML readings of the rank's own GPU (`nvidia-ml-py`), or nothing where there is none."""
 
     def __init__(self, cuda_index: int | None) -> None:
-        self.handle = None
         self.index = cuda_index
-        if cuda_index is None:
-            return
-        try:
-            import pynvml
-            import torch
-
-            pynvml.nvmlInit()
-            uuid = str(torch.cuda.get_device_properties(cuda_index).uuid)
-            # NVML numbers GPUs physically; CUDA_VISIBLE_DEVICES renumbers them: match by UUID
-            self.handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-            self._nvml = pynvml
-        except Exception as exc:  # noqa: BLE001 - no NVML: the metrics say less, training goes on
-            log.info("GPU metrics off: NVML not readable (%s); `pip install nvidia-ml-py` for them", exc)
+        self.nvml = nvml_handle(cuda_index) if cuda_index is not None else None
 
     def read(self) -> dict[str, float]:
-        if self.handle is None:
+        if self.nvml is None:
             return {}
-        nvml, i = self._nvml, self.index
-        memory = nvml.nvmlDeviceGetMemoryInfo(self.handle)
-        return {f"gpu_{i}_utilization_percentage": float(nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu),
+        (nvml, handle), i = self.nvml, self.index
+        memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+        return {f"gpu_{i}_utilization_percentage": float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu),
                 f"gpu_{i}_memory_usage_megabytes": memory.used / _MB,
-                f"gpu_{i}_power_usage_watts": nvml.nvmlDeviceGetPowerUsage(self.handle) / 1000.0}
+                f"gpu_{i}_power_usage_watts": nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0}
 
 
 class SystemSampler:
