@@ -168,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
 def scoped_to_run_date(cfg: JobConfig, run_date: str) -> JobConfig:
     if not re.fullmatch(r"[0-9A-Za-z_.:-]+", run_date):
         raise SparkMLDistError(f"--run-date {run_date!r}: use a date like 2026-11-29 (letters, digits, '-', '_', '.', ':')")
-    output = cfg.output.model_copy(update={"root": f"{cfg.output.root.rstrip('/')}/run_date={run_date}"})
+    output = cfg.output.model_copy(update={"root": f"{cfg.output.root.rstrip('/')}/run_date={run_date}",
+                                           "run_date": run_date})
     return cfg.model_copy(update={"output": output})
 
 

@@ -5,6 +5,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from mlflow.tracking import MlflowClient
 import yaml
 
 from sparkml_dist import cli
@@ -67,3 +68,13 @@ def test_rerun_for_the_same_run_date_replaces_its_outputs(spark, tmp_path, adult
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["run_date=2026-11-29"]
     assert sorted(p.name for p in (tmp_path / "run_date=2026-11-29").iterdir()) == ["preprocess"]
     assert cli.main(["preprocess", "--config", str(adult_config_path), "--run-date", "../etc"]) == 2
+
+    # the registry too: re-running the date's register on the same input and config adds no version
+    for stage in ("train", "evaluate", "register", "register"):
+        assert cli.main([stage, *argv[1:], "--set", "train.epochs=1"]) == 0, stage
+    client = MlflowClient(f"sqlite:///{tmp_path}/m.db")
+    versions = client.search_model_versions("name = 'adult_income_mlp'")
+    assert [str(v.version) for v in versions] == ["1"], "one version for the date"
+    assert versions[0].tags["run_date"] == "2026-11-29" and len(versions[0].tags["input_fingerprint"]) == 64
+    runs = client.search_runs([client.get_experiment_by_name("adult_income").experiment_id])
+    assert any(r.data.tags.get("registry.reason", "").startswith("reused version 1") for r in runs)

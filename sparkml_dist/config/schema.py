@@ -417,6 +417,9 @@ class OutputConfig(Section):
 
     root: str = Field("output", description="where every stage writes: a path (relative to the working directory) "
                                             "or a URI (file://, dbfs:/, s3://, gs://, abfss://, hdfs://)")
+    run_date: str | None = Field(None, description="set by --run-date (a scheduled run): outputs go under "
+                                                   "<root>/run_date=<date>, and a re-run for the date on the same "
+                                                   "input and config reuses the date's registry version")
 
 
 class JobConfig(Section):

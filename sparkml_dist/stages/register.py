@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
@@ -13,7 +15,7 @@ from sparkml_dist.stages.records import EvaluateRecord, TrainRecord
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tasks.base import Target, TaskReport
 from sparkml_dist.tracking.client import RunHandle, resolve_tracking_uri
-from sparkml_dist.tracking.models import champion_version
+from sparkml_dist.tracking.models import champion_version, versions_tagged
 from sparkml_dist.tracking.models import register as create_version
 from sparkml_dist.validation.gate import decide
 
@@ -31,8 +33,15 @@ class RegistryDecision:
 
 def register(spark: SparkSession, cfg: JobConfig, run: RunHandle, model_uri: str,
              report: TaskReport, test_rows: DataFrame | None = None) -> RegistryDecision:
-    """A new version of `model_uri` with the alias the gate gives it; `report` is its evaluation."""
+    """A new version of `model_uri` with the alias the gate gives it; `report` is its evaluation.
+    A scheduled run (`output.run_date`) that finds the date's version made from the same input
+    and config reuses it: re-running a date never adds a version."""
     name = cfg.tracking.registered_model
+    scheduled = run_date_tags(cfg)
+    if scheduled:
+        earlier = versions_tagged(run.tracking_uri, name, scheduled)
+        if earlier:
+            return _reuse(run, name, earlier[0], scheduled["run_date"])
     target = report.target or Target("binary")
     current = champion_version(run.tracking_uri, name)
     champion_metrics = None
@@ -45,13 +54,39 @@ def register(spark: SparkSession, cfg: JobConfig, run: RunHandle, model_uri: str
     decision = decide(cfg.tracking.gate, target, report.metrics, champion_metrics)
     alias = CHAMPION if decision.promote else CHALLENGER
     metric = cfg.tracking.gate.metric or target.kind.default_gate[0]
-    version = create_version(run, model_uri, name, {"gate_reason": decision.reason, "gate_metric": metric})
+    version = create_version(run, model_uri, name, {"gate_reason": decision.reason, "gate_metric": metric, **scheduled})
     client = run.client()
     client.set_registered_model_alias(name, alias, version)
     client.set_tag(run.run_id, "registry.version", version)
     client.set_tag(run.run_id, "registry.alias", alias)
     client.set_tag(run.run_id, "registry.reason", decision.reason)
     return RegistryDecision(name, version, alias, decision.reason, champion_metrics)
+
+
+def run_date_tags(cfg: JobConfig) -> dict[str, str]:
+    """What makes a scheduled run's version the same one again: the date, the input's fingerprint
+    (the preprocess manifest's) and the config's, outputs aside. Empty for an unscheduled run."""
+    if cfg.output.run_date is None:
+        return {}
+    from sparkml_dist.data.dataset import PreprocessResult
+
+    manifest = PreprocessResult.load(OutputPaths.of(cfg).preprocess).manifest
+    params = {k: v for k, v in cfg.flat_params().items() if not k.startswith("output.")}
+    config = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
+    return {"run_date": cfg.output.run_date, "input_fingerprint": manifest.input_fingerprint,
+            "config_fingerprint": config}
+
+
+def _reuse(run: RunHandle, name: str, version, run_date: str) -> RegistryDecision:
+    aliases = list(version.aliases)
+    alias = aliases[0] if aliases else "none"
+    reason = (f"reused version {version.version}: registered for run date {run_date} from the same input and "
+              f"config (a re-run adds no version); alias unchanged")
+    client = run.client()
+    for key, value in (("registry.version", str(version.version)), ("registry.alias", alias),
+                       ("registry.reason", reason)):
+        client.set_tag(run.run_id, key, value)
+    return RegistryDecision(name, str(version.version), alias, reason, None)
 
 
 def register_evaluated(spark: SparkSession, cfg: JobConfig, model_uri: str | None = None) -> RegistryDecision:

@@ -102,6 +102,15 @@ def register(handle: RunHandle, model_uri: str, name: str, tags: dict[str, str])
     return str(version.version)
 
 
+def versions_tagged(tracking_uri: str, name: str, tags: dict[str, str]) -> list:
+    """The versions of `name` that carry every one of `tags` (none when there is no such model)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    found = client.search_model_versions(f"name = '{name}'")  # tag filters: in Python, every store has them
+    return [v for v in found if all(v.tags.get(k) == value for k, value in tags.items())]
+
+
 def champion_version(tracking_uri: str, name: str, alias: str = "champion"):
     """The version holding `alias`, or None when there is none (or no such model yet)."""
     from mlflow.exceptions import MlflowException
