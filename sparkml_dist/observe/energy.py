@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from sparkml_dist.observe.system import nvml_handle
+from sparkml_dist.observe.system import busy_seconds, nvml_handle
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +82,6 @@ class RaplCounters:
         return self.total_uj / 1e6
 
 
-def _busy_seconds(times) -> float:
-    return sum(getattr(times, f, 0.0) for f in ("user", "system", "nice", "irq", "softirq", "steal"))
-
-
 class EnergyMeter:
     """A rank's joules since `start`, by NVML (its GPU), RAPL or the CPU-time estimate."""
 
@@ -95,8 +91,7 @@ class EnergyMeter:
         self._rapl = RaplCounters(rapl_root)
         self._gpu = None
         self._cpu0 = self._process_cpu()
-        self._host0 = _busy_seconds(psutil.cpu_times())
-        self._rapl_share = 0.0
+        self._host0 = busy_seconds(psutil.cpu_times())
         if cuda_index is not None:
             self._gpu = self._nvml(cuda_index)
 
@@ -126,7 +121,7 @@ class EnergyMeter:
     def read(self) -> EnergyReading:
         cpu_s = self.cpu_seconds()
         if self._rapl.readable:
-            host_s = _busy_seconds(psutil.cpu_times()) - self._host0
+            host_s = busy_seconds(psutil.cpu_times()) - self._host0
             share = min(1.0, cpu_s / host_s) if host_s > 0 else 0.0
             cpu_joules = self._rapl.joules() * share
         else:

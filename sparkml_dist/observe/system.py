@@ -34,6 +34,11 @@ class SystemSample:
         return {f"system/rank{self.rank}/{k}": v for k, v in self.values.items()}
 
 
+def busy_seconds(times) -> float:
+    """The busy part of `psutil.cpu_times()` (all but idle and iowait), in seconds."""
+    return sum(getattr(times, f, 0.0) for f in ("user", "system", "nice", "irq", "softirq", "steal"))
+
+
 def nvml_handle(cuda_index: int):
     """(the pynvml module, the NVML handle of CUDA device `cuda_index`), or None without NVML."""
     try:
@@ -116,8 +121,7 @@ class SystemSampler:
         """(wall, host busy, host total, process) CPU seconds: utilisation is their change between two
         readings (psutil's own cpu_percent keeps its last reading per thread; samples come from two)."""
         host = psutil.cpu_times()
-        busy = host.user + host.system + getattr(host, "nice", 0.0) + getattr(host, "irq", 0.0) + \
-            getattr(host, "softirq", 0.0) + getattr(host, "steal", 0.0)
+        busy = busy_seconds(host)
         total = busy + host.idle + getattr(host, "iowait", 0.0)
         proc = self._process.cpu_times()
         return time.perf_counter(), busy, total, proc.user + proc.system
