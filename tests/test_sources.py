@@ -78,7 +78,9 @@ def test_typed_rows_are_checked_like_csv_rows(spark, tmp_path):
         assert any("column 'score': 'NaN' is not finite" in r for r in reasons)
         assert any("label 'y' is missing" in r for r in reasons)
         assert any("label 'y': unknown value 'z' (not one of data.label.classes" in r for r in reasons)
-        assert all(r["raw_line"].startswith("{") for r in result.rejects.collect()), "the row, as JSON"
+        lines = {r["raw_line"] for r in result.rejects.collect()}
+        assert '{"score":3.0,"city":"d","y":"z"}' in lines and '{"score":2.0,"city":"c","y":null}' in lines, \
+            "the source row, as JSON with its nulls"
 
 
 def test_a_column_the_source_does_not_have_is_named_with_those_it_has(spark, tmp_path):

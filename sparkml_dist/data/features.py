@@ -27,6 +27,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from sparkml_dist.config.schema import DataConfig, FeatureConfig
+from sparkml_dist.data.imputer import MeanImputer
 from sparkml_dist.data.ingest import LABEL, ROW_ID
 from sparkml_dist.data.layout import ONEHOT, VALUE, FeatureBlock, FeatureLayout
 from sparkml_dist.data.sql import double, ident
@@ -43,7 +44,8 @@ def build_feature_pipeline(data: DataConfig, feats: FeatureConfig) -> Pipeline:
     parts: list[str] = []
     if nums:
         imputed = [f"{n}__imputed" for n in nums]
-        stages.append(Imputer(inputCols=nums, outputCols=imputed, strategy=feats.impute_strategy))
+        imputer = Imputer(inputCols=nums, outputCols=imputed, strategy=feats.impute_strategy)
+        stages.append(MeanImputer(imputer) if feats.impute_strategy == "mean" else imputer)
         stages.append(VectorAssembler(inputCols=imputed, outputCol="_num_vec", handleInvalid="keep"))
         if feats.scale_numeric:
             stages.append(StandardScaler(inputCol="_num_vec", outputCol="_num_scaled", withMean=True, withStd=True))

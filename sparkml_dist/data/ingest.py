@@ -72,14 +72,14 @@ def ingest(spark: SparkSession, location: str, cfg: DataConfig, require_label: b
     raw = read_source(spark, resolve_path(location), location, cfg)
     data = raw.data
     typed = _typed_columns(data, require_label)
-    # the reason once (a wide source's checks are hundreds of expressions), then the rest from it
-    reasoned = raw.rows.select(*typed, SOURCE_FILE, RAW_LINE, _reject_reason(raw, data, require_label).alias(REASON))
+    # The reason once (a wide source's checks are hundreds of expressions), in its own projection
+    # under the one that reads it: the raw text and file are then made only where a row is
+    # rejected. The accepted rows' strings would make the cache several times larger and slower.
+    reasoned = raw.rows.withColumn(REASON, _reject_reason(raw, data, require_label))
     bad = F.col(REASON).isNotNull()
-    names = reasoned.columns[:len(typed)]
-    # Cache typed values, and the raw text and file only where a row is rejected: the accepted
-    # rows' strings would make the cache several times larger and slower to build.
-    checked = reasoned.select(*names, F.when(bad, F.col(SOURCE_FILE)).alias(SOURCE_FILE),
-                              F.when(bad, F.col(RAW_LINE)).alias(RAW_LINE), REASON).cache()
+    checked = reasoned.select(*typed, F.when(bad, F.col(SOURCE_FILE)).alias(SOURCE_FILE),
+                              F.when(bad, raw.raw_line).alias(RAW_LINE), REASON).cache()
+    names = checked.columns[:len(typed)]
     rejects = checked.where(bad).select(SOURCE_FILE, ROW_ID, RAW_LINE, REASON)
     accepted = checked.where(~bad).select(*names)
     counts = checked.agg(

@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 PKG_SCHEME = "pkg://"
 ROW_ID, SOURCE_FILE, RAW_LINE = "row_id", "source_file", "raw_line"
 _CORRUPT = "_corrupt"
+_SOURCE = "_source_value_of_"
 _CASTS = {"int": "int", "double": "double", "string": "string", "boolean": "boolean"}
 
 
@@ -51,6 +52,9 @@ class RawRows:
     problems: list[Column]
     data: DataConfig
     explain_all_rejected: Callable[[DataFrame, str], None]
+    # a row's raw text, over `rows`' columns: ingest evaluates it for rejected rows only (a JSON
+    # text of every accepted row of a wide source would cost more than reading it)
+    raw_line: Column
 
 
 Reader = Callable[[SparkSession, str, str, DataConfig], RawRows]
@@ -115,7 +119,7 @@ def read_csv(spark: SparkSession, path: str, location: str, cfg: DataConfig) -> 
     rows = parsed.select(SOURCE_FILE, ROW_ID, F.col("value").alias(RAW_LINE), *typed, reason.alias("_source_problem"))
     problem = F.when(F.col("_source_problem") == "", F.lit(None).cast("string")).otherwise(F.col("_source_problem"))
     return RawRows(rows, [problem], with_task(cfg, list(cfg.columns)),
-                   lambda rejects, where: _explain_csv(rejects, where, cfg))
+                   lambda rejects, where: _explain_csv(rejects, where, cfg), F.col(RAW_LINE))
 
 
 def _parse_problem(c: ColumnSpec, raw: Column) -> Column:
@@ -190,10 +194,15 @@ def read_typed(spark: SparkSession, path: str, location: str, cfg: DataConfig) -
         raise DataError(f"cannot read {fmt} input '{location}': {str(exc).splitlines()[0]}") from None
     columns = resolve_columns(cfg, fields, location)
     source_types = {f.name: _type_name(f.dataType) for f in fields}
+    typed = [_typed(c, source_types[c.name]) for c in columns]
+    # a cast column's source value stays alongside, under a private name, for the raw text
+    cast = {c.name: _SOURCE + c.name for c, t in zip(columns, typed) if t != ident(c.name)}
     rows = frame.selectExpr(f"input_file_name() AS {SOURCE_FILE}", f"monotonically_increasing_id() AS {ROW_ID}",
-                            f"{raw_json('*')} AS {RAW_LINE}", *[_typed(c, source_types[c.name]) for c in columns])
+                            *typed, *[f"{ident(name)} AS {ident(hidden)}" for name, hidden in cast.items()])
+    as_read = ", ".join(f"{ident(cast[f.name])} AS {ident(f.name)}" if f.name in cast else ident(f.name) for f in fields)
     doubles = [c.name for c in columns if c.role == "numeric" and c.type == "double"]
-    return RawRows(rows, [_not_finite(doubles)] if doubles else [], with_task(cfg, columns), _explain_typed)
+    return RawRows(rows, [_not_finite(doubles)] if doubles else [], with_task(cfg, columns), _explain_typed,
+                   F.expr(raw_json(as_read)))
 
 
 def resolve_columns(cfg: DataConfig, fields: list[T.StructField], location: str) -> list[ColumnSpec]:
@@ -260,7 +269,9 @@ def _not_finite(names: list[str]) -> Column:
     largest = "greatest(" + ", ".join(f"abs({ident(n)})" for n in names) + ")"
     which = ", ".join(f"CASE WHEN {bad.format(ident(n))} THEN concat({literal(chr(39) + n + chr(39) + ' (')}, "
                       f"CAST({ident(n)} AS STRING), ')') END" for n in names)
-    return F.expr(f"CASE WHEN {bad.format(largest)} THEN concat('not finite (NaN/inf): ', concat_ws(', ', {which})) END")
+    # NaN sorts above infinity, so one comparison catches both (greatest is null only when every value is)
+    return F.expr(f"CASE WHEN NOT ({largest} < double('inf')) "
+                  f"THEN concat('not finite (NaN/inf): ', concat_ws(', ', {which})) END")
 
 
 def _explain_typed(rejects: DataFrame, location: str) -> None:
