@@ -1,15 +1,29 @@
-"""Print bench/results.json as the markdown table docs/benchmarks.md carries.
+"""The tables of docs/benchmarks.md, generated from bench/results.json.
 
-    .venv/bin/python -m bench.report
+    .venv/bin/python -m bench.report            # print the full table
+    .venv/bin/python -m bench.report --write    # rewrite every generated table in docs/benchmarks.md
+
+A generated table sits between `<!-- bench.report: PREFIX -->` and `<!-- /bench.report -->`
+and holds the rows whose names start with PREFIX (`*`: every row). tests/test_bench_report.py
+fails when the docs and bench/results.json disagree.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import re
+import tempfile
+from pathlib import Path
 
 from bench.common import RESULTS
 
-ORDER = ["infer_vs_arrow_ceiling", "infer_vs_mlflow_spark_udf", "infer_compute_bound_vs_torch",
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+BLOCK = re.compile(r"(<!-- bench\.report: (\S+) -->\n)(.*?)(<!-- /bench\.report -->)", re.S)
+
+ORDER = ["infer_vs_arrow_ceiling", "infer_vs_mlflow_spark_udf", "infer_vs_mlflow_spark_udf_array_signature",
+         "infer_compute_bound_vs_torch",
          "train_1rank_vs_plain_torch", "train_scaling_2_ranks", "train_vs_torch_distributor",
          "run_start_vs_torch_distributor", "dataframe_fed_vs_parquet", "dataframe_fed_launch_vs_parquet", "dataframe_fed_vs_torch_distributor_df",
          "loader_vs_pyarrow",
@@ -20,10 +34,12 @@ ORDER = ["infer_vs_arrow_ceiling", "infer_vs_mlflow_spark_udf", "infer_compute_b
          "tune_best_val_median_vs_unpruned", "tune_epochs_asha_vs_unpruned", "tune_best_val_asha_vs_unpruned", "tune_trials_per_hour", "tune_test_accuracy_vs_default", "observe_overhead_2_ranks"]
 
 
-def table(results: list[dict]) -> str:
+def table(results: list[dict], prefix: str = "*") -> str:
+    """The markdown table of the rows named `prefix...` (`*`: all), in the docs' order."""
     rank = {name: i for i, name in enumerate(ORDER)}
+    chosen = [r for r in results if prefix == "*" or r["name"].startswith(prefix)]
     lines = ["| name | ours | baseline | unit | ratio | target | |", "|---|---:|---:|---|---:|---|---|"]
-    for r in sorted(results, key=lambda r: rank.get(r["name"], len(ORDER))):
+    for r in sorted(chosen, key=lambda r: (rank.get(r["name"], len(ORDER)), r["name"])):
         sign = "≥" if r["better"] == "higher" else "≤"
         goal = "report" if r["target"] is None else f"{sign} {r['target']}"
         verdict = "" if r["met"] is None else "met" if r["met"] else "missed"
@@ -32,5 +48,27 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def render(docs: str, results: list[dict]) -> str:
+    """`docs` with every generated table replaced by its rows from `results`."""
+    return BLOCK.sub(lambda m: f"{m.group(1)}{table(results, m.group(2))}\n{m.group(4)}", docs)
+
+
+def load_results(path: Path = RESULTS) -> list[dict]:
+    return json.loads(path.read_text())["results"]
+
+
+def write_docs(path: Path = DOCS) -> None:
+    text = render(path.read_text(), load_results())
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
 if __name__ == "__main__":
-    print(table(json.loads(RESULTS.read_text())["results"]))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--write", action="store_true", help=f"rewrite the generated tables in {DOCS.name}")
+    if parser.parse_args().write:
+        write_docs()
+    else:
+        print(table(load_results()))
