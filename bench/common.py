@@ -2,7 +2,8 @@
 
 Absolute times on a shared machine are noise; ratios of runs interleaved in one process are not.
 Each result is {"name", "ours", "baseline", "unit", "ratio", "better", "target", "met"} in
-bench/results.json (ratio = ours / baseline).
+bench/results.json (ratio = ours / baseline), and for alternated rows `ours_runs` and
+`baseline_runs`: the min, median and max of the rounds.
 """
 
 from __future__ import annotations
@@ -18,7 +19,18 @@ from typing import Callable
 RESULTS = Path(__file__).resolve().parent / "results.json"
 
 
-def alternate(ours: Callable[[], float], baseline: Callable[[], float], rounds: int = 3) -> tuple[float, float]:
+class Measured(float):
+    """A median that remembers the runs it is the median of (`entry` records their spread)."""
+
+    runs: tuple[float, ...]
+
+    def __new__(cls, runs: list[float]) -> "Measured":
+        value = super().__new__(cls, statistics.median(runs))
+        value.runs = tuple(runs)
+        return value
+
+
+def alternate(ours: Callable[[], float], baseline: Callable[[], float], rounds: int = 3) -> tuple[Measured, Measured]:
     """Run baseline and ours alternately `rounds` times; return (median ours, median baseline)."""
     a, b = [], []
     for i in range(rounds):
@@ -28,7 +40,16 @@ def alternate(ours: Callable[[], float], baseline: Callable[[], float], rounds: 
         else:
             a.append(ours())
             b.append(baseline())
-    return statistics.median(a), statistics.median(b)
+    return Measured(a), Measured(b)
+
+
+def spread(value: float) -> dict[str, float] | None:
+    """min, median and max of a `Measured` value's runs (None for a single figure)."""
+    runs = getattr(value, "runs", None)
+    if not runs:
+        return None
+    return {"min": round(min(runs), 4), "median": round(float(value), 4), "max": round(max(runs), 4),
+            "rounds": len(runs)}
 
 
 def entry(name: str, ours: float, baseline: float, unit: str, better: str, target: float | None,
@@ -38,6 +59,9 @@ def entry(name: str, ours: float, baseline: float, unit: str, better: str, targe
     met = None if target is None else (ratio >= target if better == "higher" else ratio <= target)
     row = {"name": name, "ours": round(ours, 4), "baseline": round(baseline, 4), "unit": unit,
            "ratio": round(ratio, 4), "better": better, "target": target, "met": met}
+    for side, value in (("ours_runs", ours), ("baseline_runs", baseline)):
+        if spread(value) is not None:
+            row[side] = spread(value)
     if note:
         row["note"] = note
     mark = "info" if met is None else "ok " if met else "MISS"

@@ -57,8 +57,8 @@ def _dense_from_spark_ml(model, rows):
     return features_to_numpy(to_feature_frame(model, rows, with_label=False).orderBy("row_id").toArrow().column("features"))
 
 
-@pytest.mark.parametrize("one_hot,scale", [(True, True), (False, False)])
-def test_compact_storage_rebuilds_spark_ml_vectors_exactly(spark, tmp_path, one_hot, scale):
+@pytest.mark.parametrize("one_hot,scale,impute", [(True, True, "median"), (False, False, "median"), (True, True, "mean")])
+def test_compact_storage_rebuilds_spark_ml_vectors_exactly(spark, tmp_path, one_hot, scale, impute):
     """Every slot of every row equals Spark ML's own output: missing numbers and categories,
     a category never seen in training, a constant column (std 0), with and without one-hot/scaling."""
     train = tmp_path / "train.csv"
@@ -67,7 +67,7 @@ def test_compact_storage_rebuilds_spark_ml_vectors_exactly(spark, tmp_path, one_
     score = tmp_path / "score.csv"
     score.write_text("35, 1.5, Tokyo, yes\n?, 1.5, Paris, no\n33, 1.5, ?, no\n")
     cfg = small_config(train)
-    model = build_feature_pipeline(cfg, FeatureConfig(one_hot=one_hot, scale_numeric=scale)).fit(
+    model = build_feature_pipeline(cfg, FeatureConfig(one_hot=one_hot, scale_numeric=scale, impute_strategy=impute)).fit(
         ingest(spark, str(train), cfg).accepted)
     for path in (train, score):
         rows = ingest(spark, str(path), cfg).accepted
@@ -136,3 +136,29 @@ def test_a_pipeline_that_does_not_compile_falls_back_to_dense_vectors(spark, tmp
     assert compile_features(model) is None
     frame, layout = scoring_frame(model, rows, with_label=False)
     assert layout is None and len(frame.first()["features"]) == len(feature_names(model, rows))
+
+
+def test_the_one_pass_mean_imputer_is_spark_mls_imputer(spark, tmp_path):
+    """Null and NaN are missing; the fitted model has Spark's surrogates, transforms the same and
+    saves and loads as Spark's own ImputerModel. A column with no value is named."""
+    from pyspark.ml import PipelineModel
+    from pyspark.ml.feature import Imputer
+
+    from sparkml_dist.data.imputer import MeanImputer
+    from sparkml_dist.errors import DataError
+
+    nan = float("nan")
+    rows = spark.createDataFrame([(1.0, 10, None), (nan, None, 2.5), (4.0, 30, 3.5), (None, 20, nan), (2.5, 5, 1.0)],
+                                 "a double, b int, c double")
+    spark_ml = Imputer(inputCols=["a", "b", "c"], outputCols=["a_", "b_", "c_"], strategy="mean")
+    ours = MeanImputer(Imputer(inputCols=["a", "b", "c"], outputCols=["a_", "b_", "c_"], strategy="mean")).fit(rows)
+    assert ours.surrogateDF.first().asDict() == pytest.approx(spark_ml.fit(rows).surrogateDF.first().asDict(), rel=1e-12)
+    imputed = ["a_", "b_", "c_"]  # the inputs hold NaN, which never equals itself
+    assert ours.transform(rows).select(imputed).collect() == spark_ml.fit(rows).transform(rows).select(imputed).collect()
+    PipelineModel([ours]).save(str(tmp_path / "pipeline"))
+    loaded = PipelineModel.load(str(tmp_path / "pipeline"))
+    assert loaded.transform(rows).select(imputed).collect() == ours.transform(rows).select(imputed).collect()
+
+    empty = rows.withColumn("d", F.lit(None).cast("double"))
+    with pytest.raises(DataError, match=r"numeric column\(s\) \['d'\] have no value in the training rows"):
+        MeanImputer(Imputer(inputCols=["a", "d"], outputCols=["a_", "d_"], strategy="mean")).fit(empty)
