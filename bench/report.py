@@ -25,7 +25,7 @@ BLOCK = re.compile(r"(<!-- bench\.report: (\S+) -->\n)(.*?)(<!-- /bench\.report 
 ORDER = ["infer_vs_arrow_ceiling", "infer_vs_mlflow_spark_udf", "infer_vs_mlflow_spark_udf_array_signature",
          "infer_compute_bound_vs_torch",
          "train_1rank_vs_plain_torch", "train_scaling_2_ranks", "train_vs_torch_distributor",
-         "run_start_vs_torch_distributor", "dataframe_fed_vs_parquet", "dataframe_fed_launch_vs_parquet", "dataframe_fed_vs_torch_distributor_df",
+         "train_vs_torch_distributor_1_epoch", "run_start_vs_torch_distributor", "dataframe_fed_vs_parquet", "dataframe_fed_launch_vs_parquet", "dataframe_fed_vs_torch_distributor_df",
          "loader_vs_pyarrow",
          "allreduce_torch_vs_gloo", "allreduce_torch_vs_gloo_16mib", "allreduce_torch_vs_gloo_1mib",
          "allreduce_horovod_vs_gloo", "allreduce_horovod_vs_gloo_16mib", "allreduce_horovod_vs_gloo_1mib",
