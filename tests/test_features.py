@@ -162,3 +162,5 @@ def test_the_one_pass_mean_imputer_is_spark_mls_imputer(spark, tmp_path):
     empty = rows.withColumn("d", F.lit(None).cast("double"))
     with pytest.raises(DataError, match=r"numeric column\(s\) \['d'\] have no value in the training rows"):
         MeanImputer(Imputer(inputCols=["a", "d"], outputCols=["a_", "d_"], strategy="mean")).fit(empty)
+    with pytest.raises(DataError, match="the training split is empty"):
+        MeanImputer(Imputer(inputCols=["a"], outputCols=["a_"], strategy="mean")).fit(rows.limit(0))

@@ -50,11 +50,11 @@ class MeanImputer(Estimator):
 
 def column_means(rows: DataFrame, names: list[str]) -> dict[str, float]:
     """The mean of each column over its values that are neither null nor NaN."""
+    if rows.isEmpty():  # Summarizer fails on no rows with a bare "requirement failed"
+        raise DataError("no training rows to fit the feature pipeline on (the training split is empty)")
     as_doubles = ", ".join(f"coalesce(CAST({ident(n)} AS DOUBLE), double('NaN'))" for n in names)
     vector = array_to_vector(F.expr(f"array({as_doubles})"))
-    summary = rows.select(Summarizer.metrics("mean", "count").summary(vector).alias("s")).first()["s"]
-    if summary["count"] == 0:
-        raise DataError("no training rows to fit the feature pipeline on (the split is empty)")
+    summary = rows.select(Summarizer.metrics("mean").summary(vector).alias("s")).first()["s"]
     means = dict(zip(names, summary["mean"].toArray().tolist()))
     with_missing = [n for n, m in means.items() if math.isnan(m)]
     if with_missing:
