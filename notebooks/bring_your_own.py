@@ -94,6 +94,7 @@ def fails_on_rank_1():
 
     dist.init_process_group("gloo")
     print(f"rank {dist.get_rank()} loading its shard")
+    dist.barrier()  # both ranks have started (and said so) before rank 1 finds its shard missing
     if dist.get_rank() == 1:
         raise FileNotFoundError("/data/shard-1.parquet")
     dist.barrier()
