@@ -83,6 +83,17 @@ def test_typed_rows_are_checked_like_csv_rows(spark, tmp_path):
             "the source row, as JSON with its nulls"
 
 
+def test_a_rejected_rows_text_keeps_a_cast_columns_source_value(spark, tmp_path):
+    """A column the config casts (string -> double) is a number for the features, and the reject's
+    raw text still shows it as the source holds it."""
+    path = str(tmp_path / "rows.parquet")
+    spark.createDataFrame([("1.50", "x"), ("7.25", "z")], "score string, y string").write.parquet(path)
+    data = typed(path, {"column": "y", "classes": ["x", "y"]}, columns=[{"name": "score", "type": "double", "role": "numeric"}])
+    with ingest(spark, path, data) as result:
+        assert [r["score"] for r in result.accepted.collect()] == [1.5]
+        assert [r["raw_line"] for r in result.rejects.collect()] == ['{"score":"7.25","y":"z"}']
+
+
 def test_a_column_the_source_does_not_have_is_named_with_those_it_has(spark, tmp_path):
     path = str(tmp_path / "rows.parquet")
     spark.createDataFrame([(1.0, "a")], "score double, y string").write.parquet(path)
