@@ -11,7 +11,9 @@ import argparse
 import json
 import logging
 import re
+import signal
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Callable
 
@@ -70,6 +72,26 @@ def _score(spark, cfg: JobConfig, args) -> str:
             f"-> {result.path} (model {result.model_uri}){energy}")
 
 
+def _stream(spark, cfg: JobConfig, args) -> str:
+    from sparkml_dist.stages.stream import stream
+
+    if not args.input:
+        raise SparkMLDistError("stream: give the directory new files arrive in with --input DIR")
+    stop = threading.Event()  # SIGTERM or Ctrl-C: finish the micro-batch in progress, then stop
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        result = stream(spark, cfg, args.input, args.output, args.checkpoint, args.model_uri, stop)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    versions = sorted({b.report.model_version for b in result.batches})
+    refused = "".join(f"; version {v} refused: {why}" for v, why in result.refused.items())
+    return (f"stream: {len(result.batches)} micro-batches, {result.total('input_rows'):,} rows in, "
+            f"{result.total('rejected_rows'):,} rejected, {result.total('scored_rows'):,} scored by version(s) "
+            f"{', '.join(versions) or '-'} -> {result.output}/scored (checkpoint {result.checkpoint}); "
+            f"{result.stopped}{refused}")
+
+
 def _pipeline(spark, cfg: JobConfig, args) -> str:
     from sparkml_dist.pipeline import format_summary, run_pipeline
 
@@ -118,6 +140,8 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
     Command("evaluate", "score the test rows with the last trained model (or --model-uri)", _evaluate),
     Command("register", "register the evaluated model; champion only through the gate", _register),
     Command("score", "score raw rows with models:/<name>@champion (or --model-uri)", _score),
+    Command("stream", "score files as they arrive in --input with Structured Streaming, following @champion",
+            _stream),
     Command("pipeline", "preprocess -> train -> evaluate -> register -> score in one MLflow run", _pipeline),
     Command("finetune", "continue training a registered model on new rows", _finetune),
     Command("contribute", "validate a contributor's parameter delta and merge it if it passes", _contribute),
@@ -139,8 +163,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--run-date", help="scope outputs to <output.root>/run_date=<date>; a re-run for the same "
                                            "date replaces them (scheduled workflows pass their logical date)")
     parser.add_argument("--model-uri", help="evaluate/register/score: model to use (default: last trained / @champion)")
-    parser.add_argument("--input", help="score: raw rows to score (default: data.score_path or data.test_path)")
-    parser.add_argument("--output", help="score: where predictions go (default: <output.root>/predictions)")
+    parser.add_argument("--input", help="score: raw rows to score (default: data.score_path or data.test_path); "
+                                        "stream: the directory new files arrive in")
+    parser.add_argument("--output", help="score: where predictions go (default: <output.root>/predictions); "
+                                         "stream: default <output.root>/stream")
+    parser.add_argument("--checkpoint", help="stream: the query's checkpoint; a restart with the same one continues "
+                                             "(default: <output>/_checkpoint)")
     parser.add_argument("--delta", help="contribute: the parameter delta, a file or an MLflow artifact URI")
     parser.add_argument("--contributor", default="anonymous", help="contribute: who submitted the delta")
     return parser.parse_args(argv)

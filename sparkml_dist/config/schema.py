@@ -412,6 +412,26 @@ class ObserveConfig(Section):
                                                   "process CPU-seconds x this (a server CPU's TDP / its cores)")
 
 
+class StreamConfig(Section):
+    """`sparkml-dist stream`: continuous scoring with Structured Streaming (docs/streaming.md)."""
+
+    trigger: Literal["processing_time", "available_now"] = Field(
+        "processing_time", description="processing_time: a micro-batch every stream.interval while the query runs; "
+                                       "available_now: score what the input holds, in micro-batches, then stop "
+                                       "(for scheduled runs)")
+    interval: str = Field("5 seconds", pattern=r"^\d+(\.\d+)? *(milliseconds?|ms|seconds?|s|minutes?|min)$",
+                          description="processing_time: how often a micro-batch starts, e.g. '1 second'")
+    max_files_per_trigger: int | None = Field(None, ge=1, description="new files one micro-batch reads at most "
+                                                                       "(default: all that arrived)")
+    model_uri: str = Field("", description="the model to follow: default models:/<tracking.registered_model>@champion; "
+                                           "an alias is resolved again before every micro-batch")
+    source_schema: str | None = Field(None, description="typed formats: the input's schema as Spark DDL, e.g. "
+                                                        "'age INT, city STRING'; default: the schema of the files "
+                                                        "already in the input directory")
+    source_options: dict[str, str] = Field(default_factory=dict, description="extra options of Spark's streaming "
+                                                                             "source, e.g. {cleanSource: archive}")
+
+
 class OutputConfig(Section):
     """Outputs: preprocessed splits, checkpoints, predictions, plots and the stages' records."""
 
@@ -438,6 +458,7 @@ class JobConfig(Section):
     federated: FederatedConfig = FederatedConfig()
     tune: TuneConfig = TuneConfig()
     observe: ObserveConfig = ObserveConfig()
+    stream: StreamConfig = StreamConfig()
 
     @field_validator("train", mode="wrap")
     @classmethod

@@ -27,7 +27,8 @@ LABEL = "label"
 WEIGHT = "weight"
 REASON = "reason"
 
-__all__ = ["LABEL", "RAW_LINE", "REASON", "ROW_ID", "SOURCE_FILE", "WEIGHT", "IngestResult", "ingest"]
+__all__ = ["LABEL", "RAW_LINE", "REASON", "ROW_ID", "SOURCE_FILE", "WEIGHT", "IngestResult", "checked_rows",
+           "ingest", "split_checked"]
 
 
 @dataclass
@@ -70,25 +71,36 @@ class IngestResult:
 def ingest(spark: SparkSession, location: str, cfg: DataConfig, require_label: bool = True) -> IngestResult:
     """Read `location`, type and check its rows, split into accepted and rejects (cached)."""
     raw = read_source(spark, resolve_path(location), location, cfg)
-    data = raw.data
-    typed = _typed_columns(data, require_label)
+    result = split_checked(checked_rows(raw, require_label).cache(), raw.data)
+    if result.input_rows == 0:
+        result.release()
+        raise DataError(f"{location}: no input rows (the file is empty or holds only blank lines)")
+    if result.rejected_rows == result.input_rows:
+        raw.explain_all_rejected(result.rejects, location)
+    return result
+
+
+def checked_rows(raw: RawRows, require_label: bool) -> DataFrame:
+    """The typed columns, and for a row that fails a check its file, raw text and reason (null
+    reason: accepted). Works on a batch or a streaming frame alike."""
+    typed = _typed_columns(raw.data, require_label)
     # The reason once (a wide source's checks are hundreds of expressions), in its own projection
     # under the one that reads it: the raw text and file are then made only where a row is
     # rejected. The accepted rows' strings would make the cache several times larger and slower.
-    reasoned = raw.rows.withColumn(REASON, _reject_reason(raw, data, require_label))
+    reasoned = raw.rows.withColumn(REASON, _reject_reason(raw, raw.data, require_label))
     bad = F.col(REASON).isNotNull()
-    checked = reasoned.select(*typed, F.when(bad, F.col(SOURCE_FILE)).alias(SOURCE_FILE),
-                              F.when(bad, raw.raw_line).alias(RAW_LINE), REASON).cache()
-    names = checked.columns[:len(typed)]
+    return reasoned.select(*typed, F.when(bad, F.col(SOURCE_FILE)).alias(SOURCE_FILE),
+                           F.when(bad, raw.raw_line).alias(RAW_LINE), REASON)
+
+
+def split_checked(checked: DataFrame, data: DataConfig) -> IngestResult:
+    """`checked_rows` (cached by the caller: both outputs and the counts read it) split into the
+    accepted rows and the rejects, counted, the counts reconciled."""
+    bad = F.col(REASON).isNotNull()
+    names = checked.columns[:-3]  # by position: checked_rows puts its three after the typed columns
     rejects = checked.where(bad).select(SOURCE_FILE, ROW_ID, RAW_LINE, REASON)
     accepted = checked.where(~bad).select(*names)
-    counts = checked.agg(
-        F.count(F.lit(1)).alias("n"), F.count(F.col(REASON)).alias("bad")
-    ).first()
-    if counts["n"] == 0:
-        raise DataError(f"{location}: no input rows (the file is empty or holds only blank lines)")
-    if counts["n"] == counts["bad"]:
-        raw.explain_all_rejected(rejects, location)
+    counts = checked.agg(F.count(F.lit(1)).alias("n"), F.count(F.col(REASON)).alias("bad")).first()
     result = IngestResult(accepted, rejects, counts["n"], counts["n"] - counts["bad"], counts["bad"], data, checked)
     result.reconcile()
     return result

