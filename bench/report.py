@@ -1,11 +1,12 @@
 """The tables of docs/benchmarks.md, generated from bench/results.json.
 
     .venv/bin/python -m bench.report            # print the full table
-    .venv/bin/python -m bench.report --write    # rewrite every generated table in docs/benchmarks.md
+    .venv/bin/python -m bench.report --write    # rewrite every generated table in the docs
 
 A generated table sits between `<!-- bench.report: PREFIX -->` and `<!-- /bench.report -->`
-and holds the rows whose names start with PREFIX (`*`: every row). tests/test_bench_report.py
-fails when the docs and bench/results.json disagree.
+and holds the rows whose names start with PREFIX (`*`: every row), in docs/benchmarks.md and in
+the feature docs that quote their own rows (`GENERATED`). tests/test_bench_report.py fails when
+the docs and bench/results.json disagree.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from bench.common import RESULTS
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+GENERATED = (DOCS, DOCS.parent / "streaming.md")  # every file with generated tables
 BLOCK = re.compile(r"(<!-- bench\.report: (\S+) -->\n)(.*?)(<!-- /bench\.report -->)", re.S)
 
 ORDER = ["infer_vs_arrow_ceiling", "infer_vs_mlflow_spark_udf", "infer_vs_mlflow_spark_udf_array_signature",
@@ -31,7 +33,8 @@ ORDER = ["infer_vs_arrow_ceiling", "infer_vs_mlflow_spark_udf", "infer_vs_mlflow
          "allreduce_horovod_vs_gloo", "allreduce_horovod_vs_gloo_16mib", "allreduce_horovod_vs_gloo_1mib",
          "preprocess_vs_spark_io_1m", "preprocess_vs_spark_io_10m", "memory_stream_train", "memory_score_10m",
          "host_loss_run_vs_uninterrupted", "host_loss_resume_s", "tune_epochs_median_vs_unpruned",
-         "tune_best_val_median_vs_unpruned", "tune_epochs_asha_vs_unpruned", "tune_best_val_asha_vs_unpruned", "tune_trials_per_hour", "tune_test_accuracy_vs_default", "observe_overhead_2_ranks"]
+         "tune_best_val_median_vs_unpruned", "tune_epochs_asha_vs_unpruned", "tune_best_val_asha_vs_unpruned", "tune_trials_per_hour", "tune_test_accuracy_vs_default", "observe_overhead_2_ranks",
+         "stream_vs_batch_scoring", "stream_latency_p50", "stream_latency_p95"]
 
 
 def table(results: list[dict], prefix: str = "*") -> str:
@@ -57,17 +60,19 @@ def load_results(path: Path = RESULTS) -> list[dict]:
     return json.loads(path.read_text())["results"]
 
 
-def write_docs(path: Path = DOCS) -> None:
-    text = render(path.read_text(), load_results())
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+def write_docs(paths: tuple[Path, ...] = GENERATED) -> None:
+    results = load_results()
+    for path in paths:
+        text = render(path.read_text(), results)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--write", action="store_true", help=f"rewrite the generated tables in {DOCS.name}")
+    parser.add_argument("--write", action="store_true", help="rewrite the generated tables in " + ", ".join(p.name for p in GENERATED))
     if parser.parse_args().write:
         write_docs()
     else:

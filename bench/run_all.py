@@ -14,7 +14,7 @@ import time
 from contextlib import contextmanager
 
 from bench import (allreduce, byo, host_loss, inference, loader, memory, observe, parallel, preprocess, scaling,
-                   scoring_raw, training, tune)
+                   scoring_raw, streaming, training, tune)
 from bench.common import make_bench_importable
 
 
@@ -54,6 +54,8 @@ def main(full: bool = False) -> None:
         preprocess.main((1_000_000, 10_000_000) if full else (1_000_000,), spark=spark)
     with timed("tune"):
         tune.main(spark=spark)
+    with timed("streaming"):
+        streaming.main(spark=spark)
     spark.stop()
     if os.geteuid() == 0 and shutil.which("ip"):  # the emulated hosts need root and iproute2
         with timed("host_loss"):

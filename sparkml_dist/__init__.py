@@ -42,6 +42,8 @@ _EXPORTS: dict[str, str] = {
     "contribute": "sparkml_dist.stages.contribute",
     "run_pipeline": "sparkml_dist.pipeline",
     "run_tune": "sparkml_dist.tune.runner",
+    "stream": "sparkml_dist.stages.stream",
+    "StreamResult": "sparkml_dist.stages.stream",
     "TuneResult": "sparkml_dist.tune.runner",
     "PreprocessResult": "sparkml_dist.data.dataset",
     "TrainResult": "sparkml_dist.stages.train",

@@ -105,6 +105,18 @@ def test_a_column_the_source_does_not_have_is_named_with_those_it_has(spark, tmp
         ingest(spark, str(tmp_path / "nope.parquet"), data)
 
 
+def test_rows_to_score_need_no_label_column_and_training_rows_do(spark, tmp_path):
+    path = str(tmp_path / "unlabelled.parquet")
+    spark.createDataFrame([(1.0, "a"), (2.0, "b")], "score double, town string").write.parquet(path)
+    data = typed(path, {"column": "y", "classes": ["x", "y"]}, columns=[{"name": "y", "type": "string", "role": "label"}])
+    with ingest(spark, path, data, require_label=False) as result:
+        assert result.counts() == {"input": 2, "accepted": 2, "rejected": 0}
+        assert [c.name for c in result.data.columns] == ["score", "town"]
+    with pytest.raises(DataError, match=r"column 'y' \(data.label.column\) is not in the source; its columns: "
+                                        r"\['score', 'town'\]. Training and evaluation need it"):
+        ingest(spark, path, data)
+
+
 def test_a_typed_label_decides_the_task_and_the_task_checks_the_config(spark, tmp_path):
     path = str(tmp_path / "prices.parquet")
     spark.createDataFrame([(1.0, 2.5), (2.0, 3.5), (3.0, 4.0)], "size double, price double").write.parquet(path)

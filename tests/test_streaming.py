@@ -2,12 +2,14 @@
 while the query runs are scored; moving @champion mid-stream switches the version at a
 micro-batch boundary and a version that does not fit is refused; bad lines go to the rejects;
 SIGKILL mid-stream, then a restart on the same checkpoint, gives every row exactly once, equal
-to the batch scorer's output; SIGTERM finishes the micro-batch and exits cleanly."""
+to the batch scorer's output; SIGTERM finishes the micro-batch and exits cleanly, and a restart
+after it scores only what is new."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -115,6 +117,7 @@ def batch_probabilities(spark, cfg, input_dir: Path, tmp_path: Path) -> dict[int
 
 
 def test_files_arriving_are_scored_by_the_version_the_alias_names(spark, registry, tmp_path):
+    from sparkml_dist.errors import OutputInUseError
     from sparkml_dist.stages.stream import stream
 
     cfg, _, client, name = registry
@@ -138,6 +141,8 @@ def test_files_arriving_are_scored_by_the_version_the_alias_names(spark, registr
     try:
         drop(incoming, "a.csv", adult_lines(0, 800))
         wait_for(lambda: scored(800), what="file a scored")
+        with pytest.raises(OutputInUseError, match="is being written by another job"):
+            stream(spark, cfg, str(incoming), str(output))  # a second query on the same output is refused
         client.set_registered_model_alias(name, "champion", "2")
         drop(incoming, "b.csv", adult_lines(800, 1500))
         wait_for(lambda: scored(1500), what="file b scored")
@@ -191,6 +196,7 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING")}
 
 
+@pytest.mark.slow
 def test_sigkill_mid_stream_then_restart_scores_every_row_exactly_once(spark, registry, tmp_path):
     cfg, config, client, name = registry
     client.set_registered_model_alias(name, "champion", "1")
@@ -211,18 +217,11 @@ def test_sigkill_mid_stream_then_restart_scores_every_row_exactly_once(spark, re
     killed_at = len(scored_batches(output))
     assert killed_at < 8, "killed before the input was drained"
 
-    second = subprocess.Popen(_stream_cli(config, incoming, output, *one_file_a_batch), env=_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    wait_for(lambda: len(scored_batches(output)) > killed_at or second.poll() is not None, what="a batch after restart")
-    second.send_signal(signal.SIGTERM)  # finish the micro-batch in progress, then stop
-    said, _ = second.communicate(timeout=120)
-    assert second.returncode == 0, said[-3000:]
-    assert "stopped on request (SIGTERM) after the micro-batch in progress" in said
-
-    third = subprocess.run(_stream_cli(config, incoming, output, "--set", "stream.trigger=available_now"),
+    again = subprocess.run(_stream_cli(config, incoming, output, "--set", "stream.trigger=available_now"),
                            env=_env(), capture_output=True, text=True, timeout=300)
-    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
-    assert "the input is drained (available_now)" in third.stdout
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "the input is drained (available_now)" in again.stdout
+    assert "taking over the lock of a writer that is gone" in again.stderr, "the killed query's lock"
 
     streamed = [(rid, p) for frame in scored_batches(output).values() for rid, p in zip(frame["rid"], frame["probability"])]
     rids = [rid for rid, _ in streamed]
@@ -232,26 +231,55 @@ def test_sigkill_mid_stream_then_restart_scores_every_row_exactly_once(spark, re
     assert not list((output / "_staging").glob("*")), "no staging left behind"
 
 
+def test_a_scheduled_stream_keeps_one_output_and_checkpoint_across_run_dates(make_adult_config):
+    from sparkml_dist.cli import scoped_to_run_date
+    from sparkml_dist.stages.stream import default_output
+
+    cfg = make_adult_config()
+    assert default_output(cfg).endswith("/out/stream")
+    assert default_output(scoped_to_run_date(cfg, "2026-12-01")) == default_output(cfg)
+
+
 README_STREAM = (".venv/bin/python -m sparkml_dist.cli stream --config conf/adult.yaml --input incoming "
                  "--set stream.trigger=available_now")
+DOCS_STREAM = '.venv/bin/python -m sparkml_dist.cli stream --config conf/adult.yaml --input incoming --set "stream.interval=1 second"'
 
 
-def test_the_readme_stream_command_scores_what_arrived(spark, registry, tmp_path):
-    """The README's command, as written, in a working directory like the one `make demo` leaves:
-    conf/, .venv/, ./mlflow.db with a champion, and files in incoming/."""
+@pytest.mark.slow
+def test_the_readme_stream_commands_score_what_arrived(spark, registry, tmp_path):
+    """The README's command and docs/streaming.md's, as written, in a working directory like the
+    one `make demo` leaves: conf/, .venv/, ./mlflow.db with a champion, files in incoming/."""
     assert README_STREAM in (ROOT / "README.md").read_text()
+    assert README_STREAM in (ROOT / "docs" / "streaming.md").read_text()
+    assert DOCS_STREAM in (ROOT / "docs" / "streaming.md").read_text()
     cfg, _, client, name = registry
     client.set_registered_model_alias(name, "champion", "2")
     for link in ("conf", ".venv"):
         (tmp_path / link).symlink_to(ROOT / link)
     shutil.copy(cfg.tracking.tracking_uri.removeprefix("sqlite:///"), tmp_path / "mlflow.db")
-    (tmp_path / "incoming").mkdir()
-    rows = [line.split(",", 1)[1] for line in adult_lines(0, 1000)]  # conf/adult.yaml's columns: no id
-    drop(tmp_path / "incoming", "2026-12-01.csv", rows[:600])
-    drop(tmp_path / "incoming", "2026-12-02.csv", rows[600:] + ["?,?"])
+    incoming, output = tmp_path / "incoming", tmp_path / "output" / "adult" / "stream"
+    incoming.mkdir()
+    rows = [line.split(",", 1)[1] for line in adult_lines(0, 1500)]  # conf/adult.yaml's columns: no id
+    drop(incoming, "2026-12-01.csv", rows[:600])
+    drop(incoming, "2026-12-02.csv", rows[600:1000] + ["?,?"])
     done = subprocess.run(README_STREAM, shell=True, cwd=tmp_path, env=_env(), capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "1,001 rows in, 1 rejected, 1,000 scored by version(s) 2" in done.stdout, done.stdout
-    batches = scored_batches(tmp_path / "output" / "adult" / "stream")
-    assert sum(len(b) for b in batches.values()) == 1000
+    assert "the input is drained (available_now)" in done.stdout
+    assert sum(len(b) for b in scored_batches(output).values()) == 1000
+
+    running = subprocess.Popen(shlex.split(DOCS_STREAM), cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    try:
+        time.sleep(3)  # a file delivered while the query runs, not before it starts
+        drop(incoming, "2026-12-03.csv", rows[1000:])
+        wait_for(lambda: sum(len(b) for b in scored_batches(output).values()) == 1500 or running.poll() is not None,
+                 what="the file delivered to the running query")
+    finally:
+        running.send_signal(signal.SIGTERM)
+        said, _ = running.communicate(timeout=120)
+    assert running.returncode == 0, said[-3000:]
+    assert "500 rows in, 0 rejected, 500 scored by version 2" in said
+    assert "stopped on request (SIGTERM) after the micro-batch in progress" in said
+    assert sum(len(b) for b in scored_batches(output).values()) == 1500, "the earlier files are not scored again"

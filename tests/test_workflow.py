@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 import yaml
 
 from sparkml_dist import cli
-from sparkml_dist.workflow import WORKFLOW, spark_submit_command
+from sparkml_dist.workflow import STREAM_SCORING, WORKFLOW, spark_submit_command, stream_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,13 +28,26 @@ def test_workflow_runs_every_stage_in_order_with_existing_jobs():
 
 def test_databricks_bundle_matches_the_workflow():
     bundle = yaml.safe_load((ROOT / "conf/workflows/databricks.yml").read_text())
-    tasks = bundle["resources"]["jobs"]["sparkml_dist_adult"]["tasks"]
-    assert [t["task_key"] for t in tasks] == [t.name for t in WORKFLOW]
+    job = bundle["resources"]["jobs"]["sparkml_dist_adult"]
+    tasks = job["tasks"]
+    assert [t["task_key"] for t in tasks] == [t.name for t in WORKFLOW] + ["stream_enabled", STREAM_SCORING.name]
     for spec, task in zip(tasks, WORKFLOW):
         assert spec["spark_python_task"]["python_file"] == task.job
         assert [d["task_key"] for d in spec.get("depends_on", [])] == list(task.depends_on)
         assert spec["spark_python_task"]["parameters"][:4] == ["--config", "conf/adult.yaml", "--run-date",
                                                                 "{{job.start_time.iso_date}}"]
+    # the optional availableNow scoring: only when the job's stream_input parameter names a directory
+    condition, stream = tasks[-2:]
+    assert job["parameters"] == [{"name": "stream_input", "default": ""}]
+    assert condition["depends_on"] == [{"task_key": STREAM_SCORING.depends_on[0]}]
+    assert condition["condition_task"] == {"op": "NOT_EQUAL", "left": "{{job.parameters.stream_input}}", "right": ""}
+    assert stream["depends_on"] == [{"task_key": "stream_enabled", "outcome": "true"}]
+    assert stream["spark_python_task"]["python_file"] == STREAM_SCORING.job
+    assert stream["spark_python_task"]["parameters"] == [
+        "--config", "conf/adult.yaml", "--run-date", "{{job.start_time.iso_date}}",
+        *stream_arguments("{{job.parameters.stream_input}}")]
+    args = cli.parse_args(["stream", "--config", "c.yaml", *stream_arguments("incoming")])
+    assert (args.input, args.overrides) == ("incoming", ["stream.trigger=available_now"])
 
 
 def test_airflow_loads_the_dag_built_from_the_workflow_definition(tmp_path, monkeypatch):
@@ -54,6 +67,21 @@ def test_airflow_loads_the_dag_built_from_the_workflow_definition(tmp_path, monk
         expected = spark_submit_command(task, "conf/adult.yaml", "{{ ds }}", hostile)
         assert shlex.split(op.bash_command)[3:] == expected, op.bash_command
     assert dag.catchup is False and dag.max_active_runs == 1
+
+
+def test_airflow_adds_stream_scoring_when_an_input_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    monkeypatch.setenv("SPARKML_DIST_STREAM_INPUT", "/data/incoming; rm -rf /")
+    from airflow.models.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(ROOT / "conf/workflows"), include_examples=False)
+    assert bag.import_errors == {}
+    dag = bag.dags["sparkml_dist_adult"]
+    assert [t.task_id for t in dag.tasks] == [t.name for t in WORKFLOW] + [STREAM_SCORING.name]
+    op = dag.task_dict[STREAM_SCORING.name]
+    assert sorted(op.upstream_task_ids) == ["register"]
+    assert shlex.split(op.bash_command)[3:] == spark_submit_command(
+        STREAM_SCORING, "conf/adult.yaml", "{{ ds }}", None, stream_arguments("/data/incoming; rm -rf /"))
 
 
 @pytest.mark.spark

@@ -3,7 +3,9 @@
 Copy (or symlink) into your Airflow dags folder on a machine where the project is installed.
 Each run's outputs are scoped to its logical date (`--run-date {{ ds }}`), so a re-run or a
 backfill replaces that date's outputs instead of duplicating them.
-Variables: SPARKML_DIST_HOME (the project checkout), SPARKML_DIST_MASTER (e.g. spark://host:7077).
+Variables: SPARKML_DIST_HOME (the project checkout), SPARKML_DIST_MASTER (e.g. spark://host:7077),
+SPARKML_DIST_STREAM_INPUT (optional: a directory of arriving files; when set, a stream_score task
+after register scores what arrived there since the last run, then stops).
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ try:  # Airflow 3: operators live in the standard provider
 except ImportError:  # Airflow 2
     from airflow.operators.bash import BashOperator
 
-from sparkml_dist.workflow import WORKFLOW, spark_submit_command
+from sparkml_dist.workflow import STREAM_SCORING, WORKFLOW, spark_submit_command, stream_arguments
 
 HOME = os.environ.get("SPARKML_DIST_HOME", "/opt/sparkml_dist")
 MASTER = os.environ.get("SPARKML_DIST_MASTER")
+STREAM_INPUT = os.environ.get("SPARKML_DIST_STREAM_INPUT")
 
 with DAG(
     dag_id="sparkml_dist_adult",
@@ -33,14 +36,17 @@ with DAG(
     tags=["sparkml_dist", "ml"],
 ) as dag:
     operators = {}
-    for task in WORKFLOW:
-        command = spark_submit_command(task, "conf/adult.yaml", "{{ ds }}", MASTER)
+    tasks = [(task, ()) for task in WORKFLOW]
+    if STREAM_INPUT:
+        tasks.append((STREAM_SCORING, stream_arguments(STREAM_INPUT)))
+    for task, extra in tasks:
+        command = spark_submit_command(task, "conf/adult.yaml", "{{ ds }}", MASTER, extra)
         operators[task.name] = BashOperator(
             task_id=task.name,
             # every argument quoted: a variable's value is data, never shell syntax
             bash_command=f"cd {shlex.quote(HOME)} && {shlex.join(command)}",
             retries=1,
         )
-    for task in WORKFLOW:
+    for task, _ in tasks:
         for upstream in task.depends_on:
             operators[upstream] >> operators[task.name]

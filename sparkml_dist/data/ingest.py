@@ -71,6 +71,8 @@ class IngestResult:
 def ingest(spark: SparkSession, location: str, cfg: DataConfig, require_label: bool = True) -> IngestResult:
     """Read `location`, type and check its rows, split into accepted and rejects (cached)."""
     raw = read_source(spark, resolve_path(location), location, cfg)
+    if require_label:
+        _require_label_columns(raw.data, location)
     result = split_checked(checked_rows(raw, require_label).cache(), raw.data)
     if result.input_rows == 0:
         result.release()
@@ -104,6 +106,15 @@ def split_checked(checked: DataFrame, data: DataConfig) -> IngestResult:
     result = IngestResult(accepted, rejects, counts["n"], counts["n"] - counts["bad"], counts["bad"], data, checked)
     result.reconcile()
     return result
+
+
+def _require_label_columns(data: DataConfig, location: str) -> None:
+    names = [c.name for c in data.columns]
+    for key, name in (("data.label.column", data.label.column), ("data.weight_column", data.weight_column)):
+        if name is not None and name not in names:
+            raise DataError(f"{location}: column '{name}' ({key}) is not in the source; its columns: "
+                            f"{names[:50]}{' ...' if len(names) > 50 else ''}. Training and evaluation need it "
+                            f"(only scoring reads rows without it)")
 
 
 def _reject_reason(raw: RawRows, data: DataConfig, require_label: bool) -> Column:

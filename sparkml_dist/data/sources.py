@@ -226,8 +226,9 @@ def resolve_columns(cfg: DataConfig, fields: list[T.StructField], location: str)
     """Every source column with a type (the source's, or the configured cast) and a role (the
     configured one, the label's, the weight's, or the type's)."""
     names = [f.name for f in fields]
-    wanted = [c.name for c in cfg.columns] + [cfg.label.column] + ([cfg.weight_column] if cfg.weight_column else [])
-    missing = [n for n in dict.fromkeys(wanted) if n not in names]
+    # rows to score need no label or weight: ingest requires them where it reads them
+    optional = {cfg.label.column, cfg.weight_column}
+    missing = [n for n in dict.fromkeys(c.name for c in cfg.columns) if n not in names and n not in optional]
     if missing:
         raise DataError(f"{location}: column(s) {missing} named in data are not in the source; its columns: "
                         f"{names[:50]}{' ...' if len(names) > 50 else ''}")

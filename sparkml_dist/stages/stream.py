@@ -24,6 +24,7 @@ from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.ingest import checked_rows, split_checked
 from sparkml_dist.errors import DataError, SparkMLDistError
 from sparkml_dist.stages.score import schema_of, scored_rows
+from sparkml_dist.storage.hadoop import HadoopFS, OutputLock
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.streaming.follow import ModelFollower
 from sparkml_dist.streaming.progress import BatchProgress, BatchReport, ProgressListener, Reports
@@ -52,7 +53,7 @@ class StreamResult:
 def stream(spark: SparkSession, cfg: JobConfig, input_path: str, output_path: str | None = None,
            checkpoint: str | None = None, model_uri: str | None = None,
            stop: threading.Event | None = None) -> StreamResult:
-    out = storage.absolute(output_path) if output_path else OutputPaths.of(cfg).under("stream")
+    out = storage.absolute(output_path) if output_path else default_output(cfg)
     checkpoint = storage.absolute(checkpoint) if checkpoint else storage.join(out, "_checkpoint")
     uri = model_uri or cfg.stream.model_uri or f"models:/{cfg.tracking.registered_model}@champion"
     source = read_stream(spark, input_path, cfg.data, cfg.stream)
@@ -81,23 +82,49 @@ def stream(spark: SparkSession, cfg: JobConfig, input_path: str, output_path: st
             checked.unpersist()
 
     name = f"sparkml_dist_stream_{uuid.uuid4().hex[:8]}"
-    with tracked_run(cfg.tracking, "stream", {**cfg.flat_params(), "stream.input": input_path,
-                                              "stream.output": out, "stream.checkpoint": checkpoint}) as run:
-        listener = ProgressListener(name, reports, run)
-        spark.streams.addListener(listener)
-        try:
+    # one query per output: a second one would replace the first one's batch directories
+    lock = OutputLock(HadoopFS(spark), storage.spark_path(out))
+    lock.acquire()
+    try:
+        with tracked_run(cfg.tracking, "stream", {**cfg.flat_params(), "stream.input": input_path,
+                                                  "stream.output": out, "stream.checkpoint": checkpoint}) as run:
             writer = (source.frame.writeStream.queryName(name)
                       .option("checkpointLocation", storage.spark_path(checkpoint)).foreachBatch(score_batch))
-            query = _with_trigger(writer, cfg).start()
-            stopped = _run_until_done(query, stop)
+            stopped = _run_query(spark, _with_trigger(writer, cfg), ProgressListener(name, reports, run), stop)
             reports.wait_reported(timeout_s=10.0)
-        finally:
-            spark.streams.removeListener(listener)
-        result = StreamResult(out, checkpoint, run.run_id, stopped, list(reports.done), dict(follower.refused))
-        run.client().set_tag(run.run_id, "stream.stopped", stopped)
-        for version, reason in follower.refused.items():
-            run.client().set_tag(run.run_id, f"stream.refused_version.{version}", reason[:5000])
-    return result
+            _tag_run(run, stopped, follower.refused)
+    finally:
+        lock.release()
+    return StreamResult(out, checkpoint, run.run_id, stopped, list(reports.done), dict(follower.refused))
+
+
+def _run_query(spark: SparkSession, writer, listener: ProgressListener, stop: threading.Event | None) -> str:
+    """Start the query with its listener and wait for it; the query never outlives this call."""
+    spark.streams.addListener(listener)
+    query = None
+    try:
+        query = writer.start()
+        return _run_until_done(query, stop)
+    finally:
+        if query is not None and query.isActive:
+            query.stop()
+        spark.streams.removeListener(listener)
+
+
+def _tag_run(run, stopped: str, refused: dict[str, str]) -> None:
+    client = run.client()
+    client.set_tag(run.run_id, "stream.stopped", stopped)
+    for version, reason in refused.items():
+        client.set_tag(run.run_id, f"stream.refused_version.{version}", reason[:5000])
+
+
+def default_output(cfg: JobConfig) -> str:
+    """`<output.root>/stream`. A stream spans run dates: with --run-date its outputs and checkpoint
+    stay outside the date's directory, or every scheduled run would score every file again."""
+    root = cfg.output.root
+    if cfg.output.run_date:
+        root = root.rstrip("/").removesuffix(f"/run_date={cfg.output.run_date}")
+    return storage.join(storage.absolute(root), "stream")
 
 
 def _with_trigger(writer, cfg: JobConfig):

@@ -45,12 +45,14 @@ class Reports:
         with self._lock:
             self._pending[report.batch_id] = report
 
-    def take(self, batch_id: int) -> BatchReport | None:
+    def get(self, batch_id: int) -> BatchReport | None:
         with self._lock:
-            return self._pending.pop(batch_id, None)
+            return self._pending.get(batch_id)
 
     def finish(self, progress: BatchProgress) -> None:
+        """The batch reported: no longer pending (one step, so `wait_reported` sees it in `done`)."""
         with self._lock:
+            self._pending.pop(progress.report.batch_id, None)
             self.done.append(progress)
             self._lock.notify_all()
 
@@ -85,7 +87,7 @@ class ProgressListener(StreamingQueryListener):
         progress = event.progress
         if progress.name != self.query_name:
             return
-        report = self.reports.take(progress.batchId)
+        report = self.reports.get(progress.batchId)
         if report is None:  # a trigger that found no new input
             return
         seconds = (progress.durationMs or {}).get("triggerExecution", 0) / 1000.0

@@ -32,6 +32,8 @@ class BatchSink:
         as written (read back: what a reader of the output will find)."""
         fs = HadoopFS(spark)
         staging = f"{spark_path(self.output).rstrip('/')}/{STAGING}/{BATCH_ID}={batch_id}-{uuid.uuid4().hex[:8]}"
+        for dead in fs.siblings(staging, f"{BATCH_ID}={batch_id}-"):  # a killed attempt's (one query per output)
+            fs.delete(dead)
         try:
             scored.write.parquet(f"{staging}/{SCORED}")
             written = spark.read.parquet(f"{staging}/{SCORED}").count()
