@@ -187,6 +187,39 @@ def test_files_arriving_are_scored_by_the_version_the_alias_names(spark, registr
     assert sum(m.value for m in history) == 2000, "every micro-batch's rows in, from the listener"
 
 
+def test_a_parquet_stream_is_scored_as_the_batch_path_scores_it(spark, registry, tmp_path):
+    """A typed source: the stream's schema from the files already there, rows with no label."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from sparkml_dist.stages.stream import stream
+
+    cfg, _, client, name = registry
+    client.set_registered_model_alias(name, "champion", "1")
+    cfg = cfg.with_overrides("data.format=parquet", "stream.trigger=available_now")
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    columns = [c for c in cfg.data.columns if c.role != "label"]
+    for part, (start, stop) in enumerate([(0, 700), (700, 1200)]):
+        fields = [line.split(",")[:len(columns)] for line in adult_lines(start, stop)]
+        frame = pd.DataFrame(fields, columns=[c.name for c in columns])
+        for c in columns:
+            frame[c.name] = frame[c.name].str.strip()
+            if c.type == "int":
+                frame[c.name] = pd.to_numeric(frame[c.name].replace("?", None)).astype("Int32")
+            else:
+                frame[c.name] = frame[c.name].replace("?", None)
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp_path / f".{part}.part")
+        os.replace(tmp_path / f".{part}.part", incoming / f"part-{part}.parquet")
+    result = stream(spark, cfg, str(incoming), str(tmp_path / "out"))
+    assert (result.total("input_rows"), result.total("scored_rows")) == (1200, 1200)
+    streamed = {rid: p for frame in scored_batches(tmp_path / "out").values()
+                for rid, p in zip(frame["rid"], frame["probability"])}
+    expected = batch_probabilities(spark, cfg, incoming, tmp_path)
+    assert len(streamed) == len(expected) == 1200
+    assert all(abs(streamed[rid] - p) < 1e-6 for rid, p in expected.items())
+
+
 def _stream_cli(config: Path, incoming: Path, output: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "sparkml_dist.cli", "stream", "--config", str(config), "--input", str(incoming),
             "--output", str(output), "--checkpoint", str(output / "_checkpoint"), *extra]
