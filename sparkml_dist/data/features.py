@@ -29,11 +29,11 @@ from pyspark.sql import functions as F
 from sparkml_dist.config.schema import DataConfig, FeatureConfig
 from sparkml_dist.data.imputer import MeanImputer
 from sparkml_dist.data.ingest import LABEL, ROW_ID
-from sparkml_dist.data.layout import ONEHOT, VALUE, FeatureBlock, FeatureLayout
+from sparkml_dist.data.layout import FeatureLayout
+from sparkml_dist.data.raw_features import MISSING_CATEGORY, CategorySlot, NumericSlot, RawFeatures
 from sparkml_dist.data.sql import double, ident
 
 FEATURES = "features"
-MISSING_CATEGORY = "__missing__"
 _VECTOR = "_features_vec"
 
 
@@ -122,67 +122,82 @@ def compile_features(model: PipelineModel) -> CompiledFeatures | None:
     become SQL expressions that reproduce Spark ML's arithmetic exactly (tests/test_features.py
     compares every slot), and skip the vector type's per-row conversions. None when the
     pipeline is not one `build_feature_pipeline` made."""
+    raw = raw_features(model)
+    if raw is None:
+        return None
+    cols = [_numeric_sql(s) if isinstance(s, NumericSlot) else _category_sql(s) for s in raw.slots]
+    return CompiledFeatures(raw.layout, tuple(cols))
+
+
+def raw_features(model: PipelineModel) -> RawFeatures | None:
+    """The fitted stages as plain data (`data.raw_features`: the same arithmetic in numpy,
+    for scoring raw rows without Spark), in the assembler's order; None when the pipeline is not
+    one `build_feature_pipeline` made."""
     kinds = [type(s) for s in model.stages]
     stages = {type(s): s for s in model.stages if kinds.count(type(s)) == 1}  # each fitted stage once
     assembler = model.stages[-1]
     if not isinstance(assembler, VectorAssembler):
         return None
-    blocks: list[FeatureBlock] = []
-    cols: list[Column] = []
+    slots: list[NumericSlot | CategorySlot] = []
     for part in assembler.getInputCols():
         if part in ("_num_scaled", "_num_vec") and ImputerModel in stages:
             if not math.isnan(stages[ImputerModel].getMissingValue()):
-                return None  # the expressions treat null and NaN as missing, Imputer's default
+                return None  # the slots treat null and NaN as missing, Imputer's default
             scaler = stages.get(StandardScalerModel) if part == "_num_scaled" else None
-            for name, column in _numeric_slots(stages[ImputerModel], scaler):
-                blocks.append(FeatureBlock(name, VALUE, 1))
-                cols.append(column)
+            slots.extend(_numeric_slots(stages[ImputerModel], scaler))
         elif part.endswith(("__onehot", "__index")) and StringIndexerModel in stages:
-            source = part.rsplit("__", 1)[0]
-            index = _category_index(stages[StringIndexerModel], source)
-            if index is None:
+            slot = _category_slot(stages, part)
+            if slot is None:
                 return None
-            name = f"{source}__index"
-            if part.endswith("__onehot"):
-                encoder = stages.get(OneHotEncoderModel)
-                if encoder is None or encoder.getDropLast():
-                    return None
-                size = encoder.categorySizes[encoder.getInputCols().index(name)]
-                blocks.append(FeatureBlock(name, ONEHOT, size))
-                cols.append(index.cast("int").alias(name))
-            else:
-                blocks.append(FeatureBlock(name, VALUE, 1))
-                cols.append(index.cast("float").alias(name))
+            slots.append(slot)
         else:
             return None
-    return CompiledFeatures(FeatureLayout(tuple(blocks)), tuple(cols))
+    return RawFeatures(tuple(slots))
 
 
-def _numeric_slots(imputer: ImputerModel, scaler: StandardScalerModel | None) -> list[tuple[str, Column]]:
-    """(name, float column) per numeric slot. Imputer then StandardScaler, as Spark ML computes them: missing (null or NaN) becomes the
-    surrogate; scaled is (x - mean) * (1 / std), and 0 where std is 0. SQL text, and the fitted
-    vectors fetched once: a 784-pixel input would otherwise make thousands of JVM calls (data/sql.py)."""
+def _numeric_slots(imputer: ImputerModel, scaler: StandardScalerModel | None) -> list[NumericSlot]:
+    """The fitted vectors fetched once: a 784-pixel input would otherwise make thousands of JVM
+    calls (data/sql.py)."""
     surrogates = imputer.surrogateDF.first().asDict()
     means, stds = (scaler.mean.toArray(), scaler.std.toArray()) if scaler is not None else (None, None)
     slots = []
     for i, (source, out) in enumerate(zip(imputer.getInputCols(), imputer.getOutputCols())):
-        x = f"CAST({ident(source)} AS DOUBLE)"
-        value = f"(CASE WHEN {x} IS NULL OR isnan({x}) THEN {double(surrogates[source])} ELSE {x} END)"
-        if scaler is not None:
+        if scaler is None:
+            slots.append(NumericSlot(out, source, float(surrogates[source])))
+        else:
             std = float(stds[i])
-            value = f"(({value} - {double(means[i])}) * {double(0.0 if std == 0 else 1.0 / std)})"
-        name = f"{source}__scaled" if scaler is not None else out
-        slots.append((name, F.expr(f"CAST({value} AS FLOAT) AS {ident(name)}")))
+            slots.append(NumericSlot(f"{source}__scaled", source, float(surrogates[source]), float(means[i]),
+                                     0.0 if std == 0 else 1.0 / std))
     return slots
 
 
-def _category_index(indexer: StringIndexerModel, source: str) -> Column | None:
-    """StringIndexer (handleInvalid=keep) over the filled column: the label's position, and
-    len(labels) for a value never seen in training."""
-    filled = f"{source}__filled"
+def _category_slot(stages: dict, part: str) -> CategorySlot | None:
+    indexer: StringIndexerModel = stages[StringIndexerModel]
+    source = part.rsplit("__", 1)[0]
+    filled, name = f"{source}__filled", f"{source}__index"
     if filled not in indexer.getInputCols() or indexer.getHandleInvalid() != "keep":
         return None
-    labels = indexer.labelsArray[indexer.getInputCols().index(filled)]
-    lookup = F.create_map(*[x for i, label in enumerate(labels) for x in (F.lit(label), F.lit(i))])
-    value = F.coalesce(F.col(source).cast("string"), F.lit(MISSING_CATEGORY))
-    return F.coalesce(F.try_element_at(lookup, value), F.lit(len(labels)))
+    labels = tuple(indexer.labelsArray[indexer.getInputCols().index(filled)])
+    if not part.endswith("__onehot"):
+        return CategorySlot(name, source, labels, False, 1)
+    encoder = stages.get(OneHotEncoderModel)
+    if encoder is None or encoder.getDropLast():
+        return None
+    return CategorySlot(name, source, labels, True, encoder.categorySizes[encoder.getInputCols().index(name)])
+
+
+def _numeric_sql(slot: NumericSlot) -> Column:
+    """Imputer then StandardScaler, as Spark ML computes them, as SQL text (data/sql.py)."""
+    x = f"CAST({ident(slot.source)} AS DOUBLE)"
+    value = f"(CASE WHEN {x} IS NULL OR isnan({x}) THEN {double(slot.surrogate)} ELSE {x} END)"
+    if slot.mean is not None:
+        value = f"(({value} - {double(slot.mean)}) * {double(slot.inv_std)})"
+    return F.expr(f"CAST({value} AS FLOAT) AS {ident(slot.name)}")
+
+
+def _category_sql(slot: CategorySlot) -> Column:
+    """The label's position over the filled column, len(labels) for a value never seen."""
+    lookup = F.create_map(*[x for i, label in enumerate(slot.labels) for x in (F.lit(label), F.lit(i))])
+    value = F.coalesce(F.col(slot.source).cast("string"), F.lit(MISSING_CATEGORY))
+    index = F.coalesce(F.try_element_at(lookup, value), F.lit(len(slot.labels)))
+    return index.cast("int" if slot.one_hot else "float").alias(slot.name)

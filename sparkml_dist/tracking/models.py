@@ -20,21 +20,69 @@ from sparkml_dist.train.records import TrainedModel
 MODEL_DIR = "model"
 
 
+PACKAGE = Path(__file__).resolve().parents[1]  # this package's source, shipped inside every model
+
+
 def _pip_requirements() -> list[str]:
+    """Pinned, and all on the public index: MLflow's environment restore installs exactly these
+    (the package itself travels as code, `_code_paths`). Explicit: skips MLflow's slow inference."""
     from importlib.metadata import version
 
-    # explicit requirements: skips MLflow's slow inference of them
-    return [f"torch=={version('torch').split('+')[0]}", f"mlflow=={version('mlflow')}",
-            f"numpy=={version('numpy')}", f"pandas=={version('pandas')}", "sparkml_dist"]
+    return [f"mlflow=={version('mlflow')}", f"torch=={version('torch').split('+')[0]}",
+            f"numpy=={version('numpy')}", f"pandas=={version('pandas')}", f"pyarrow=={version('pyarrow')}",
+            f"pydantic=={version('pydantic')}", f"pyyaml=={version('pyyaml')}"]
 
 
-def _code_paths(spec: ModelSpec) -> list[str] | None:
-    """A custom model's code goes with it (MLflow puts it on sys.path when it loads the model)."""
-    if spec.custom is None:
+def _code_paths(spec: ModelSpec) -> list[str]:
+    """The package's code goes with every model, so it loads where sparkml_dist is not installed
+    (MLflow puts code paths on sys.path); a custom model's code too."""
+    paths = [str(PACKAGE)]
+    if spec.custom is not None:
+        from sparkml_dist.models.custom import code_root
+
+        paths.append(str(code_root(spec.custom.factory)))
+    return paths
+
+
+def _raw_features(feature_pipeline_dir: str | None) -> list[dict] | None:
+    """The fitted pipeline as plain data for Spark-free scoring of raw rows (`data.raw_features`);
+    None without a pipeline, without a Spark session to read it, or for one that does not compile."""
+    if not feature_pipeline_dir:
         return None
-    from sparkml_dist.models.custom import code_root
+    from pyspark.ml import PipelineModel
+    from pyspark.sql import SparkSession
 
-    return [str(code_root(spec.custom.factory))]
+    if SparkSession.getActiveSession() is None:
+        return None
+    from sparkml_dist.data.features import raw_features
+
+    raw = raw_features(PipelineModel.load(storage.spark_path(feature_pipeline_dir)))
+    return None if raw is None else raw.to_json()
+
+
+def _signature(target: Target, raw: list[dict] | None, training_schema: Mapping[str, str] | None):
+    """Raw columns in (numbers as double, categories with their training type), the task's columns
+    out; or the `features` array in, for a model logged without a pipeline."""
+    from mlflow.models import ModelSignature
+    from mlflow.types.schema import Array, ColSpec, Schema
+
+    columns = target.kind.output_columns(target)
+    if raw is None:
+        columns = columns[:1] if target.kind.thresholded else columns
+        inputs = [ColSpec(Array("float"), "features")]
+    else:
+        # numbers as double, as MLflow advises for integer columns that may hold missing values:
+        # any numeric feature may (it is imputed), and a long column cannot carry a null
+        types = {"int": "long", "double": "double", "string": "string", "boolean": "boolean"}
+        schema = training_schema or {}
+        inputs = [ColSpec("double" if slot["kind"] == "numeric"
+                          else types[schema.get(slot["source"], "string/").split("/")[0]], slot["source"])
+                  for slot in raw]
+    outputs = [ColSpec(Array("float") if kind.startswith("array") else "integer" if kind == "integer" else "double", name)
+               for name, kind in columns]
+    if raw is not None and target.classes:
+        outputs.append(ColSpec("string", "predicted_label"))
+    return ModelSignature(inputs=Schema(inputs), outputs=Schema(outputs))
 
 
 def log_model(handle: RunHandle, model: TrainedModel) -> str:
@@ -54,8 +102,6 @@ def save_pyfunc_model(directory: str, weights: bytes, spec: ModelSpec, feature_p
                       training_schema: Mapping[str, str] | None = None, target: Target | None = None) -> str:
     """Write the MLflow pyfunc model (spec, weights, target, feature pipeline, signature) under `directory`."""
     import mlflow.pyfunc
-    from mlflow.models import ModelSignature
-    from mlflow.types.schema import Array, ColSpec, Schema
 
     with warnings.catch_warnings():  # MLflow advises type hints when the class is defined
         warnings.simplefilter("ignore", UserWarning)
@@ -74,16 +120,16 @@ def save_pyfunc_model(directory: str, weights: bytes, spec: ModelSpec, feature_p
         artifacts["training_schema"] = str(files / "training_schema.json")
     if feature_pipeline_dir:
         artifacts["feature_pipeline"] = feature_pipeline_dir
-    columns = target.kind.output_columns(target)[:1] if target.kind.thresholded else target.kind.output_columns(target)
-    outputs = [ColSpec(Array("float") if kind.startswith("array") else "integer" if kind == "integer" else "double", name)
-               for name, kind in columns]
-    signature = ModelSignature(inputs=Schema([ColSpec(Array("float"), "features")]), outputs=Schema(outputs))
+    raw = _raw_features(feature_pipeline_dir)
+    if raw is not None:
+        (files / "raw_features.json").write_text(json.dumps(raw))
+        artifacts["raw_features"] = str(files / "raw_features.json")
     local = Path(directory) / MODEL_DIR
     with warnings.catch_warnings():  # the explicit signature makes MLflow's type-hint advice moot
         warnings.simplefilter("ignore", UserWarning)
         mlflow.pyfunc.save_model(str(local), python_model=TabularTorchModel(), artifacts=artifacts,
-                                 signature=signature, pip_requirements=_pip_requirements(),
-                                 code_paths=_code_paths(spec))
+                                 signature=_signature(target, raw, training_schema),
+                                 pip_requirements=_pip_requirements(), code_paths=_code_paths(spec))
     return str(local)
 
 
@@ -172,7 +218,8 @@ def load_bundle(model_uri: str, tracking_uri: str, dst: str | None = None, spark
     schema = artifacts / "training_schema.json"
     target = artifacts / "target.json"
     code = local / "code"
-    code_paths = tuple(str(p) for p in sorted(code.iterdir())) if code.is_dir() else ()
+    # a custom model's code (this package's own copy stays out: the installed one runs here)
+    code_paths = tuple(str(p) for p in sorted(code.iterdir()) if p.name != PACKAGE.name) if code.is_dir() else ()
     if spark is not None and code_paths:
         from sparkml_dist.models.custom import ship_code
 

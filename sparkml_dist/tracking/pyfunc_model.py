@@ -1,5 +1,10 @@
-"""The MLflow model: a pyfunc whose artifacts are the model spec, the weights (state_dict)
-and the fitted Spark feature pipeline, so one registry version carries everything scoring needs."""
+"""The MLflow model: a pyfunc whose artifacts are the model spec, the weights (state_dict), the
+task's target, the fitted Spark feature pipeline (for Spark scoring) and the same pipeline as
+plain data (`raw_features.json`, for scoring raw rows anywhere MLflow serves, without Spark).
+
+Only numpy, pandas, torch and MLflow are imported here and in what it loads: the model ships the
+package's code (`code_paths`), and a serving environment has no pyspark.
+"""
 
 from __future__ import annotations
 
@@ -10,37 +15,58 @@ import numpy as np
 
 
 class TabularTorchModel(mlflow.pyfunc.PythonModel):
-    """pyfunc over already-assembled features (a `features` array column); Spark scoring in this
-    library applies the feature pipeline first and then the same weights. Returns a binary
-    model's probability of the positive class, and other tasks' prediction columns."""
+    """`predict` takes raw rows, a pandas DataFrame with the source columns, when the model was
+    logged with its feature pipeline (`raw_features`), and returns the task's prediction columns
+    (binary: probability and prediction; multiclass: prediction, probability, probabilities;
+    regression: prediction) plus, for a classifier, `predicted_label` in the label's own values.
+    Without a pipeline it takes already-assembled features (a `features` array column) and
+    returns a binary model's probability."""
 
     def load_context(self, context) -> None:
         import torch
 
+        from sparkml_dist.data.raw_features import RawFeatures
         from sparkml_dist.models.factory import build_model
         from sparkml_dist.models.spec import ModelSpec
         from sparkml_dist.tasks.base import Target
 
         with open(context.artifacts["spec"]) as fh:
             spec = ModelSpec.from_json(json.load(fh))
-        target_file = context.artifacts.get("target")
         self.target = Target("binary")
-        if target_file:
-            with open(target_file) as fh:
+        if context.artifacts.get("target"):
+            with open(context.artifacts["target"]) as fh:
                 self.target = Target.from_json(json.load(fh))
+        self.raw = None
+        if context.artifacts.get("raw_features"):
+            with open(context.artifacts["raw_features"]) as fh:
+                self.raw = RawFeatures.from_json(json.load(fh))
         self.model = build_model(spec)
         self.model.load_state_dict(torch.load(context.artifacts["weights"], map_location="cpu", weights_only=True))
         self.model.eval()
 
     def predict(self, context, model_input, params=None):
-        import pandas as pd
-
-        from sparkml_dist.inference.predict import predict, predict_proba
+        if self.raw is not None:
+            return self._predict_raw(model_input)
+        from sparkml_dist.inference.predict import predict_proba
 
         column = model_input["features"] if hasattr(model_input, "columns") else model_input
         x = np.stack([np.asarray(v, dtype=np.float32) for v in column]) if not isinstance(column, np.ndarray) else column
-        x = x.astype(np.float32, copy=False)
-        if self.target.kind.thresholded:
-            return predict_proba(self.model, x)
+        return predict_proba(self.model, x.astype(np.float32, copy=False))
+
+    def _predict_raw(self, rows):
+        import pandas as pd
+        from mlflow.exceptions import MlflowException
+
+        from sparkml_dist.data.raw_features import RawRowError
+        from sparkml_dist.inference.predict import predict
+
+        try:
+            x = self.raw.dense(rows)
+        except RawRowError as exc:  # the scoring server answers 400 with this message
+            raise MlflowException.invalid_parameter_value(f"cannot score these rows: {exc}") from None
         columns = predict(self.model, self.target, x)
-        return pd.DataFrame({k: (list(v) if v.ndim > 1 else v) for k, v in columns.items()})
+        out = pd.DataFrame({k: (list(v) if v.ndim > 1 else v) for k, v in columns.items()})
+        classes = self.target.classes
+        if classes and "prediction" in out:
+            out["predicted_label"] = [classes[i] for i in out["prediction"]]
+        return out
