@@ -5,7 +5,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from sparkml_dist.config import FeatureConfig
-from sparkml_dist.data.features import build_feature_pipeline, feature_names, to_feature_frame
+from sparkml_dist.data.features import build_feature_pipeline, feature_names, raw_features, to_feature_frame
 from sparkml_dist.data.ingest import ingest
 from test_ingest import small_config
 
@@ -59,8 +59,9 @@ def _dense_from_spark_ml(model, rows):
 
 @pytest.mark.parametrize("one_hot,scale,impute", [(True, True, "median"), (False, False, "median"), (True, True, "mean")])
 def test_compact_storage_rebuilds_spark_ml_vectors_exactly(spark, tmp_path, one_hot, scale, impute):
-    """Every slot of every row equals Spark ML's own output: missing numbers and categories,
-    a category never seen in training, a constant column (std 0), with and without one-hot/scaling."""
+    """Every slot of every row equals Spark ML's own output, from the compiled SQL columns and from
+    numpy over the raw rows: missing numbers and categories, a category never seen in training, a
+    constant column (std 0), with and without one-hot/scaling."""
     train = tmp_path / "train.csv"
     train.write_text("".join(f"{20 + i % 7}, 1.5, {['Paris', 'Rome', 'Oslo'][i % 3]}, yes\n" for i in range(30))
                      + "?, 1.5, ?, no\n41, 1.5, Rome, no\n")
@@ -75,6 +76,9 @@ def test_compact_storage_rebuilds_spark_ml_vectors_exactly(spark, tmp_path, one_
         dense = _dense_from_spark_ml(model, rows)
         assert compact.shape == dense.shape and layout.dim == dense.shape[1]
         assert np.array_equal(compact, dense), f"{path.name}: compact storage differs from Spark ML"
+        # and in numpy from the raw rows, as the logged model scores them without Spark
+        raw = rows.orderBy("row_id").toPandas()
+        assert np.array_equal(raw_features(model).dense(raw), dense), f"{path.name}: numpy differs from Spark ML"
     assert [b.kind for b in layout.blocks] == ["value", "value", "onehot" if one_hot else "value"]
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -15,9 +16,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import mlflow.pyfunc
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import functions as F
 
 pytestmark = pytest.mark.spark
 
@@ -73,20 +76,24 @@ def test_the_logged_model_scores_raw_rows_without_spark_as_spark_scores_them(spa
     input_names = [c.name for c in model.metadata.get_input_schema().inputs]
     assert sorted(input_names) == sorted(c.name for c in cfg.data.columns if c.role in ("numeric", "categorical"))
 
+    # spark_udf users: the same model on raw Spark columns, its struct result from the signature
+    udf = mlflow.pyfunc.spark_udf(spark, _local_uri(cfg, uri), env_manager="local")
+    frame = spark.createDataFrame(rows).withColumn("_order", F.monotonically_increasing_id())
+    out = frame.select("_order", udf(*[F.col(c) for c in input_names]).alias("out")).orderBy("_order").toPandas()
+    by_udf = out["out"].apply(lambda r: r["probability"]).to_numpy()
+    assert (abs(by_udf - by_spark["probability"].to_numpy()) < 1e-6).all()
 
-def _load(cfg, uri):
-    import mlflow.pyfunc
 
+def _local_uri(cfg, uri):
+    """`models:/...` resolved in the test's own store (MLflow's global URI points elsewhere)."""
     from sparkml_dist.tracking.client import resolve_tracking_uri
     from sparkml_dist.tracking.models import resolve_registry_uri
 
-    return mlflow.pyfunc.load_model(resolve_registry_uri(uri, resolve_tracking_uri(cfg.tracking)))
+    return resolve_registry_uri(uri, resolve_tracking_uri(cfg.tracking))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _load(cfg, uri):
+    return mlflow.pyfunc.load_model(_local_uri(cfg, uri))
 
 
 def _post(port: int, payload: dict) -> tuple[int, dict]:
@@ -103,45 +110,76 @@ def _split(frame: pd.DataFrame) -> dict:
     return {"dataframe_split": json.loads(frame.to_json(orient="split", index=False))}
 
 
+README_SERVE = ("MLFLOW_TRACKING_URI=sqlite:///mlflow.db mlflow models serve -m models:/adult_income_mlp@champion "
+                "--env-manager local --host 127.0.0.1 --port 5071")
+README_REQUEST = ("""curl -s http://127.0.0.1:5071/invocations -H 'Content-Type: application/json' -d '{"dataframe_records": """
+                  """[{"age": 39, "workclass": "State-gov", "fnlwgt": 77516, "education": "Bachelors", "education_num": 13, """
+                  """"marital_status": "Never-married", "occupation": "Adm-clerical", "relationship": "Not-in-family", """
+                  """"race": "White", "sex": "Male", "capital_gain": 2174, "capital_loss": 0, "hours_per_week": 40, """
+                  """"native_country": "United-States"}]}'""")
+
+
 @pytest.mark.slow
 def test_mlflow_models_serve_answers_raw_rows_and_refuses_bad_ones(champion, tmp_path):
+    """The README's commands as written, in a directory like the one `make demo` leaves (its
+    ./mlflow.db with a champion), with the virtualenv activated."""
+    from mlflow.tracking import MlflowClient
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert README_SERVE in readme and README_REQUEST in readme
     cfg, uri = champion
-    port = _free_port()
-    venv_bin = str(Path(sys.executable).parent)  # as with an activated virtualenv: MLflow runs uvicorn from PATH
-    env = {**os.environ, "MLFLOW_TRACKING_URI": cfg.tracking.tracking_uri,
+    shutil.copy(cfg.tracking.tracking_uri.removeprefix("sqlite:///"), tmp_path / "mlflow.db")
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    source = client.get_model_version_download_uri(NAME, "1")
+    name = "adult_income_mlp"  # conf/adult.yaml's registered model
+    if not client.search_registered_models(f"name = '{name}'"):
+        client.create_registered_model(name)
+    version = client.create_model_version(name, source, run_id=client.get_model_version(NAME, "1").run_id)
+    client.set_registered_model_alias(name, "champion", version.version)
+
+    venv_bin = str(Path(sys.executable).parent)  # `source .venv/bin/activate`
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING")},
            "PATH": os.pathsep.join([venv_bin, os.environ.get("PATH", "")])}
-    server = subprocess.Popen([str(Path(sys.executable).parent / "mlflow"), "models", "serve", "-m", uri,
-                               "--env-manager", "local", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = subprocess.Popen(README_SERVE, shell=True, cwd=tmp_path, env=env, start_new_session=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert server.poll() is None, server.communicate()[0][-3000:]
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2) as ping:
-                    if ping.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "the scoring server did not come up"
-            time.sleep(0.5)
+        _wait_until_up(server, 5071)
+        said = subprocess.run(README_REQUEST, shell=True, env=env, capture_output=True, text=True, timeout=60)
+        answer = json.loads(said.stdout)["predictions"]
+        assert len(answer) == 1 and set(answer[0]) == {"probability", "prediction", "predicted_label"}
+        assert answer[0]["predicted_label"] == ("<=50K", ">50K")[answer[0]["prediction"]]
+
         rows = raw_rows(cfg, 100)
-        status, answer = _post(port, _split(rows))
+        status, answer = _post(5071, _split(rows))
         assert status == 200, answer
         expected = _load(cfg, uri).predict(rows)
         got = pd.DataFrame(answer["predictions"])
         assert (abs(got["probability"].to_numpy() - expected["probability"].to_numpy()) < 1e-6).all()
         assert got["predicted_label"].tolist() == expected["predicted_label"].tolist()
 
-        status, answer = _post(port, _split(rows.drop(columns=["age"])))
+        status, answer = _post(5071, _split(rows.drop(columns=["age"])))
         assert status == 400 and "age" in answer["message"], answer
-        status, answer = _post(port, _split(rows.assign(age="thirty")))
+        status, answer = _post(5071, _split(rows.assign(age="thirty")))
         assert status == 400 and "age" in answer["message"], answer
-        status, answer = _post(port, {"dataframe_records": [{**rows.iloc[2].to_dict(), "hours_per_week": 1e400}]})
+        status, answer = _post(5071, {"dataframe_records": [{**rows.iloc[2].to_dict(), "hours_per_week": 1e400}]})
         assert status == 400 and "column 'hours_per_week': inf is not finite" in answer["message"], answer
-        status, answer = _post(port, {"dataframe_records": [{**rows.iloc[2].to_dict(), "age": None}]})
-        assert status == 200, "a missing number is imputed, as in training"
         assert "Traceback" not in json.dumps(answer)
+        status, answer = _post(5071, {"dataframe_records": [{**rows.iloc[2].to_dict(), "age": None}]})
+        assert status == 200, "a missing number is imputed, as in training"
     finally:
-        server.terminate()
+        os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def _wait_until_up(server: subprocess.Popen, port: int, timeout_s: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert server.poll() is None, server.communicate()[0][-3000:]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2) as ping:
+                if ping.status == 200:
+                    return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "the scoring server did not come up"
+        time.sleep(0.5)
