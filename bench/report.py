@@ -21,7 +21,7 @@ from pathlib import Path
 from bench.common import RESULTS
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
-GENERATED = (DOCS, DOCS.parent / "streaming.md")  # every file with generated tables
+GENERATED = (DOCS, DOCS.parent / "streaming.md", DOCS.parent / "serving.md")  # every file with generated tables
 BLOCK = re.compile(r"(<!-- bench\.report: (\S+) -->\n)(.*?)(<!-- /bench\.report -->)", re.S)
 
 ORDER = ["infer_vs_arrow_ceiling", "infer_vs_mlflow_spark_udf", "infer_vs_mlflow_spark_udf_array_signature",
@@ -34,7 +34,9 @@ ORDER = ["infer_vs_arrow_ceiling", "infer_vs_mlflow_spark_udf", "infer_vs_mlflow
          "preprocess_vs_spark_io_1m", "preprocess_vs_spark_io_10m", "memory_stream_train", "memory_score_10m",
          "host_loss_run_vs_uninterrupted", "host_loss_resume_s", "tune_epochs_median_vs_unpruned",
          "tune_best_val_median_vs_unpruned", "tune_epochs_asha_vs_unpruned", "tune_best_val_asha_vs_unpruned", "tune_trials_per_hour", "tune_test_accuracy_vs_default", "observe_overhead_2_ranks",
-         "stream_vs_batch_scoring", "stream_latency_p50", "stream_latency_p95"]
+         "stream_vs_batch_scoring", "stream_latency_p50", "stream_latency_p95",
+         "serve_latency_1_row_p50", "serve_latency_1_row_p95", "serve_latency_100_rows_p50",
+         "serve_latency_100_rows_p95", "pyfunc_raw_vs_spark_scorer"]
 
 
 def table(results: list[dict], prefix: str = "*") -> str:

@@ -14,7 +14,7 @@ import time
 from contextlib import contextmanager
 
 from bench import (allreduce, byo, host_loss, inference, loader, memory, observe, parallel, preprocess, scaling,
-                   scoring_raw, streaming, training, tune)
+                   scoring_raw, serving, streaming, training, tune)
 from bench.common import make_bench_importable
 
 
@@ -56,6 +56,8 @@ def main(full: bool = False) -> None:
         tune.main(spark=spark)
     with timed("streaming"):
         streaming.main(spark=spark)
+    with timed("serving"):
+        serving.main(spark=spark)
     spark.stop()
     if os.geteuid() == 0 and shutil.which("ip"):  # the emulated hosts need root and iproute2
         with timed("host_loss"):
