@@ -84,6 +84,38 @@ def test_the_logged_model_scores_raw_rows_without_spark_as_spark_scores_them(spa
     assert (abs(by_udf - by_spark["probability"].to_numpy()) < 1e-6).all()
 
 
+ELSEWHERE = """
+import json, sys
+sys.modules["pyspark"] = None  # as where pyspark is not installed
+sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", "")]  # nor this package
+import mlflow.pyfunc, pandas as pd
+model = mlflow.pyfunc.load_model(sys.argv[1])
+import sparkml_dist
+print(json.dumps({"package": sparkml_dist.__file__,
+                  "probability": model.predict(pd.DataFrame(json.loads(sys.argv[2])))["probability"].tolist()}))
+"""
+
+
+def test_the_model_loads_with_only_its_own_code_and_requirements(champion, tmp_path):
+    """What `mlflow models serve` does on a machine without this repository: the model's copy of
+    the package is what runs, and nothing reaches for pyspark."""
+    import mlflow.artifacts
+
+    cfg, uri = champion
+    local = mlflow.artifacts.download_artifacts(_local_uri(cfg, uri), dst_path=str(tmp_path / "copy"))
+    requirements = (Path(local) / "requirements.txt").read_text().split()
+    assert all("==" in r for r in requirements) and not any(r.startswith(("sparkml", "pyspark")) for r in requirements)
+    rows = raw_rows(cfg, 20)
+    done = subprocess.run([sys.executable, "-c", ELSEWHERE, local, rows.to_json(orient="records")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said["package"].startswith(str(Path(local) / "code" / "sparkml_dist")), said["package"]
+    expected = _load(cfg, uri).predict(rows)["probability"].to_numpy()
+    assert (abs(expected - said["probability"]) < 1e-6).all()
+
+
 def _local_uri(cfg, uri):
     """`models:/...` resolved in the test's own store (MLflow's global URI points elsewhere)."""
     from sparkml_dist.tracking.client import resolve_tracking_uri

@@ -1,6 +1,19 @@
-"""Prediction functions and Spark scoring (model cached per executor Python process)."""
+"""Prediction functions and Spark scoring (model cached per executor Python process).
 
-from sparkml_dist.inference.bundle import ModelBundle
-from sparkml_dist.inference.udf import score_features
+`predict` needs only numpy and torch: the logged pyfunc model imports it where there is no
+pyspark (docs/serving.md), so the Spark side (`score_features`) is imported on first use only."""
 
-__all__ = ["ModelBundle", "score_features"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {"ModelBundle": "sparkml_dist.inference.bundle", "score_features": "sparkml_dist.inference.udf"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sparkml_dist.inference' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
