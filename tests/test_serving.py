@@ -215,3 +215,40 @@ def _wait_until_up(server: subprocess.Popen, port: int, timeout_s: float = 180.0
             pass
         assert time.monotonic() < deadline, "the scoring server did not come up"
         time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_a_fresh_virtualenv_with_only_mlflow_serves_the_model(champion, tmp_path):
+    """A machine that has never seen this repository: a new virtualenv with `pip install mlflow`,
+    the model's own requirements.txt installed into it (what MLflow's environment restore
+    installs), no pyspark and no sparkml_dist; `mlflow models serve` from another directory
+    answers the README's row."""
+    import mlflow.artifacts
+    from importlib.metadata import version
+
+    cfg, uri = champion
+    local = Path(mlflow.artifacts.download_artifacts(_local_uri(cfg, uri), dst_path=str(tmp_path / "elsewhere")))
+    venv = tmp_path / "fresh"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "install", "-q"]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONPATH", "MLFLOW_TRACKING", "VIRTUAL_ENV"))}
+    for args in ([f"mlflow=={version('mlflow')}"], ["-r", str(local / "requirements.txt")]):
+        done = subprocess.run([*pip, *args], env=clean, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+    listed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "list"], capture_output=True, text=True).stdout
+    assert "pyspark" not in listed and "sparkml" not in listed.lower()
+
+    env = {**clean, "PATH": os.pathsep.join([str(venv / "bin"), "/usr/bin", "/bin"])}
+    server = subprocess.Popen(["mlflow", "models", "serve", "-m", str(local), "--env-manager", "local",
+                               "--host", "127.0.0.1", "--port", "5073"], cwd=tmp_path, env=env,
+                              start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_until_up(server, 5073)
+        rows = raw_rows(cfg, 10)
+        status, answer = _post(5073, _split(rows))
+        assert status == 200, answer
+        expected = _load(cfg, uri).predict(rows)["probability"].to_numpy()
+        assert (abs(pd.DataFrame(answer["predictions"])["probability"].to_numpy() - expected) < 1e-6).all()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)

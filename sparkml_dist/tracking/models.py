@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import tempfile
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Mapping
 
@@ -23,6 +25,20 @@ MODEL_DIR = "model"
 PACKAGE = Path(__file__).resolve().parents[1]  # this package's source, shipped inside every model
 
 
+@functools.lru_cache(maxsize=1)
+def _package_source() -> str:
+    """This package's source directory; when it was imported from a zip (spark-submit --py-files),
+    a copy extracted from that zip (once per process)."""
+    if PACKAGE.is_dir():
+        return str(PACKAGE)
+    archive = next(p for p in PACKAGE.parents if p.is_file())
+    inside = PACKAGE.relative_to(archive).as_posix()
+    target = Path(tempfile.mkdtemp(prefix="sparkml_dist_code_"))
+    with zipfile.ZipFile(archive) as zf:
+        zf.extractall(target, [m for m in zf.namelist() if m.startswith(f"{inside}/")])
+    return str(target / inside)
+
+
 def _pip_requirements() -> list[str]:
     """Pinned, and all on the public index: MLflow's environment restore installs exactly these
     (the package itself travels as code, `_code_paths`). Explicit: skips MLflow's slow inference."""
@@ -36,7 +52,7 @@ def _pip_requirements() -> list[str]:
 def _code_paths(spec: ModelSpec) -> list[str]:
     """The package's code goes with every model, so it loads where sparkml_dist is not installed
     (MLflow puts code paths on sys.path); a custom model's code too."""
-    paths = [str(PACKAGE)]
+    paths = [_package_source()]
     if spec.custom is not None:
         from sparkml_dist.models.custom import code_root
 
