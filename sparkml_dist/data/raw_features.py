@@ -17,6 +17,7 @@ import numpy as np
 from sparkml_dist.data.layout import ONEHOT, VALUE, FeatureBlock, FeatureLayout
 
 MISSING_CATEGORY = "__missing__"  # what a missing category is indexed as (the indexer saw it in training)
+RAW_FEATURES_FILE = "raw_features.json"  # written inside a saved feature pipeline's directory
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,14 @@ from sparkml_dist.data.features import (
     build_feature_pipeline,
     compile_features,
     feature_names,
+    raw_features,
     to_feature_frame,
 )
 from sparkml_dist.data.ingest import WEIGHT, IngestResult, ingest
 from sparkml_dist.data.labels import EncodedRows, check_task, encode_labels, fit_target
 from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.predicate import checked_predicate
+from sparkml_dist.data.raw_features import RAW_FEATURES_FILE
 from sparkml_dist.data.sources import fingerprint, resolve_path
 from sparkml_dist.tasks.base import Target
 from sparkml_dist.spark.session import job_phase
@@ -95,8 +97,13 @@ def _ingest_inputs(spark: SparkSession, cfg: JobConfig) -> dict[str, IngestResul
 
 
 def _save_pipeline(spark: SparkSession, pipeline: PipelineModel, path: str) -> None:
+    """Spark ML's save, and beside its stages the same pipeline as plain data: the logged model
+    scores raw rows with it where there is no Spark (data/raw_features.py, docs/serving.md)."""
     with job_phase(spark, "preprocess: save feature pipeline"):
         pipeline.save(path)
+        raw = raw_features(pipeline)
+        if raw is not None:
+            storage.write_json(storage.join(path, RAW_FEATURES_FILE), raw.to_json())
 
 
 def _write_splits(spark: SparkSession, cfg: JobConfig, encoded: "_Encoded", staging: str) -> None:

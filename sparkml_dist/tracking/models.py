@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import hashlib
 import json
 import tempfile
@@ -14,12 +15,14 @@ from typing import Mapping
 from sparkml_dist import storage
 from sparkml_dist.inference.bundle import ModelBundle
 from sparkml_dist.models.spec import ModelSpec
+from sparkml_dist.data.raw_features import RAW_FEATURES_FILE
 from sparkml_dist.errors import SparkMLDistError
 from sparkml_dist.tasks.base import Target
 from sparkml_dist.tracking.client import RunHandle
 from sparkml_dist.train.records import TrainedModel
 
 MODEL_DIR = "model"
+log = logging.getLogger(__name__)
 
 
 PACKAGE = Path(__file__).resolve().parents[1]  # this package's source, shipped inside every model
@@ -61,10 +64,15 @@ def _code_paths(spec: ModelSpec) -> list[str]:
 
 
 def _raw_features(feature_pipeline_dir: str | None) -> list[dict] | None:
-    """The fitted pipeline as plain data for Spark-free scoring of raw rows (`data.raw_features`);
-    None without a pipeline, without a Spark session to read it, or for one that does not compile."""
+    """The fitted pipeline as plain data for Spark-free scoring of raw rows (`data.raw_features`):
+    the file preprocess saved beside the pipeline's stages. A pipeline saved before that file
+    existed is read with Spark when a session is active (on this machine's own disk); None
+    without a pipeline, or for one that does not compile."""
     if not feature_pipeline_dir:
         return None
+    saved = Path(feature_pipeline_dir) / RAW_FEATURES_FILE
+    if saved.is_file():
+        return json.loads(saved.read_text())
     from pyspark.ml import PipelineModel
     from pyspark.sql import SparkSession
 
@@ -72,7 +80,11 @@ def _raw_features(feature_pipeline_dir: str | None) -> list[dict] | None:
         return None
     from sparkml_dist.data.features import raw_features
 
-    raw = raw_features(PipelineModel.load(storage.spark_path(feature_pipeline_dir)))
+    try:
+        raw = raw_features(PipelineModel.load(storage.spark_path(feature_pipeline_dir)))
+    except Exception as exc:  # noqa: BLE001 - e.g. a driver-local path executors cannot read
+        log.warning("the model takes assembled features, not raw rows: its pipeline could not be read (%s)", exc)
+        return None
     return None if raw is None else raw.to_json()
 
 
