@@ -21,6 +21,9 @@ CONFIG = str(Path(__file__).resolve().parents[1] / "conf" / "adult.yaml")
 SIZES_MIB = (1, 16, 64)
 ITERS = {1: 100, 16: 30, 64: 12}
 WARMUP = 3
+TORCH_NOTE = ("reported, no target: both sides call the same torch.distributed all_reduce over gloo; the row "
+              "checks that running inside barrier tasks in Spark's Python workers costs communication "
+              "nothing beyond this machine's noise, and measures nothing of ours")
 
 
 def _time_allreduce(reduce_fn) -> dict[int, float]:
@@ -117,7 +120,10 @@ def main(spark=None) -> list[dict]:
             o = statistics.median(r[mib] for r in runs_ours)
             b = statistics.median(r[mib] for r in runs_base)
             name = f"allreduce_{backend_name}_vs_gloo" + ("" if mib == 64 else f"_{mib}mib")
-            rows.append(entry(name, o, b, "MiB/s", "higher", 0.9))
+            if backend_name == "torch":  # the same dist.all_reduce on both sides: a check, not a result
+                rows.append(entry(name, o, b, "MiB/s", "higher", None, note=TORCH_NOTE))
+            else:
+                rows.append(entry(name, o, b, "MiB/s", "higher", 0.9))
     record(rows)
     return rows
 
