@@ -258,6 +258,14 @@ def test_sigkill_mid_stream_then_restart_scores_every_row_exactly_once(spark, re
     assert not list((output / "_staging").glob("*")), "no staging left behind"
 
 
+def test_a_missing_input_directory_is_named(spark, registry, tmp_path):
+    from sparkml_dist.errors import DataError
+    from sparkml_dist.stages.stream import stream
+
+    with pytest.raises(DataError, match=r"cannot stream from '.*nowhere': .*Path does not exist.*create it first"):
+        stream(spark, registry[0], str(tmp_path / "nowhere"), str(tmp_path / "out"))
+
+
 def test_a_scheduled_stream_keeps_one_output_and_checkpoint_across_run_dates(make_adult_config):
     from sparkml_dist.cli import scoped_to_run_date
     from sparkml_dist.stages.stream import default_output

@@ -36,13 +36,22 @@ def read_stream(spark: SparkSession, location: str, data: DataConfig, stream: St
     reader = spark.readStream.options(**options)
     fmt = data.source_format
     if fmt == "csv":
-        return StreamSource(reader.text(path), with_task(data, list(data.columns)),
+        return StreamSource(_opened(lambda: reader.text(path), location), with_task(data, list(data.columns)),
                             lambda batch: csv_rows(numbered_lines(batch, data), data))
     if fmt == "table":
-        frame = reader.table(location)
+        frame = _opened(lambda: reader.table(location), location)
     else:
-        frame = reader.schema(_source_schema(spark, path, location, fmt, stream)).format(fmt).load(path)
+        schema = _source_schema(spark, path, location, fmt, stream)
+        frame = _opened(lambda: reader.schema(schema).format(fmt).load(path), location)
     return StreamSource(frame, typed_rows(frame, location, data).data, lambda batch: typed_rows(batch, location, data))
+
+
+def _opened(open_frame: Callable[[], DataFrame], location: str) -> DataFrame:
+    try:
+        return open_frame()
+    except Exception as exc:  # noqa: BLE001 - AnalysisException: no such directory or table
+        raise DataError(f"cannot stream from '{location}': {str(exc).splitlines()[0]}. Give --input the directory "
+                        f"files are delivered to (create it first; every file that arrives there is scored)") from None
 
 
 def _source_schema(spark: SparkSession, path: str, location: str, fmt: str, stream: StreamConfig) -> StructType:
