@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import alternate, entry, record
+from bench.common import alternate, entry, record, unused_port
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "conf" / "adult.yaml")
 
@@ -54,20 +54,12 @@ def _raw_gloo_rank(rank: int, port: int, queue) -> None:
         queue.put(result)
 
 
-def _unused_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def raw_gloo() -> dict[int, float]:
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = _unused_port()  # as torchrun users do: a port that is free now (loopback, this benchmark only)
+    port = unused_port()  # as torchrun users do: a port that is free now (loopback, this benchmark only)
     procs = [ctx.Process(target=_raw_gloo_rank, args=(r, port, queue)) for r in range(2)]
     for p in procs:
         p.start()

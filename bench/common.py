@@ -91,6 +91,15 @@ def machine() -> dict:
             "platform": platform.platform()}
 
 
+def unused_port() -> int:
+    """A free TCP port on 127.0.0.1 (for a server a benchmark starts and stops itself)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def make_bench_importable() -> None:
     """Spark workers and TorchDistributor's torchrun children import `bench.*` by name: put the
     repository root on PYTHONPATH before the first Spark session starts its Python daemon."""

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,18 +25,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.common import alternate, entry, record
+from bench.common import alternate, entry, record, unused_port
 from bench.streaming import champion
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _serve(root: str, name: str) -> tuple[subprocess.Popen, int]:
-    port = _free_port()
+    port = unused_port()
     venv_bin = str(Path(sys.executable).parent)
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{root}/mlflow.db",
            "PATH": os.pathsep.join([venv_bin, os.environ.get("PATH", "")])}

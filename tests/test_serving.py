@@ -84,6 +84,35 @@ def test_the_logged_model_scores_raw_rows_without_spark_as_spark_scores_them(spa
     assert (abs(by_udf - by_spark["probability"].to_numpy()) < 1e-6).all()
 
 
+def test_a_model_logged_without_a_pipeline_takes_features_and_gives_its_tasks_columns(tmp_path):
+    """No raw_features: the `features` array in; a binary model's probability alone, and every
+    other task's prediction columns, as before raw rows."""
+    import numpy as np
+    import torch
+
+    from sparkml_dist.inference.predict import predict
+    from sparkml_dist.models.factory import build_model
+    from sparkml_dist.models.spec import ModelSpec
+    from sparkml_dist.models.weights import state_dict_to_bytes
+    from sparkml_dist.tasks.base import Target
+    from sparkml_dist.tracking.models import save_pyfunc_model
+
+    torch.manual_seed(0)
+    x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    features = pd.DataFrame({"features": list(x)})
+    for target, outputs in ((Target("binary", ("no", "yes")), 1), (Target("multiclass", ("a", "b", "c")), 3)):
+        spec = ModelSpec("mlp", 4, hidden=(8,), output_dim=outputs)
+        network = build_model(spec).eval()
+        path = save_pyfunc_model(str(tmp_path / target.task), state_dict_to_bytes(network.state_dict()), spec, None,
+                                 target=target)
+        got = mlflow.pyfunc.load_model(path).predict(features)
+        expected = predict(network, target, x)
+        if target.task == "binary":
+            assert np.allclose(np.asarray(got, dtype=np.float64), expected["probability"], atol=1e-6)
+        else:
+            assert list(got.columns) == list(expected) and (got["prediction"].to_numpy() == expected["prediction"]).all()
+
+
 ELSEWHERE = """
 import json, sys
 sys.modules["pyspark"] = None  # as where pyspark is not installed

@@ -123,8 +123,11 @@ def compile_features(model: PipelineModel) -> CompiledFeatures | None:
     compares every slot), and skip the vector type's per-row conversions. None when the
     pipeline is not one `build_feature_pipeline` made."""
     raw = raw_features(model)
-    if raw is None:
-        return None
+    return None if raw is None else compiled_from(raw)
+
+
+def compiled_from(raw: RawFeatures) -> CompiledFeatures:
+    """The slots as SQL columns, one per layout block."""
     cols = [_numeric_sql(s) if isinstance(s, NumericSlot) else _category_sql(s) for s in raw.slots]
     return CompiledFeatures(raw.layout, tuple(cols))
 

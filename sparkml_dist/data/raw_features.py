@@ -146,6 +146,4 @@ def _as_spark_string(value) -> str:
         return MISSING_CATEGORY
     if isinstance(value, (bool, np.bool_)):
         return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return repr(value)  # Spark casts 3.0 to '3.0', as repr does
-    return str(value)
+    return str(value)  # for a float as for Spark's cast: 3.0 -> '3.0'

@@ -16,7 +16,7 @@ from sparkml_dist.data.dataset import Manifest, PreprocessResult, describe_split
 from sparkml_dist.data.features import (
     FEATURES,
     build_feature_pipeline,
-    compile_features,
+    compiled_from,
     feature_names,
     raw_features,
     to_feature_frame,
@@ -25,7 +25,7 @@ from sparkml_dist.data.ingest import WEIGHT, IngestResult, ingest
 from sparkml_dist.data.labels import EncodedRows, check_task, encode_labels, fit_target
 from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.predicate import checked_predicate
-from sparkml_dist.data.raw_features import RAW_FEATURES_FILE
+from sparkml_dist.data.raw_features import RAW_FEATURES_FILE, RawFeatures
 from sparkml_dist.data.sources import fingerprint, resolve_path
 from sparkml_dist.tasks.base import Target
 from sparkml_dist.spark.session import job_phase
@@ -55,11 +55,12 @@ def preprocess(spark: SparkSession, cfg: JobConfig, fitted: PipelineModel | None
         train_rows, val_rows = split_frame(labelled["train"].known, data.validation_fraction, data.split_seed)
         with job_phase(spark, "preprocess: fit features"):
             pipeline = fitted or build_feature_pipeline(data, cfg.features).fit(train_rows)
-            encoded = _encode(pipeline, {"train": train_rows, "val": val_rows, "test": labelled["test"].known},
+            raw = raw_features(pipeline)  # its fitted values, read once: stored features and the saved file
+            encoded = _encode(pipeline, raw, {"train": train_rows, "val": val_rows, "test": labelled["test"].known},
                               weighted=data.weight_column is not None)
         with atomic_dir(spark, out) as staging, ThreadPoolExecutor(1, "preprocess-save") as background:
             # Spark ML's save is a dozen tiny jobs, latency not work: overlap it with the writes
-            saved = background.submit(_save_pipeline, spark, pipeline, f"{staging}/feature_pipeline")
+            saved = background.submit(_save_pipeline, spark, pipeline, raw, f"{staging}/feature_pipeline")
             _write_splits(spark, cfg, encoded, staging)
             with job_phase(spark, "preprocess: rejects and manifest"):
                 _write_rejects(inputs, labelled, f"{staging}/rejects")
@@ -96,12 +97,11 @@ def _ingest_inputs(spark: SparkSession, cfg: JobConfig) -> dict[str, IngestResul
     return inputs
 
 
-def _save_pipeline(spark: SparkSession, pipeline: PipelineModel, path: str) -> None:
+def _save_pipeline(spark: SparkSession, pipeline: PipelineModel, raw: RawFeatures | None, path: str) -> None:
     """Spark ML's save, and beside its stages the same pipeline as plain data: the logged model
     scores raw rows with it where there is no Spark (data/raw_features.py, docs/serving.md)."""
     with job_phase(spark, "preprocess: save feature pipeline"):
         pipeline.save(path)
-        raw = raw_features(pipeline)
         if raw is not None:
             storage.write_json(storage.join(path, RAW_FEATURES_FILE), raw.to_json())
 
@@ -125,11 +125,11 @@ class _Encoded:
         return self.layout.row_bytes if self.layout is not None else 4 * self.dim
 
 
-def _encode(pipeline: PipelineModel, rows: dict[str, DataFrame], weighted: bool) -> _Encoded:
-    """Each split's rows as stored features: compact when the pipeline compiles, else dense."""
+def _encode(pipeline: PipelineModel, raw: RawFeatures | None, rows: dict[str, DataFrame], weighted: bool) -> _Encoded:
+    """Each split's rows as stored features: compact when the pipeline compiles (`raw`), else dense."""
     extra = (WEIGHT,) if weighted else ()
-    compiled = compile_features(pipeline)
-    if compiled is not None:
+    if raw is not None:
+        compiled = compiled_from(raw)
         frames = {name: compiled.frame(df, extra=extra) for name, df in rows.items()}
         return _Encoded(frames, compiled.layout, compiled.layout.dim)
     frames = {name: to_feature_frame(pipeline, df, extra=extra) for name, df in rows.items()}

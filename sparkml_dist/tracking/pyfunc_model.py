@@ -45,28 +45,30 @@ class TabularTorchModel(mlflow.pyfunc.PythonModel):
         self.model.eval()
 
     def predict(self, context, model_input, params=None):
-        if self.raw is not None:
-            return self._predict_raw(model_input)
-        from sparkml_dist.inference.predict import predict_proba
-
-        column = model_input["features"] if hasattr(model_input, "columns") else model_input
-        x = np.stack([np.asarray(v, dtype=np.float32) for v in column]) if not isinstance(column, np.ndarray) else column
-        return predict_proba(self.model, x.astype(np.float32, copy=False))
-
-    def _predict_raw(self, rows):
         import pandas as pd
+
+        from sparkml_dist.inference.predict import predict, predict_proba
+
+        x = self._raw_matrix(model_input) if self.raw is not None else _features_matrix(model_input)
+        if self.raw is None and self.target.kind.thresholded:  # the features signature: the probability alone
+            return predict_proba(self.model, x)
+        out = pd.DataFrame({k: (list(v) if v.ndim > 1 else v) for k, v in predict(self.model, self.target, x).items()})
+        if self.raw is not None and self.target.classes:
+            out["predicted_label"] = [self.target.classes[i] for i in out["prediction"]]
+        return out
+
+    def _raw_matrix(self, rows) -> np.ndarray:
         from mlflow.exceptions import MlflowException
 
         from sparkml_dist.data.raw_features import RawRowError
-        from sparkml_dist.inference.predict import predict
 
         try:
-            x = self.raw.dense(rows)
+            return self.raw.dense(rows)
         except RawRowError as exc:  # the scoring server answers 400 with this message
             raise MlflowException.invalid_parameter_value(f"cannot score these rows: {exc}") from None
-        columns = predict(self.model, self.target, x)
-        out = pd.DataFrame({k: (list(v) if v.ndim > 1 else v) for k, v in columns.items()})
-        classes = self.target.classes
-        if classes and "prediction" in out:
-            out["predicted_label"] = [classes[i] for i in out["prediction"]]
-        return out
+
+
+def _features_matrix(model_input) -> np.ndarray:
+    column = model_input["features"] if hasattr(model_input, "columns") else model_input
+    x = np.stack([np.asarray(v, dtype=np.float32) for v in column]) if not isinstance(column, np.ndarray) else column
+    return x.astype(np.float32, copy=False)
