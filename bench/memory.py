@@ -1,5 +1,8 @@
 """Streaming, proven by peak memory: a rank training on 1x and 10x the data, and Spark scoring
-of 1M and 10M rows. If data streamed, the peak does not grow with the data (ratio ~1).
+of 1M and 10M rows. If data streamed, the peak does not grow with the data (ratio ~1). And
+against outside baselines, each set up the way its users write it: the same epoch trained by a
+plain torch script that reads the Parquet with pandas into a `TensorDataset` and `DataLoader`,
+and the same scoring by pyspark's `predict_batch_udf`.
 
     .venv/bin/python -m bench.memory
 """
@@ -43,9 +46,37 @@ def child_train(root: str, rows: int) -> None:
     print(json.dumps({"peak_mib": _peak_rss_mib(), "after_writing_mib": before}))
 
 
-def train_peak(rows: int) -> float:
+def child_plain_train(root: str, rows: int) -> None:
+    """The baseline in a fresh process: the same files, model and epoch as `child_train`, the way
+    a torch user writes it: pandas reads the Parquet, a TensorDataset and a shuffling DataLoader."""
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from bench.loader import write_dataset
+    from bench.scaling import compute_bound
+    from sparkml_dist.models.factory import build_model
+
+    write_dataset(Path(root), rows, files=8, row_group=8192)
+    before = _peak_rss_mib()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    frame = pd.read_parquet(Path(root) / "train")
+    x = torch.from_numpy(np.stack(frame["features"].to_numpy()).astype(np.float32))
+    y = torch.from_numpy(frame["label"].to_numpy(dtype=np.float32))
+    model = build_model(compute_bound((64,)))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    for xb, yb in torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=1024, shuffle=True):
+        optimizer.zero_grad()
+        loss_fn(model(xb).squeeze(-1), yb).backward()
+        optimizer.step()
+    print(json.dumps({"peak_mib": _peak_rss_mib(), "after_writing_mib": before}))
+
+
+def train_peak(rows: int, kind: str = "child-train") -> float:
     with tempfile.TemporaryDirectory() as tmp:
-        out = subprocess.run([sys.executable, "-m", "bench.memory", "child-train", tmp, str(rows)],
+        out = subprocess.run([sys.executable, "-m", "bench.memory", kind, tmp, str(rows)],
                              capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[1])
     return json.loads(out.stdout.strip().splitlines()[-1])["peak_mib"]
 
@@ -82,7 +113,7 @@ class WorkerPeak:
             time.sleep(self.interval)
 
 
-def score_peak(spark, rows: int) -> float:
+def score_peak(spark, rows: int, scorer: str = "ours") -> float:
     from bench.inference import bundle_for
     from pyspark.sql import functions as F
 
@@ -90,9 +121,40 @@ def score_peak(spark, rows: int) -> float:
 
     feats = F.array(*[F.rand(seed=i).cast("float") for i in range(32)]).alias("features")
     df = spark.range(rows, numPartitions=8).select(F.col("id").alias("row_id"), feats)
+    bundle = bundle_for([64])
+    scored = score_features(df, bundle) if scorer == "ours" else predict_batch_udf_frame(df, bundle)
     with WorkerPeak() as peak:
-        score_features(df, bundle_for([64])).write.format("noop").mode("overwrite").save()
+        scored.write.format("noop").mode("overwrite").save()
     return peak.peak_mib
+
+
+def predict_batch_udf_frame(df, bundle):
+    """The same model through pyspark's `predict_batch_udf`, as its docs set it up: a
+    `make_predict_fn` that builds the model once per worker, batches of 1024 rows as numpy."""
+    from pyspark.ml.functions import predict_batch_udf
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import FloatType
+
+    spec, weights = bundle.spec, bundle.weights
+
+    def make_predict_fn():
+        import torch
+
+        from sparkml_dist.models.factory import build_model
+        from sparkml_dist.models.weights import state_dict_from_bytes
+
+        model = build_model(spec)
+        model.load_state_dict(state_dict_from_bytes(weights))
+        model.eval()
+
+        def predict(x):
+            with torch.no_grad():
+                return torch.sigmoid(model(torch.from_numpy(x)).squeeze(-1)).numpy()
+
+        return predict
+
+    udf = predict_batch_udf(make_predict_fn, return_type=FloatType(), batch_size=1024, input_tensor_shapes=[[32]])
+    return df.select("row_id", udf(F.col("features")).alias("probability"))
 
 
 def main(spark=None) -> list[dict]:
@@ -103,21 +165,29 @@ def main(spark=None) -> list[dict]:
     rows_out = [entry("memory_stream_train", big, small, "MiB", "lower", 1.2,
                       note=f"peak RSS of a rank training one epoch on {10 * BASE_ROWS:,} vs {BASE_ROWS:,} rows "
                            f"(features alone: {10 * BASE_ROWS * 32 * 4 / 2**20:.0f} vs {BASE_ROWS * 32 * 4 / 2**20:.0f} MiB)")]
+    plain = train_peak(10 * BASE_ROWS, "child-plain-train")
+    rows_out.append(entry("memory_train_vs_pandas_dataloader", big, plain, "MiB", "lower", 1.0,
+                          note=f"peak RSS of one epoch on {10 * BASE_ROWS:,} rows: our rank vs a torch script that "
+                               "reads the Parquet with pandas into a TensorDataset + DataLoader (same model, batch 1024)"))
     own = spark is None
     spark = spark or build_session(SparkConfig(master="local[2]", app_name="bench-memory"))
     spark.sparkContext.setLogLevel("ERROR")
     one = score_peak(spark, 1_000_000)
     ten = score_peak(spark, 10_000_000)
+    theirs = score_peak(spark, 10_000_000, "predict_batch_udf")
     if own:
         spark.stop()
     rows_out.append(entry("memory_score_10m", ten, one, "MiB", "lower", 1.2,
                           note="largest Python worker RSS (sampled) while scoring 10M vs 1M rows x 32 floats"))
+    rows_out.append(entry("memory_score_vs_predict_batch_udf", ten, theirs, "MiB", "lower", 1.0,
+                          note="largest Python worker RSS (sampled) while scoring 10M rows x 32 floats: ours vs "
+                               "predict_batch_udf(batch_size=1024) with the same model"))
     record(rows_out)
     return rows_out
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "child-train":
-        child_train(sys.argv[2], int(sys.argv[3]))
+    if len(sys.argv) > 1 and sys.argv[1] in ("child-train", "child-plain-train"):
+        (child_train if sys.argv[1] == "child-train" else child_plain_train)(sys.argv[2], int(sys.argv[3]))
     else:
         main()

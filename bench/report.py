@@ -5,8 +5,9 @@
 
 A generated table sits between `<!-- bench.report: PREFIX -->` and `<!-- /bench.report -->`
 and holds the rows whose names start with PREFIX (`*`: every row), in docs/benchmarks.md and in
-the feature docs that quote their own rows (`GENERATED`). tests/test_bench_report.py fails when
-the docs and bench/results.json disagree.
+the feature docs that quote their own rows (`GENERATED`). An alternated row's range is the spread
+of its rounds (`ratio_range`). tests/test_bench_report.py fails when the docs and
+bench/results.json disagree.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ BLOCK = re.compile(r"(<!-- bench\.report: (\S+) -->\n)(.*?)(<!-- /bench\.report 
 
 ORDER = ["infer_vs_arrow_ceiling", "infer_vs_mlflow_spark_udf", "infer_vs_mlflow_spark_udf_array_signature",
          "infer_compute_bound_vs_torch",
-         "train_1rank_vs_plain_torch", "train_scaling_2_ranks", "train_vs_torch_distributor",
-         "train_vs_torch_distributor_1_epoch", "run_start_vs_torch_distributor", "dataframe_fed_vs_parquet", "dataframe_fed_launch_vs_parquet", "dataframe_fed_vs_torch_distributor_df",
+         "train_1rank_vs_plain_torch", "train_scaling_2_ranks", "train_scaling_2_ranks_no_comm_ceiling",
+         "train_scaling_2_ranks_vs_no_comm_ceiling", "train_vs_torch_distributor",
+         "train_vs_torch_distributor_1_epoch", "train_vs_ray_train", "train_vs_ray_train_epoch", "run_start_vs_torch_distributor", "dataframe_fed_vs_parquet", "dataframe_fed_launch_vs_parquet", "dataframe_fed_vs_torch_distributor_df",
          "loader_vs_pyarrow",
          "allreduce_torch_vs_gloo", "allreduce_torch_vs_gloo_16mib", "allreduce_torch_vs_gloo_1mib",
          "allreduce_horovod_vs_gloo", "allreduce_horovod_vs_gloo_16mib", "allreduce_horovod_vs_gloo_1mib",
          "preprocess_vs_spark_io_1m", "preprocess_vs_spark_io_10m", "memory_stream_train", "memory_score_10m",
+         "memory_train_vs_pandas_dataloader", "memory_score_vs_predict_batch_udf",
          "host_loss_run_vs_uninterrupted", "host_loss_resume_s", "tune_epochs_median_vs_unpruned",
          "tune_best_val_median_vs_unpruned", "tune_epochs_asha_vs_unpruned", "tune_best_val_asha_vs_unpruned", "tune_trials_per_hour", "tune_test_accuracy_vs_default", "observe_overhead_2_ranks",
          "stream_vs_batch_scoring", "stream_latency_p50", "stream_latency_p95",
@@ -43,14 +46,25 @@ def table(results: list[dict], prefix: str = "*") -> str:
     """The markdown table of the rows named `prefix...` (`*`: all), in the docs' order."""
     rank = {name: i for i, name in enumerate(ORDER)}
     chosen = [r for r in results if prefix == "*" or r["name"].startswith(prefix)]
-    lines = ["| name | ours | baseline | unit | ratio | target | |", "|---|---:|---:|---|---:|---|---|"]
+    lines = ["| name | ours | baseline | unit | ratio | ratio range | target | |",
+             "|---|---:|---:|---|---:|---|---|---|"]
     for r in sorted(chosen, key=lambda r: (rank.get(r["name"], len(ORDER)), r["name"])):
         sign = "≥" if r["better"] == "higher" else "≤"
         goal = "report" if r["target"] is None else f"{sign} {r['target']}"
         verdict = "" if r["met"] is None else "met" if r["met"] else "missed"
         lines.append(f"| `{r['name']}` | {r['ours']:,.2f} | {r['baseline']:,.2f} | {r['unit']} | **{r['ratio']:.3f}** "
-                     f"| {goal} | {verdict} |")
+                     f"| {ratio_range(r)} | {goal} | {verdict} |")
     return "\n".join(lines)
+
+
+def ratio_range(row: dict) -> str:
+    """The worst to the best ratio the recorded rounds allow (ours' slowest run against the
+    baseline's fastest, and the other way round), or "" for a row measured once."""
+    ours, base = row.get("ours_runs"), row.get("baseline_runs")
+    if not ours or not base or not base["min"] or not base["max"]:
+        return ""
+    low, high = ours["min"] / base["max"], ours["max"] / base["min"]
+    return f"{low:.2f}–{high:.2f} ({ours['rounds']} rounds)"
 
 
 def render(docs: str, results: list[dict]) -> str:

@@ -1,6 +1,6 @@
 """Run the benchmarks in this folder and write bench/results.json (see docs/benchmarks.md).
 
-    make bench                                  # the issue's list, a few minutes on 2 cores
+    make bench                                  # every benchmark below (Ray Train's with the bench extra)
     .venv/bin/python -m bench.run_all --full    # adds 10M-row preprocessing, raw-row scoring and the
                                                 # model-parallel suite
 """
@@ -13,8 +13,8 @@ import shutil
 import time
 from contextlib import contextmanager
 
-from bench import (allreduce, byo, host_loss, inference, loader, memory, observe, parallel, preprocess, scaling,
-                   scoring_raw, serving, streaming, training, tune)
+from bench import (allreduce, byo, host_loss, inference, loader, memory, observe, parallel, preprocess, ray_train,
+                   scaling, scoring_raw, serving, streaming, training, tune)
 from bench.common import make_bench_importable
 
 
@@ -40,6 +40,8 @@ def main(full: bool = False) -> None:
         memory.main()  # its own session: Python workers that no other benchmark has grown
     with timed("byo"):
         byo.main()  # fresh sessions of its own: the start-up row measures both launchers cold
+    with timed("ray_train"):
+        ray_train.main()  # cold jobs in fresh processes; skipped (and says so) without the bench extra
     spark = build_session(SparkConfig(master="local[2]", app_name="sparkml_dist-bench"))
     spark.sparkContext.setLogLevel("ERROR")
     with timed("inference"):

@@ -2,7 +2,7 @@
 barrier launcher vs pyspark's TorchDistributor running the same training, both cold, on a
 1-epoch job and on one with over a minute of training.
 
-    .venv/bin/python -m bench.scaling
+    .venv/bin/python -m bench.scaling [--only scaling|distributor]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.common import alternate, entry, make_bench_importable, record
+from bench.common import Measured, alternate, entry, make_bench_importable, record
 from bench.loader import DIM, write_dataset
 
 # 2 ranks train this compute-bound MLP at about 22,000 samples/s here: 24 epochs of 60,000 rows
@@ -47,6 +47,24 @@ def throughput(spark, job, ranks: int) -> float:
 
     job = replace(job, checkpoint_dir=tempfile.mkdtemp())  # a fresh run, not a resume
     return run_barrier(spark, train_rank, job, ranks, TorchBackend())[0].records[0].samples_per_s
+
+
+def independent_rank(ctx, job):
+    """One of two ranks that train at once without communicating: each is a world of one (its own
+    rank 0, no DDP, no allreduce) over the whole dataset, with its own checkpoints. The pair's
+    throughput is the ceiling this machine leaves two ranks before any communication."""
+    from sparkml_dist.train.loop import train_rank
+
+    alone = replace(ctx, rank=0, world_size=1)
+    return train_rank(alone, replace(job, checkpoint_dir=f"{job.checkpoint_dir}/rank{ctx.rank}"))
+
+
+def no_comm_throughput(spark, job) -> float:
+    """Samples/s of two ranks training at once with no communication, summed."""
+    from sparkml_dist.launch import TorchBackend, run_barrier
+
+    job = replace(job, checkpoint_dir=tempfile.mkdtemp())
+    return sum(r.records[0].samples_per_s for r in run_barrier(spark, independent_rank, job, 2, TorchBackend()))
 
 
 def ours_wall(spark, job) -> float:
@@ -111,29 +129,55 @@ def one_cold_job(kind: str, epochs: int, rows: int) -> None:
     spark.stop()
 
 
-def main(rows: int = 60_000, spark=None, long_epochs: int = LONG_EPOCHS) -> list[dict]:
+def main(rows: int = 60_000, spark=None, long_epochs: int = LONG_EPOCHS, only: str | None = None) -> list[dict]:
+    """Every row; `only="scaling"` or `"distributor"` for one half (the second is 12 cold jobs)."""
     from sparkml_dist.config import SparkConfig
     from sparkml_dist.spark import build_session
 
     make_bench_importable()  # torchrun children of TorchDistributor import this module by name
-    spark = spark or build_session(SparkConfig(master="local[2]", app_name="bench-scaling"))
-    spark.sparkContext.setLogLevel("ERROR")
     rows_out = []
+    if only in (None, "scaling"):
+        spark = spark or build_session(SparkConfig(master="local[2]", app_name="bench-scaling"))
+        spark.sparkContext.setLogLevel("ERROR")
+        rows_out += scaling_rows(spark, rows)
+    if only in (None, "distributor"):
+        rows_out += distributor_rows(rows, long_epochs)
+    record(rows_out)
+    return rows_out
+
+
+def scaling_rows(spark, rows: int) -> list[dict]:
+    """DDP's 2 ranks against twice one rank, and against the same two processes with no
+    communication (the machine's ceiling): the three measured in turn, three rounds."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         groups = write_dataset(root, rows, row_group=2048)
         one, two = make_job(root, groups, 1), make_job(root, groups, 2)
-        o, b = alternate(lambda: throughput(spark, two, 2), lambda: 2 * throughput(spark, one, 1))
-        rows_out.append(entry("train_scaling_2_ranks", o, b, "samples/s", "higher", 0.9,
-                              note=f"MLP 32-1024-1024-1, {rows:,} rows, 1 thread per rank; baseline = 2 x one rank"))
+        ddp, ideal, ceiling = [], [], []
+        for _ in range(3):
+            ddp.append(throughput(spark, two, 2))
+            ideal.append(2 * throughput(spark, one, 1))
+            ceiling.append(no_comm_throughput(spark, one))
+    ddp, ideal, ceiling = Measured(ddp), Measured(ideal), Measured(ceiling)
+    model = f"MLP 32-1024-1024-1, {rows:,} rows, batch 1024 per rank, 1 thread per rank"
+    return [
+        entry("train_scaling_2_ranks", ddp, ideal, "samples/s", "higher", 0.9, note=f"{model}; baseline = 2 x one rank"),
+        entry("train_scaling_2_ranks_no_comm_ceiling", ceiling, ideal, "samples/s", "higher", None,
+              note=f"{model}; two ranks training at once with no communication vs 2 x one rank: what this machine "
+                   "leaves two ranks"),
+        entry("train_scaling_2_ranks_vs_no_comm_ceiling", ddp, ceiling, "samples/s", "higher", 0.95,
+              note=f"{model}; DDP's 2 ranks vs the same two processes with no communication"),
+    ]
+
+
+def distributor_rows(rows: int, long_epochs: int) -> list[dict]:
     setup = "same rank function and data, both cold (a fresh process each); TorchDistributor(num_processes=2, local_mode=False)"
     o, b = alternate(lambda: cold_wall("ours", 1, rows), lambda: cold_wall("distributor", 1, rows))
-    rows_out.append(entry("train_vs_torch_distributor_1_epoch", o, b, "s", "lower", None, note=f"{setup}; 1 epoch"))
+    out = [entry("train_vs_torch_distributor_1_epoch", o, b, "s", "lower", None, note=f"{setup}; 1 epoch")]
     o, b = alternate(lambda: cold_wall("ours", long_epochs, rows), lambda: cold_wall("distributor", long_epochs, rows))
-    rows_out.append(entry("train_vs_torch_distributor", o, b, "s", "lower", 0.5,
-                          note=f"{setup}; {long_epochs} epochs (over a minute of training)"))
-    record(rows_out)
-    return rows_out
+    out.append(entry("train_vs_torch_distributor", o, b, "s", "lower", 0.5,
+                     note=f"{setup}; {long_epochs} epochs (over a minute of training)"))
+    return out
 
 
 if __name__ == "__main__":
@@ -141,5 +185,6 @@ if __name__ == "__main__":
     parser.add_argument("--cold", choices=["ours", "distributor"], help="run one job in this process and print WALL s")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--rows", type=int, default=60_000)
+    parser.add_argument("--only", choices=["scaling", "distributor"], help="one half of the rows")
     args = parser.parse_args()
-    one_cold_job(args.cold, args.epochs, args.rows) if args.cold else main(args.rows)
+    one_cold_job(args.cold, args.epochs, args.rows) if args.cold else main(args.rows, only=args.only)

@@ -1,5 +1,7 @@
 """Feature pipeline: fixed-width vectors, imputation, and unseen categories at scoring time."""
 
+import contextlib
+
 import numpy as np
 import pytest
 from pyspark.sql import functions as F
@@ -142,29 +144,91 @@ def test_a_pipeline_that_does_not_compile_falls_back_to_dense_vectors(spark, tmp
     assert layout is None and len(frame.first()["features"]) == len(feature_names(model, rows))
 
 
-def test_the_one_pass_mean_imputer_is_spark_mls_imputer(spark, tmp_path):
+@pytest.mark.parametrize("strategy", ["mean", "median"])
+def test_the_one_pass_imputer_is_spark_mls_imputer(spark, tmp_path, strategy):
     """Null and NaN are missing; the fitted model has Spark's surrogates, transforms the same and
-    saves and loads as Spark's own ImputerModel. A column with no value is named."""
+    saves and loads as Spark's own ImputerModel, on the narrow (SQL) and wide (Summarizer) paths.
+    A column with no value is named."""
     from pyspark.ml import PipelineModel
     from pyspark.ml.feature import Imputer
 
-    from sparkml_dist.data.imputer import MeanImputer
+    from sparkml_dist.data import imputer as imputer_module
+    from sparkml_dist.data.imputer import OnePassImputer
     from sparkml_dist.errors import DataError
 
     nan = float("nan")
     rows = spark.createDataFrame([(1.0, 10, None), (nan, None, 2.5), (4.0, 30, 3.5), (None, 20, nan), (2.5, 5, 1.0)],
                                  "a double, b int, c double")
-    spark_ml = Imputer(inputCols=["a", "b", "c"], outputCols=["a_", "b_", "c_"], strategy="mean")
-    ours = MeanImputer(Imputer(inputCols=["a", "b", "c"], outputCols=["a_", "b_", "c_"], strategy="mean")).fit(rows)
-    assert ours.surrogateDF.first().asDict() == pytest.approx(spark_ml.fit(rows).surrogateDF.first().asDict(), rel=1e-12)
+    spark_ml = Imputer(inputCols=["a", "b", "c"], outputCols=["a_", "b_", "c_"], strategy=strategy).fit(rows)
     imputed = ["a_", "b_", "c_"]  # the inputs hold NaN, which never equals itself
-    assert ours.transform(rows).select(imputed).collect() == spark_ml.fit(rows).transform(rows).select(imputed).collect()
+    for width in (imputer_module._SQL_COLUMNS, 0):
+        with narrow_sql_limit(imputer_module, width):
+            ours = OnePassImputer(Imputer(inputCols=["a", "b", "c"], outputCols=imputed, strategy=strategy)).fit(rows)
+        assert ours.surrogateDF.first().asDict() == pytest.approx(spark_ml.surrogateDF.first().asDict(), rel=1e-12)
+        assert ours.transform(rows).select(imputed).collect() == spark_ml.transform(rows).select(imputed).collect()
     PipelineModel([ours]).save(str(tmp_path / "pipeline"))
     loaded = PipelineModel.load(str(tmp_path / "pipeline"))
     assert loaded.transform(rows).select(imputed).collect() == ours.transform(rows).select(imputed).collect()
 
     empty = rows.withColumn("d", F.lit(None).cast("double"))
     with pytest.raises(DataError, match=r"numeric column\(s\) \['d'\] have no value in the training rows"):
-        MeanImputer(Imputer(inputCols=["a", "d"], outputCols=["a_", "d_"], strategy="mean")).fit(empty)
+        OnePassImputer(Imputer(inputCols=["a", "d"], outputCols=["a_", "d_"], strategy=strategy)).fit(empty)
     with pytest.raises(DataError, match="the training split is empty"):
-        MeanImputer(Imputer(inputCols=["a"], outputCols=["a_"], strategy="mean")).fit(rows.limit(0))
+        OnePassImputer(Imputer(inputCols=["a"], outputCols=["a_"], strategy=strategy)).fit(rows.limit(0))
+
+
+@contextlib.contextmanager
+def narrow_sql_limit(module, width: int):
+    """Inputs wider than `width` columns take the Summarizer path."""
+    original = module._SQL_COLUMNS
+    module._SQL_COLUMNS = width
+    try:
+        yield
+    finally:
+        module._SQL_COLUMNS = original
+
+
+@pytest.mark.parametrize("strategy", ["mean", "median"])
+def test_the_scaler_fitted_from_the_imputers_pass_is_spark_mls_scaler(spark, tmp_path, strategy):
+    """The StandardScaler after the imputer takes its mean and std from the imputer's one pass
+    (no second pass over the rows), and they are what Spark ML's own Imputer -> VectorAssembler
+    -> StandardScaler fit gives, with missing values in a column, a column of one value, a column
+    with a single present value, and wide inputs (the Summarizer path). An int column (its
+    imputed surrogate is cast to int) falls back to the scaler's own pass."""
+    import numpy as np
+    from pyspark.ml import Pipeline, PipelineModel
+    from pyspark.ml.feature import Imputer, StandardScaler, StandardScalerModel, VectorAssembler
+
+    from sparkml_dist.data import imputer as imputer_module
+    from sparkml_dist.data.imputer import ImputedScaler, OnePassImputer
+
+    nan = float("nan")
+    rows = spark.createDataFrame(
+        [(1.0, 10.0, None, 7.0, None), (nan, None, 2.5, 7.0, 3.0), (4.0, 30.0, 3.5, 7.0, None),
+         (None, 20.0, nan, 7.0, None), (2.5, 5.0, 1.0, 7.0, None), (8.0, 1.0, 0.5, 7.0, None)],
+        "a double, b double, c double, d double, e double")
+    names = rows.columns
+    imputed = [f"{n}_" for n in names]
+
+    def fitted(rows):
+        imputer = OnePassImputer(Imputer(inputCols=names, outputCols=imputed, strategy=strategy))
+        scaler = StandardScaler(inputCol="v", outputCol="s", withMean=True, withStd=True)
+        ours = Pipeline(stages=[imputer, VectorAssembler(inputCols=imputed, outputCol="v"),
+                                ImputedScaler(imputer, scaler)]).fit(rows)
+        theirs = Pipeline(stages=[Imputer(inputCols=names, outputCols=imputed, strategy=strategy),
+                                  VectorAssembler(inputCols=imputed, outputCol="v"), scaler]).fit(rows)
+        assert np.allclose(ours.stages[-1].mean.toArray(), theirs.stages[-1].mean.toArray(), rtol=1e-12)
+        assert np.allclose(ours.stages[-1].std.toArray(), theirs.stages[-1].std.toArray(), rtol=1e-12)
+        scaled = [list(r["s"]) for r in ours.transform(rows).select("s").collect()]
+        assert np.allclose(scaled, [list(r["s"]) for r in theirs.transform(rows).select("s").collect()], rtol=1e-9)
+        return ours, scaled
+
+    for width in (imputer_module._SQL_COLUMNS, 0):  # SQL aggregates, then the Summarizer path
+        with narrow_sql_limit(imputer_module, width):
+            ours, scaled = fitted(rows)
+        assert ours.stages[-1].std.toArray()[3] == 0.0 and ours.stages[-1].std.toArray()[4] == 0.0
+    ours.save(str(tmp_path / "pipeline"))
+    loaded = PipelineModel.load(str(tmp_path / "pipeline"))
+    assert isinstance(loaded.stages[-1], StandardScalerModel) and loaded.stages[-1].getWithMean()
+    assert [list(r["s"]) for r in loaded.transform(rows).select("s").collect()] == scaled
+    fitted(rows.withColumn("b", F.col("b").cast("int")))

@@ -27,7 +27,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from sparkml_dist.config.schema import DataConfig, FeatureConfig
-from sparkml_dist.data.imputer import MeanImputer
+from sparkml_dist.data.imputer import ImputedScaler, OnePassImputer
 from sparkml_dist.data.ingest import LABEL, ROW_ID
 from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.raw_features import MISSING_CATEGORY, CategorySlot, NumericSlot, RawFeatures
@@ -45,10 +45,12 @@ def build_feature_pipeline(data: DataConfig, feats: FeatureConfig) -> Pipeline:
     if nums:
         imputed = [f"{n}__imputed" for n in nums]
         imputer = Imputer(inputCols=nums, outputCols=imputed, strategy=feats.impute_strategy)
-        stages.append(MeanImputer(imputer) if feats.impute_strategy == "mean" else imputer)
+        one_pass = OnePassImputer(imputer)
+        stages.append(one_pass)
         stages.append(VectorAssembler(inputCols=imputed, outputCol="_num_vec", handleInvalid="keep"))
         if feats.scale_numeric:
-            stages.append(StandardScaler(inputCol="_num_vec", outputCol="_num_scaled", withMean=True, withStd=True))
+            scaler = StandardScaler(inputCol="_num_vec", outputCol="_num_scaled", withMean=True, withStd=True)
+            stages.append(ImputedScaler(one_pass, scaler))  # its statistics come from the imputer's pass
             parts.append("_num_scaled")
         else:
             parts.append("_num_vec")

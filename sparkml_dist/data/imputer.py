@@ -1,19 +1,29 @@
-"""Spark ML's mean Imputer, fitted in one vectorised pass.
+"""Spark ML's Imputer and the StandardScaler after it, fitted in one pass.
 
-`Imputer(strategy="mean").fit` computes one SQL `avg` per column; on a wide input (784 pixels)
-that is hundreds of interpreted aggregates per row, because Spark turns whole-stage code
-generation off above `spark.sql.codegen.maxFields` (100) columns. Here the columns travel as one
-vector through `Summarizer` (a single aggregate with a tight loop), and only the columns that
-hold a missing value (their vector mean is NaN) are averaged in SQL. The result is Spark's own
-`ImputerModel`, so the fitted pipeline saves, loads and transforms exactly as before.
+`Imputer.fit` is one pass over the rows (an `avg` or an approximate median per column), and the
+`StandardScaler` that `build_feature_pipeline` puts after it is another (a `Summarizer` over
+the assembled, imputed vector). Both need only each column's count, mean and variance over its
+present values, and the surrogate: the imputed column is those k values plus n - k copies of the
+surrogate, whose mean and variance follow from them (`ColumnMoments.imputed`). `OnePassImputer`
+computes them in one job; `ImputedScaler` turns them into the scaler without reading the rows
+again. The results are Spark's own `ImputerModel` and `StandardScalerModel`, so the fitted
+pipeline saves, loads and transforms exactly as before.
+
+How the statistics are computed depends on the width: a narrow input is one select of SQL
+aggregates (code-generated; the median is the `percentile_approx` Spark's Imputer asks for, at
+its relative error). Above `spark.sql.codegen.maxFields` (100) Spark interprets aggregates row
+by row, so a wide input (784 pixels) travels as one vector through `Summarizer` (a single
+aggregate with a tight loop); only its columns that hold a missing value (their vector mean is
+NaN) are aggregated in SQL, and a median is Spark's own Imputer fit.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 from pyspark.ml import Estimator
-from pyspark.ml.feature import Imputer, ImputerModel
+from pyspark.ml.feature import Imputer, ImputerModel, StandardScaler, StandardScalerModel
 from pyspark.ml.functions import array_to_vector
 from pyspark.ml.stat import Summarizer
 from pyspark.sql import DataFrame
@@ -22,52 +32,167 @@ from pyspark.sql import functions as F
 from sparkml_dist.data.sql import ident
 from sparkml_dist.errors import DataError
 
-__all__ = ["MeanImputer"]
+__all__ = ["ColumnMoments", "ImputedScaler", "OnePassImputer", "numeric_moments"]
+
+# up to four aggregates a column: above this many columns the select exceeds codegen's field limit
+_SQL_COLUMNS = 24
 
 
-class MeanImputer(Estimator):
-    """Fits `imputer` (strategy mean, missing value NaN: what `build_feature_pipeline` makes)
-    and returns the same `ImputerModel` Spark ML would."""
+@dataclass(frozen=True)
+class ColumnMoments:
+    """One column over the rows: n rows, k of them with a value (not null, not NaN), those values'
+    mean and sample variance, and the surrogate that fills the other n - k."""
+
+    n: int
+    k: int
+    mean: float
+    variance: float
+    surrogate: float
+
+    def imputed(self) -> tuple[float, float]:
+        """The mean and sample std of the column once imputed: what StandardScaler would fit."""
+        n, k, s = self.n, self.k, self.surrogate
+        if k == n:
+            return self.mean, math.sqrt(self.variance) if n > 1 else 0.0
+        mean = (k * self.mean + (n - k) * s) / n
+        if n < 2:
+            return mean, 0.0
+        squares = (k - 1) * (self.variance if k > 1 else 0.0) + k * (self.mean - mean) ** 2 + (n - k) * (s - mean) ** 2
+        return mean, math.sqrt(squares / (n - 1))
+
+
+@dataclass
+class _MomentsBox:
+    """Where `OnePassImputer` leaves its statistics for the `ImputedScaler` after it. A box, not
+    an attribute: Spark ML copies stages shallowly, and every copy shares one box."""
+
+    moments: dict[str, ColumnMoments] | None = field(default=None)
+
+
+class OnePassImputer(Estimator):
+    """Fits `imputer` (missing value NaN, strategy mean or median: what `build_feature_pipeline`
+    makes) and returns the `ImputerModel` Spark ML would, keeping each column's moments for an
+    `ImputedScaler`."""
 
     def __init__(self, imputer: Imputer) -> None:
         super().__init__()
-        if imputer.getStrategy() != "mean" or not math.isnan(imputer.getMissingValue()):
-            raise ValueError("MeanImputer fits strategy 'mean' with missing value NaN only")
+        if imputer.getStrategy() not in ("mean", "median") or not math.isnan(imputer.getMissingValue()):
+            raise ValueError("OnePassImputer fits strategy 'mean' or 'median' with missing value NaN only")
         self.imputer = imputer
+        self.box = _MomentsBox()
 
     def _fit(self, dataset: DataFrame) -> ImputerModel:
         names = self.imputer.getInputCols()
-        means = column_means(dataset, names)
+        moments = numeric_moments(dataset, names, self.imputer)
+        self.box.moments = moments
         context = dataset.sparkSession.sparkContext
-        jvm, gateway = context._jvm, context._gateway
-        columns, surrogates = gateway.new_array(jvm.java.lang.String, len(names)), gateway.new_array(jvm.double, len(names))
-        for i, name in enumerate(names):
-            columns[i], surrogates[i] = name, means[name]
         # the constructor Spark's own fit uses: (uid, column names, surrogates)
-        java_model = jvm.org.apache.spark.ml.feature.ImputerModel(self.imputer.uid, columns, surrogates)
+        java_model = context._jvm.org.apache.spark.ml.feature.ImputerModel(
+            self.imputer.uid, _java_array(context, "String", names),
+            _java_array(context, "double", [moments[n].surrogate for n in names]))
         return self.imputer._copyValues(ImputerModel(java_model))
 
 
-def column_means(rows: DataFrame, names: list[str]) -> dict[str, float]:
-    """The mean of each column over its values that are neither null nor NaN."""
-    if rows.isEmpty():  # Summarizer fails on no rows with a bare "requirement failed"
+class ImputedScaler(Estimator):
+    """`scaler` (withMean, withStd) over the assembled output of `imputer`, fitted from the
+    moments the imputer's fit already computed: no pass over the rows."""
+
+    def __init__(self, imputer: OnePassImputer, scaler: StandardScaler) -> None:
+        super().__init__()
+        if not (scaler.getWithMean() and scaler.getWithStd()):
+            raise ValueError("ImputedScaler fits a StandardScaler with withMean and withStd only")
+        self.box, self.names, self.scaler = imputer.box, imputer.imputer.getInputCols(), scaler
+
+    def _fit(self, dataset: DataFrame) -> StandardScalerModel:
+        if self.box.moments is None:
+            raise RuntimeError("ImputedScaler is fitted after its OnePassImputer, in one Pipeline")
+        if any(dataset.schema[n].dataType.typeName() != "double" for n in self.names):
+            # the imputer casts its surrogate to the column's type: an int column's imputed values
+            # are not the surrogate, so only the scaler's own pass is exact (ingest makes numbers double)
+            return self.scaler.fit(dataset)
+        context = dataset.sparkSession.sparkContext
+        jvm = context._jvm
+        means, stds = zip(*(self.box.moments[n].imputed() for n in self.names))
+
+        def vector(values: tuple[float, ...]):
+            return jvm.org.apache.spark.ml.linalg.Vectors.dense(_java_array(context, "double", list(values)))
+
+        # the constructor StandardScaler's own fit uses: (uid, std, mean)
+        java_model = jvm.org.apache.spark.ml.feature.StandardScalerModel(self.scaler.uid, vector(stds), vector(means))
+        return self.scaler._copyValues(StandardScalerModel(java_model))
+
+
+def numeric_moments(rows: DataFrame, names: list[str], imputer: Imputer) -> dict[str, ColumnMoments]:
+    """Each column's moments over its present values, and `imputer`'s surrogate for it."""
+    median = imputer.getStrategy() == "median"
+    narrow = len(names) <= _SQL_COLUMNS
+    moments = (_sql_moments(rows, names, imputer.getRelativeError() if median else None) if narrow
+               else _summarized_moments(rows, names))
+    if moments[names[0]].n == 0:
         raise DataError("no training rows to fit the feature pipeline on (the training split is empty)")
-    as_doubles = ", ".join(f"coalesce(CAST({ident(n)} AS DOUBLE), double('NaN'))" for n in names)
-    vector = array_to_vector(F.expr(f"array({as_doubles})"))
-    summary = rows.select(Summarizer.metrics("mean").summary(vector).alias("s")).first()["s"]
-    means = dict(zip(names, summary["mean"].toArray().tolist()))
-    with_missing = [n for n, m in means.items() if math.isnan(m)]
-    if with_missing:
-        means.update(_sql_means(rows, with_missing))
-    return means
-
-
-def _sql_means(rows: DataFrame, names: list[str]) -> dict[str, float]:
-    present = [f"CASE WHEN isnan(CAST({ident(n)} AS DOUBLE)) THEN NULL ELSE CAST({ident(n)} AS DOUBLE) END"
-               for n in names]
-    row = rows.selectExpr(*[f"avg({p})" for p in present]).first()
-    empty = [n for n, value in zip(names, row) if value is None]
+    empty = [name for name in names if moments[name].k == 0]
     if empty:
         raise DataError(f"numeric column(s) {empty} have no value in the training rows (every value is null "
                         f"or NaN): there is nothing to impute from; give them role ignore in data.columns")
-    return dict(zip(names, (float(v) for v in row)))
+    if median and not narrow:
+        surrogates = imputer.fit(rows).surrogateDF.first().asDict()  # Spark's own quantile pass
+        moments = {n: _with_surrogate(m, surrogates[n]) for n, m in moments.items()}
+    return moments
+
+
+def _present(name: str) -> str:
+    x = f"CAST({ident(name)} AS DOUBLE)"
+    return f"CASE WHEN isnan({x}) THEN NULL ELSE {x} END"
+
+
+def _sql_moments(rows: DataFrame, names: list[str], median_error: float | None) -> dict[str, ColumnMoments]:
+    """One select; with `median_error`, the surrogate is the median at that relative error
+    (`percentile_approx`'s accuracy is its inverse), else the mean."""
+    per_column = 4 if median_error is not None else 3
+    aggregates = ["count(1)"]
+    for name in names:
+        p = _present(name)
+        aggregates += [f"count({p})", f"avg({p})", f"var_samp({p})"]
+        if median_error is not None:
+            aggregates.append(f"percentile_approx({p}, 0.5, {int(round(1 / median_error))})")
+    row = rows.selectExpr(*aggregates).first()
+    moments = {}
+    for i, name in enumerate(names):
+        k, mean, variance, *median = row[1 + per_column * i: 1 + per_column * (i + 1)]
+        mean = _number(mean)
+        moments[name] = ColumnMoments(int(row[0]), int(k), mean, _number(variance),
+                                      _number(median[0]) if median else mean)
+    return moments
+
+
+def _summarized_moments(rows: DataFrame, names: list[str]) -> dict[str, ColumnMoments]:
+    """Mean surrogates: one Summarizer pass, and SQL for the columns with a missing value."""
+    if rows.isEmpty():  # Summarizer fails on no rows with a bare "requirement failed"
+        return {name: ColumnMoments(0, 0, math.nan, math.nan, math.nan) for name in names}
+    as_doubles = ", ".join(f"coalesce(CAST({ident(n)} AS DOUBLE), double('NaN'))" for n in names)
+    vector = array_to_vector(F.expr(f"array({as_doubles})"))
+    summary = rows.select(Summarizer.metrics("count", "mean", "variance").summary(vector).alias("s")).first()["s"]
+    n = int(summary["count"])
+    means, variances = summary["mean"].toArray().tolist(), summary["variance"].toArray().tolist()
+    moments = {name: ColumnMoments(n, n, m, v, m) for name, m, v in zip(names, means, variances)}
+    with_missing = [name for name, m in zip(names, means) if math.isnan(m)]  # NaN: a missing value somewhere
+    step = max(_SQL_COLUMNS, 1)
+    for start in range(0, len(with_missing), step):
+        moments.update(_sql_moments(rows, with_missing[start:start + step], None))
+    return moments
+
+
+def _with_surrogate(moments: ColumnMoments, surrogate: float) -> ColumnMoments:
+    return ColumnMoments(moments.n, moments.k, moments.mean, moments.variance, surrogate)
+
+
+def _number(value) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _java_array(context, kind: str, values: list):
+    jvm = context._jvm
+    array = context._gateway.new_array(jvm.java.lang.String if kind == "String" else jvm.double, len(values))
+    for i, value in enumerate(values):
+        array[i] = value
+    return array
