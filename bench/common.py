@@ -100,6 +100,20 @@ def unused_port() -> int:
         return s.getsockname()[1]
 
 
+def cold_figures(module: str, kind: str, epochs: int, rows: int) -> dict[str, float]:
+    """Run `python -m <module> --cold <kind>` (one job in a fresh process, with a Spark session
+    of its own) and read the figures it prints on its `WALL ...` line: `KEY value` pairs."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", module, "--cold", kind, "--epochs", str(epochs), "--rows", str(rows)],
+                          capture_output=True, text=True, timeout=1800, cwd=Path(__file__).resolve().parents[1])
+    lines = [line.split() for line in done.stdout.splitlines() if line.startswith("WALL ")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{module} --cold {kind} failed: {done.stderr[-3000:]}")
+    return {key: float(value) for key, value in zip(lines[0][::2], lines[0][1::2])}
+
+
 def make_bench_importable() -> None:
     """Spark workers and TorchDistributor's torchrun children import `bench.*` by name: put the
     repository root on PYTHONPATH before the first Spark session starts its Python daemon."""

@@ -21,14 +21,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.common import alternate, entry, make_bench_importable, record
+from bench.common import Measured, alternate, cold_figures, entry, make_bench_importable, record
 from bench.loader import write_dataset
 from bench.scaling import make_job
 
@@ -76,8 +75,8 @@ def ray_rank(config: dict) -> None:
     ray.train.report({})
 
 
-def ray(spark, job) -> tuple[float, float]:
-    import ray as ray_module
+def on_ray(spark, job) -> tuple[float, float]:
+    import ray
     from ray.train import ScalingConfig
     from ray.train.torch import TorchTrainer
     from ray.util.spark import setup_ray_cluster, shutdown_ray_cluster
@@ -86,7 +85,7 @@ def ray(spark, job) -> tuple[float, float]:
     setup_ray_cluster(max_worker_nodes=2)  # one Ray worker node per Spark task slot of local[2]
     print(f"SETUP {time.perf_counter() - t0:.3f}", flush=True)  # where Ray's time goes (docs/benchmarks.md)
     try:
-        ray_module.init(runtime_env={"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}})
+        ray.init(runtime_env={"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}})
         epoch_file = Path(job.checkpoint_dir) / "epoch_s"
         trainer = TorchTrainer(ray_rank, train_loop_config={"job": job, "epoch_file": str(epoch_file)},
                                scaling_config=ScalingConfig(num_workers=2, use_gpu=False))
@@ -99,12 +98,8 @@ def ray(spark, job) -> tuple[float, float]:
 
 def cold(kind: str, epochs: int, rows: int) -> tuple[float, float]:
     """One job in a fresh process (`--cold`): (wall s, median epoch s)."""
-    done = subprocess.run([sys.executable, "-m", "bench.ray_train", "--cold", kind, "--epochs", str(epochs),
-                           "--rows", str(rows)], capture_output=True, text=True, timeout=1800, cwd=ROOT)
-    lines = [line.split() for line in done.stdout.splitlines() if line.startswith("WALL ")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"bench.ray_train --cold {kind} failed: {done.stderr[-3000:]}")
-    return float(lines[0][1]), float(lines[0][3])
+    figures = cold_figures("bench.ray_train", kind, epochs, rows)
+    return figures["WALL"], figures["EPOCH"]
 
 
 def one_cold_job(kind: str, epochs: int, rows: int) -> None:
@@ -121,7 +116,7 @@ def one_cold_job(kind: str, epochs: int, rows: int) -> None:
         root = Path(tmp)
         job = make_job(root, write_dataset(root, rows, row_group=2048), 2, epochs=epochs)
         job = replace(job, checkpoint_dir=tempfile.mkdtemp())
-        wall, epoch = ours(spark, job) if kind == "ours" else ray(spark, job)
+        wall, epoch = ours(spark, job) if kind == "ours" else on_ray(spark, job)
     print(f"WALL {wall:.3f} EPOCH {epoch:.3f}", flush=True)
     spark.stop()
 
@@ -136,8 +131,6 @@ def main(rows: int = 60_000, epochs: int = EPOCHS) -> list[dict]:
     alternate(lambda: _keep(runs["ours"], cold("ours", epochs, rows)), lambda: _keep(runs["ray"], cold("ray", epochs, rows)))
     setup = (f"same rank function, MLP 32-1024-1024-1, {rows:,} rows, 2 ranks x 1 thread, {epochs} epochs, both cold; "
              "Ray: setup_ray_cluster(max_worker_nodes=2) + TorchTrainer(num_workers=2)")
-    from bench.common import Measured
-
     rows_out = [
         entry("train_vs_ray_train", Measured([w for w, _ in runs["ours"]]), Measured([w for w, _ in runs["ray"]]),
               "s", "lower", 0.75, note=f"{setup}; end to end"),

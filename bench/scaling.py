@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.common import Measured, alternate, entry, make_bench_importable, record
+from bench.common import Measured, alternate, cold_figures, entry, make_bench_importable, record
 from bench.loader import DIM, write_dataset
 
 # 2 ranks train this compute-bound MLP at about 22,000 samples/s here: 24 epochs of 60,000 rows
@@ -105,13 +103,7 @@ def cold_wall(kind: str, epochs: int, rows: int) -> float:
     """One 2-rank job in a fresh process with its own Spark session: every Python process it
     trains in starts cold, ours (Spark's Python workers) as TorchDistributor's (torchrun's). The
     time is from the job's start to its end; the session's start is not in it."""
-    done = subprocess.run([sys.executable, "-m", "bench.scaling", "--cold", kind, "--epochs", str(epochs),
-                           "--rows", str(rows)], capture_output=True, text=True, timeout=1800,
-                          cwd=Path(__file__).resolve().parents[1])
-    walls = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("WALL ")]
-    if done.returncode != 0 or not walls:
-        raise RuntimeError(f"bench.scaling --cold {kind} failed: {done.stderr[-3000:]}")
-    return float(walls[0])
+    return cold_figures("bench.scaling", kind, epochs, rows)["WALL"]
 
 
 def one_cold_job(kind: str, epochs: int, rows: int) -> None:

@@ -20,7 +20,7 @@ NaN) are aggregated in SQL, and a median is Spark's own Imputer fit.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyspark.ml import Estimator
 from pyspark.ml.feature import Imputer, ImputerModel, StandardScaler, StandardScalerModel
@@ -52,7 +52,7 @@ class ColumnMoments:
     def imputed(self) -> tuple[float, float]:
         """The mean and sample std of the column once imputed: what StandardScaler would fit."""
         n, k, s = self.n, self.k, self.surrogate
-        if k == n:
+        if k == n:  # nothing imputed: the moments as computed (k * mean / n would not round-trip)
             return self.mean, math.sqrt(self.variance) if n > 1 else 0.0
         mean = (k * self.mean + (n - k) * s) / n
         if n < 2:
@@ -136,7 +136,7 @@ def numeric_moments(rows: DataFrame, names: list[str], imputer: Imputer) -> dict
                         f"or NaN): there is nothing to impute from; give them role ignore in data.columns")
     if median and not narrow:
         surrogates = imputer.fit(rows).surrogateDF.first().asDict()  # Spark's own quantile pass
-        moments = {n: _with_surrogate(m, surrogates[n]) for n, m in moments.items()}
+        moments = {n: replace(m, surrogate=surrogates[n]) for n, m in moments.items()}
     return moments
 
 
@@ -176,14 +176,9 @@ def _summarized_moments(rows: DataFrame, names: list[str]) -> dict[str, ColumnMo
     means, variances = summary["mean"].toArray().tolist(), summary["variance"].toArray().tolist()
     moments = {name: ColumnMoments(n, n, m, v, m) for name, m, v in zip(names, means, variances)}
     with_missing = [name for name, m in zip(names, means) if math.isnan(m)]  # NaN: a missing value somewhere
-    step = max(_SQL_COLUMNS, 1)
-    for start in range(0, len(with_missing), step):
-        moments.update(_sql_moments(rows, with_missing[start:start + step], None))
+    if with_missing:  # one more pass for all of them (interpreted when wide, but one pass)
+        moments.update(_sql_moments(rows, with_missing, None))
     return moments
-
-
-def _with_surrogate(moments: ColumnMoments, surrogate: float) -> ColumnMoments:
-    return ColumnMoments(moments.n, moments.k, moments.mean, moments.variance, surrogate)
 
 
 def _number(value) -> float:
