@@ -97,6 +97,7 @@ _EXPORTS: dict[str, str] = {
     "UserCodeError": "sparkml_dist.errors",
     "SlotError": "sparkml_dist.errors",
     "RankFailure": "sparkml_dist.errors",
+    "RendezvousError": "sparkml_dist.errors",
     "TrainingFailed": "sparkml_dist.errors",
 }
 

@@ -54,6 +54,11 @@ class OutputInUseError(SparkMLDistError, RuntimeError):
     retryable = False
 
 
+class RendezvousError(SparkMLDistError, RuntimeError):
+    """A rank could not join its launch's process group (torch.distributed's or Horovod's init).
+    None of the rank function had run, so launching the stage again is safe (launch.launcher)."""
+
+
 class SlotError(SparkMLDistError, RuntimeError):
     """The cluster has fewer task slots than the barrier stage needs ranks."""
 
@@ -127,6 +132,11 @@ class RankFailure(SparkMLDistError, RuntimeError):
     def retryable(self) -> bool:  # type: ignore[override]  # per instance: decided by the ranks' own errors
         """False when a rank failed on the data or the config (the others then fail waiting for it)."""
         return all(r.retryable for r in self.reports)
+
+    @property
+    def in_rendezvous(self) -> bool:
+        """True when every reporting rank failed to join the process group, before its function ran."""
+        return bool(self.reports) and all(r.exc_type == RendezvousError.__name__ for r in self.reports)
 
     def __reduce__(self):
         return (RankFailure, (self.reports, self.stage_error))

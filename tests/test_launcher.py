@@ -1,11 +1,13 @@
 """Barrier launcher: real ranks in a Spark barrier stage, real torch.distributed collectives."""
 
 import os
+from dataclasses import dataclass
 
 import pytest
 
 from sparkml_dist.errors import RankFailure, SlotError
 from sparkml_dist.launch import TorchBackend, run_barrier
+from sparkml_dist.launch.backend import joining_the_group
 
 pytestmark = pytest.mark.spark
 
@@ -30,6 +32,24 @@ def failing_rank(ctx, payload):
     return ctx.rank
 
 
+@dataclass(frozen=True)
+class JoinFailsAtFirst(TorchBackend):
+    """Rank 1's first `joins` attempts to join the group fail the way gloo's full-mesh connect does on
+    a loaded host; every later join is torch.distributed's own. Each attempt leaves a file in `marks`."""
+
+    marks: str = ""
+    joins: int = 1
+
+    def rank_init(self, ctx):
+        if ctx.rank == 1:
+            attempt = len(os.listdir(self.marks))
+            open(os.path.join(self.marks, f"join-{attempt}"), "w").close()
+            if attempt < self.joins:
+                with joining_the_group(ctx, "torch.distributed"):
+                    raise RuntimeError("Gloo connectFullMesh failed with [gloo/transport/tcp/pair.cc:144] no error")
+        super().rank_init(ctx)
+
+
 def worker_env(_):
     yield {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
 
@@ -39,6 +59,28 @@ def test_two_ranks_allreduce_and_results_come_back_in_rank_order(spark):
     assert [r["rank"] for r in results] == [0, 1]
     assert [r["sum"] for r in results] == [3.0, 3.0]
     assert [r["env_rank"] for r in results] == ["0", "1"]
+
+
+def test_a_stage_whose_ranks_could_not_form_their_group_is_launched_once_more(spark, tmp_path):
+    results = run_barrier(spark, allreduce_rank, None, 2, JoinFailsAtFirst(timeout_s=60, marks=str(tmp_path)))
+    assert [r["sum"] for r in results] == [3.0, 3.0], "the second launch formed a real group"
+    assert sorted(os.listdir(tmp_path)) == ["join-0", "join-1"]
+
+
+def test_a_group_that_cannot_form_twice_is_reported_as_a_rendezvous_error(spark, tmp_path):
+    with pytest.raises(RankFailure) as err:
+        run_barrier(spark, allreduce_rank, None, 2, JoinFailsAtFirst(timeout_s=60, marks=str(tmp_path), joins=5))
+    assert err.value.in_rendezvous and err.value.ranks == [1]
+    assert "RendezvousError: rank 1 of 2 (host 127.0.0.1) could not join the torch.distributed process group: " \
+           "RuntimeError: Gloo connectFullMesh failed" in str(err.value)
+    assert sorted(os.listdir(tmp_path)) == ["join-0", "join-1"], "launched twice, not more"
+
+
+def test_a_failure_inside_the_rank_function_is_not_launched_again(spark, tmp_path):
+    with pytest.raises(RankFailure) as err:
+        run_barrier(spark, failing_rank, 7, 2, JoinFailsAtFirst(timeout_s=60, marks=str(tmp_path), joins=0))
+    assert not err.value.in_rendezvous
+    assert os.listdir(tmp_path) == ["join-0"]
 
 
 def test_rank_environment_is_restored_in_reused_python_workers(spark):

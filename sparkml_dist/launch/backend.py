@@ -4,8 +4,10 @@ returns. Implementations: `torch_backend`, `horovod_backend`; looked up in `back
 
 from __future__ import annotations
 
-from typing import Protocol
+import contextlib
+from typing import Iterator, Protocol
 
+from sparkml_dist.errors import RendezvousError
 from sparkml_dist.launch.context import RankContext
 
 
@@ -40,6 +42,18 @@ class Backend(Protocol):
     def rank_init(self, ctx: RankContext) -> None: ...
 
     def rank_shutdown(self) -> None: ...
+
+
+@contextlib.contextmanager
+def joining_the_group(ctx: RankContext, library: str) -> Iterator[None]:
+    """A failure to join the process group becomes a `RendezvousError`: it happened before the
+    rank function ran, so the launcher may launch the stage again (gloo's full-mesh connect fails
+    now and then on a loaded host: "Connection closed by peer")."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - the library's own types vary by version and transport
+        raise RendezvousError(f"rank {ctx.rank} of {ctx.world_size} (host {ctx.host}) could not join the {library} "
+                              f"process group: {type(exc).__name__}: {exc}") from exc
 
 
 def pick_device(ctx: RankContext, preference: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from sparkml_dist.launch.backend import DriverHandle, pick_device
+from sparkml_dist.launch.backend import DriverHandle, joining_the_group, pick_device
 from sparkml_dist.launch.context import RankContext
 from sparkml_dist.launch.gateway import StoreGateway
 from sparkml_dist.launch.netif import interface_for
@@ -88,7 +88,8 @@ class HorovodBackend:
         device = pick_device(ctx, self.device)
         if device.startswith("cuda"):
             torch.cuda.set_device(torch.device(device))
-        hvd.init()
+        with joining_the_group(ctx, "Horovod"):
+            hvd.init()
         if hvd.rank() != ctx.rank or hvd.size() != ctx.world_size:
             raise RuntimeError(f"horovod rank {hvd.rank()}/{hvd.size()} disagrees with barrier rank {ctx.rank}/{ctx.world_size}")
 

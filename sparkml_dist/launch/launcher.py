@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 
 RankFn = Callable[[RankContext, Any], Any]
 PEER_FAILURE_GRACE_S = 5.0
+# launches of one stage when every rank that reports failed to join the process group: nothing of
+# the rank function ran, so a second launch is safe (like torchrun's rendezvous retry)
+RENDEZVOUS_ATTEMPTS = 2
 
 
 @dataclass(frozen=True)
@@ -59,11 +62,29 @@ def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, b
     # imported here, not at the top: it pulls in the config schema (pydantic, about 0.3 s), which a
     # rank's worker would otherwise import, cold, when it unpickles the rank function
     from sparkml_dist.spark.capacity import slot_gap
-    from sparkml_dist.spark.session import job_phase, task_slots
+    from sparkml_dist.spark.session import task_slots
 
     slots = task_slots(spark, wanted=num_ranks)
     if num_ranks > slots:
         raise SlotError(slots, num_ranks, slot_gap(spark))
+    description = description or f"{getattr(fn, '__name__', 'rank program')}: {num_ranks} ranks ({backend.name}, barrier stage)"
+    for attempt in range(1, RENDEZVOUS_ATTEMPTS + 1):
+        try:
+            return _launch(spark, fn, payload, num_ranks, backend, stream_output, frame,
+                           description if attempt == 1 else f"{description}, rendezvous attempt {attempt}")
+        except RankFailure as failure:
+            if not failure.in_rendezvous or attempt == RENDEZVOUS_ATTEMPTS:
+                raise
+            log.warning("the ranks could not form their process group, launching the stage again (%d/%d): %s",
+                        attempt + 1, RENDEZVOUS_ATTEMPTS, str(failure).splitlines()[0])
+    raise AssertionError("unreachable")
+
+
+def _launch(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backend: Backend, stream_output: bool,
+            frame: DataFrame | None, description: str) -> list[Any]:
+    """One barrier stage of `num_ranks` ranks, with its own secret, store and output relay."""
+    from sparkml_dist.spark.session import job_phase
+
     driver_host = spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
     secret = secrets.token_bytes(32)  # this launch's only: handed to its tasks inside the task
     handle = backend.driver_start(num_ranks, driver_host, secret)
@@ -72,8 +93,7 @@ def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, b
                           echo=not (relay and spark.sparkContext.master.startswith("local")), secret=secret)
     log.info("launching %d ranks (backend %s) in a barrier stage", num_ranks, backend.name)
     try:
-        with job_phase(spark, description or f"{getattr(fn, '__name__', 'rank program')}: {num_ranks} ranks "
-                                              f"({backend.name}, barrier stage)"):
+        with job_phase(spark, description):
             if frame is None:
                 task = functools.partial(_rank_main, fn=fn, payload=payload, backend=backend, options=options)
                 results = spark.sparkContext.parallelize(range(num_ranks), num_ranks).barrier() \

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sparkml_dist.launch.backend import DriverHandle, pick_device
+from sparkml_dist.launch.backend import DriverHandle, joining_the_group, pick_device
 from sparkml_dist.launch.context import RankContext
 from sparkml_dist.launch.netif import interface_for
 from sparkml_dist.launch.rendezvous import AGENT_STORE_ENV
@@ -59,13 +59,14 @@ class TorchBackend:
         device = pick_device(ctx, self.device)
         if device.startswith("cuda"):
             torch.cuda.set_device(torch.device(device))
-        dist.init_process_group(
-            backend="nccl" if device.startswith("cuda") else "gloo",
-            init_method="env://",  # joins the store the launcher hosts (rank_env)
-            rank=ctx.rank,
-            world_size=ctx.world_size,
-            timeout=timedelta(seconds=self.timeout_s),
-        )
+        with joining_the_group(ctx, "torch.distributed"):
+            dist.init_process_group(
+                backend="nccl" if device.startswith("cuda") else "gloo",
+                init_method="env://",  # joins the store the launcher hosts (rank_env)
+                rank=ctx.rank,
+                world_size=ctx.world_size,
+                timeout=timedelta(seconds=self.timeout_s),
+            )
 
     def rank_shutdown(self) -> None:
         import torch.distributed as dist
