@@ -56,7 +56,8 @@ class OutputInUseError(SparkMLDistError, RuntimeError):
 
 class RendezvousError(SparkMLDistError, RuntimeError):
     """A rank could not join its launch's process group (torch.distributed's or Horovod's init).
-    None of the rank function had run, so launching the stage again is safe (launch.launcher)."""
+    It never ran its function and no other rank can have got past its first collective, so the
+    launcher launches the stage once more (launch.launcher)."""
 
 
 class SlotError(SparkMLDistError, RuntimeError):

@@ -122,3 +122,12 @@ def test_a_forked_rank_that_aborts_in_native_code_reports_the_signal_and_its_mes
     with pytest.raises(RuntimeError, match="killed by SIGABRT") as info:
         run_forked(_abort_like_gloo)
     assert "gloo::EnforceNotMet" in str(info.value)
+
+
+def test_spark_refusing_a_stage_for_want_of_slots_is_told_apart(spark):
+    """The launcher waits for slots again when Spark refuses a stage at submission (an executor that
+    left after the check); the refusal must be recognised in Spark's own words."""
+    from sparkml_dist.launch.launcher import _launch, _SlotsGone
+
+    with pytest.raises(_SlotsGone):
+        _launch(spark, allreduce_rank, None, 5, TorchBackend(timeout_s=60), False, None, "five ranks on four slots")

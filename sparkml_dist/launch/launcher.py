@@ -36,8 +36,9 @@ log = logging.getLogger(__name__)
 
 RankFn = Callable[[RankContext, Any], Any]
 PEER_FAILURE_GRACE_S = 5.0
-# launches of one stage when every rank that reports failed to join the process group: nothing of
-# the rank function ran, so a second launch is safe (like torchrun's rendezvous retry)
+# launches of one stage when every rank that reports failed to join the process group (like torchrun's
+# rendezvous retry): the failed ranks never ran their function, and the others cannot have got past
+# their first collective (gloo's full-mesh connect fails now and then on a loaded host)
 RENDEZVOUS_ATTEMPTS = 2
 
 
@@ -59,25 +60,48 @@ def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, b
     `frame`: the ranks are the tasks of a barrier stage over this DataFrame, split into
     `num_ranks` shares; each rank finds its share spilled to local disk at `ctx.partition`.
     `description`: what the Spark UI shows for the barrier job (default: the ranks and backend)."""
-    # imported here, not at the top: it pulls in the config schema (pydantic, about 0.3 s), which a
-    # rank's worker would otherwise import, cold, when it unpickles the rank function
-    from sparkml_dist.spark.capacity import slot_gap
-    from sparkml_dist.spark.session import task_slots
-
-    slots = task_slots(spark, wanted=num_ranks)
-    if num_ranks > slots:
-        raise SlotError(slots, num_ranks, slot_gap(spark))
     description = description or f"{getattr(fn, '__name__', 'rank program')}: {num_ranks} ranks ({backend.name}, barrier stage)"
     for attempt in range(1, RENDEZVOUS_ATTEMPTS + 1):
         try:
-            return _launch(spark, fn, payload, num_ranks, backend, stream_output, frame,
-                           description if attempt == 1 else f"{description}, rendezvous attempt {attempt}")
+            return _launch_when_placeable(spark, fn, payload, num_ranks, backend, stream_output, frame,
+                                          description if attempt == 1 else f"{description}, rendezvous attempt {attempt}")
         except RankFailure as failure:
             if not failure.in_rendezvous or attempt == RENDEZVOUS_ATTEMPTS:
                 raise
             log.warning("the ranks could not form their process group, launching the stage again (%d/%d): %s",
                         attempt + 1, RENDEZVOUS_ATTEMPTS, str(failure).splitlines()[0])
     raise AssertionError("unreachable")
+
+
+# Spark's own refusal of a barrier stage that has more tasks than the cluster has slots right now
+_SLOTS_GONE = re.compile(r"BarrierJobSlotsNumberCheckFailed|SPARK-24819")
+
+
+def _launch_when_placeable(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backend: Backend,
+                           stream_output: bool, frame: DataFrame | None, description: str) -> list[Any]:
+    """`_launch` once the cluster has the slots. An executor lost between the check and the launch
+    is waited for once more: a failed barrier stage can take an executor down a second after it
+    (Spark exits an executor whose task it killed inside `barrier()`), and the replacement takes seconds."""
+    # imported here, not at the top: it pulls in the config schema (pydantic, about 0.3 s), which a
+    # rank's worker would otherwise import, cold, when it unpickles the rank function
+    from sparkml_dist.spark.capacity import slot_gap
+    from sparkml_dist.spark.session import task_slots
+
+    for check in range(2):
+        slots = task_slots(spark, wanted=num_ranks)
+        if num_ranks > slots:
+            raise SlotError(slots, num_ranks, slot_gap(spark))
+        try:
+            return _launch(spark, fn, payload, num_ranks, backend, stream_output, frame, description)
+        except _SlotsGone:
+            if check == 1:
+                raise SlotError(task_slots(spark), num_ranks, slot_gap(spark)) from None
+            log.warning("an executor left between the slot check and the launch; waiting for its slots again")
+    raise AssertionError("unreachable")
+
+
+class _SlotsGone(Exception):
+    """Spark refused the barrier stage: fewer slots than ranks at submission (launch.launcher only)."""
 
 
 def _launch(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backend: Backend, stream_output: bool,
@@ -103,6 +127,8 @@ def _launch(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backe
                     _frame_rank_main, fn=fn, payload=payload, backend=backend, options=options))
     except Exception as exc:  # Py4JJavaError and friends: look for our rank reports
         reports = decode_failures(str(exc)) or crash_reports(str(exc))
+        if not reports and _SLOTS_GONE.search(str(exc)):
+            raise _SlotsGone() from exc
         raise RankFailure(reports, _first_python_error(str(exc)) + _missing_module_advice(spark, str(exc))) \
             from (None if reports else exc)
     finally:
