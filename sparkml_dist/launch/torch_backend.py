@@ -46,6 +46,10 @@ class TorchBackend:
             "LOCAL_RANK": str(ctx.local_rank),
             "LOCAL_WORLD_SIZE": str(ctx.local_size),
             **AGENT_STORE_ENV,
+            # every rank waits in init_process_group until all have joined: otherwise a rank whose
+            # function has no collective can finish and destroy the group while a slower rank is
+            # still inside gloo's full-mesh connect, which then fails ("Connection closed by peer")
+            "TORCH_DIST_INIT_BARRIER": "1",
         }
         # gloo's listeners on the interface of the task's own address, not the host's default one
         return env | {"GLOO_SOCKET_IFNAME": interface_for(ctx.host)}
