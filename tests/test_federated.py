@@ -35,7 +35,9 @@ def test_the_masked_sum_equals_the_plain_sum_exactly_in_the_ring():
     for words, update in zip(masked, updates):
         alone = secure.dequantise(words)
         assert np.abs(alone).mean() > 1e9, "one masked update alone is uniform noise over the ring"
-        assert abs(np.corrcoef(alone, update)[0, 1]) < 0.1
+        # independent of the update: r has a standard deviation of 1/sqrt(1000) ~ 0.032, so 0.2 is
+        # 6 sigma (a false alarm about once in 10^9 runs; 0.1 was 3 sigma, about once in 120 runs)
+        assert abs(np.corrcoef(alone, update)[0, 1]) < 0.2
 
 
 def test_keys_and_dp_noise_are_fresh_each_run_on_the_same_data():
