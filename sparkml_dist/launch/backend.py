@@ -47,8 +47,8 @@ class Backend(Protocol):
 @contextlib.contextmanager
 def joining_the_group(ctx: RankContext, library: str) -> Iterator[None]:
     """A failure to join the process group becomes a `RendezvousError`: it happened before the
-    rank function ran, so the launcher may launch the stage again (gloo's full-mesh connect fails
-    now and then on a loaded host: "Connection closed by peer")."""
+    rank function ran, so the launcher may launch the stage again (a peer's connect that times out
+    or is reset by a transient network fault)."""
     try:
         yield
     except Exception as exc:  # noqa: BLE001 - the library's own types vary by version and transport

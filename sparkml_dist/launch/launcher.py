@@ -38,7 +38,7 @@ RankFn = Callable[[RankContext, Any], Any]
 PEER_FAILURE_GRACE_S = 5.0
 # launches of one stage when every rank that reports failed to join the process group (like torchrun's
 # rendezvous retry): the failed ranks never ran their function, and the others cannot have got past
-# their first collective (gloo's full-mesh connect fails now and then on a loaded host)
+# their first collective (each waits in init until all have joined: TorchBackend's TORCH_DIST_INIT_BARRIER)
 RENDEZVOUS_ATTEMPTS = 2
 
 
