@@ -275,20 +275,22 @@ def _typed(c: ColumnSpec, source_type: str | None) -> str:
 
 
 def _not_finite(names: list[str]) -> Column:
-    """One check over every double feature: greatest(|x|) is NaN or infinite exactly when some
-    value is (Spark orders NaN above every number); only such rows name their columns. SQL text:
-    hundreds of columns would otherwise cost thousands of JVM calls (data/sql.py)."""
+    """One check over every double feature, naming the columns that are NaN or infinite. SQL text:
+    hundreds of columns would otherwise cost thousands of JVM calls (data/sql.py). Over several
+    columns it is one array and two lambdas, not a CASE per column: the generated code Spark
+    compiles for each plan that reads the rows grows with the expression, and for 784 columns
+    the per-column form cost seconds of compiling and planning (docs/benchmarks.md, MNIST)."""
     bad = "isnan({0}) OR abs({0}) = double('inf')"
     if len(names) == 1:
         c = ident(names[0])
         prefix = literal(f"column '{names[0]}': '")
         return F.expr(f"CASE WHEN {bad.format(c)} THEN concat({prefix}, CAST({c} AS STRING), "
                       f"{literal(chr(39) + ' is not finite (NaN/inf)')}) END")
-    largest = "greatest(" + ", ".join(f"abs({ident(n)})" for n in names) + ")"
-    which = ", ".join(f"CASE WHEN {bad.format(ident(n))} THEN concat({literal(chr(39) + n + chr(39) + ' (')}, "
-                      f"CAST({ident(n)} AS STRING), ')') END" for n in names)
-    # NaN sorts above infinity, so one comparison catches both (greatest is null only when every value is)
-    return F.expr(f"CASE WHEN NOT ({largest} < double('inf')) "
+    values = "array(" + ", ".join(f"CAST({ident(n)} AS DOUBLE)" for n in names) + ")"
+    labels = "array(" + ", ".join(literal(f"'{n}' (") for n in names) + ")"
+    # concat_ws skips the nulls zip_with leaves for the finite values
+    which = f"zip_with({labels}, {values}, (n, v) -> CASE WHEN {bad.format('v')} THEN concat(n, CAST(v AS STRING), ')') END)"
+    return F.expr(f"CASE WHEN exists({values}, v -> {bad.format('v')}) "
                   f"THEN concat('not finite (NaN/inf): ', concat_ws(', ', {which})) END")
 
 
