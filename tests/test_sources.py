@@ -83,7 +83,6 @@ def test_typed_rows_are_checked_like_csv_rows(spark, tmp_path):
             "the source row, as JSON with its nulls"
 
 
-
 def test_a_wide_rows_reason_names_each_column_that_is_not_finite(spark, tmp_path):
     """Over several double columns one check names every column that is NaN or infinite, with its
     value; a null is missing, not a reject."""
@@ -94,6 +93,7 @@ def test_a_wide_rows_reason_names_each_column_that_is_not_finite(spark, tmp_path
         assert result.counts() == {"input": 3, "accepted": 1, "rejected": 2}
         reasons = sorted(r["reason"] for r in result.rejects.collect())
         assert reasons == ["not finite (NaN/inf): 'b' (NaN), 'd' (-Infinity)", "not finite (NaN/inf): 'c' (Infinity)"]
+
 
 def test_a_rejected_rows_text_keeps_a_cast_columns_source_value(spark, tmp_path):
     """A column the config casts (string -> double) is a number for the features, and the reject's

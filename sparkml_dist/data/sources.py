@@ -289,7 +289,8 @@ def _not_finite(names: list[str]) -> Column:
     values = "array(" + ", ".join(f"CAST({ident(n)} AS DOUBLE)" for n in names) + ")"
     labels = "array(" + ", ".join(literal(f"'{n}' (") for n in names) + ")"
     # concat_ws skips the nulls zip_with leaves for the finite values
-    which = f"zip_with({labels}, {values}, (n, v) -> CASE WHEN {bad.format('v')} THEN concat(n, CAST(v AS STRING), ')') END)"
+    which = (f"zip_with({labels}, {values}, "
+             f"(n, v) -> CASE WHEN {bad.format('v')} THEN concat(n, CAST(v AS STRING), ')') END)")
     return F.expr(f"CASE WHEN exists({values}, v -> {bad.format('v')}) "
                   f"THEN concat('not finite (NaN/inf): ', concat_ws(', ', {which})) END")
 
