@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from sparkml_dist.errors import RankFailure, SlotError
 from sparkml_dist.launch.backend import Backend
+from sparkml_dist.launch.coordinator import CoordinatorAddress, LaunchCoordinator, all_gather
 from sparkml_dist.launch.deal import deal
 from sparkml_dist.launch.context import (PartitionData, RankContext, captured_output, env_scope,
                                          layout)
@@ -50,6 +51,8 @@ class RankOptions:
     relay: RelayAddress | None = None  # stream output lines to the driver's log
     echo: bool = True  # also write them to the worker's own stdout
     secret: bytes = b""  # this launch's rendezvous secret: fresh random bytes (launch.gateway)
+    # the driver's listener for the ranks' all-gather and end barrier (launch.coordinator)
+    coordinator: CoordinatorAddress | None = None
 
 
 def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backend: Backend, *,
@@ -113,8 +116,10 @@ def _launch(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backe
     secret = secrets.token_bytes(32)  # this launch's only: handed to its tasks inside the task
     handle = backend.driver_start(num_ranks, driver_host, secret)
     relay = OutputRelay(driver_host) if stream_output else None
+    coordinator = LaunchCoordinator(driver_host, num_ranks)
     options = RankOptions(dict(handle.extra), relay.address if relay else None,
-                          echo=not (relay and spark.sparkContext.master.startswith("local")), secret=secret)
+                          echo=not (relay and spark.sparkContext.master.startswith("local")), secret=secret,
+                          coordinator=coordinator.address)
     log.info("launching %d ranks (backend %s) in a barrier stage", num_ranks, backend.name)
     try:
         with job_phase(spark, description):
@@ -132,6 +137,7 @@ def _launch(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backe
         raise RankFailure(reports, _first_python_error(str(exc)) + _missing_module_advice(spark, str(exc))) \
             from (None if reports else exc)
     finally:
+        coordinator.stop()
         handle.stop()
         if relay is not None:
             relay.stop()
@@ -193,8 +199,8 @@ def _run_rank(fn: RankFn, payload: Any, backend: Backend, options: RankOptions, 
         gateway = StoreGateway(info["host"], store.port, options.secret)
     try:
         # one round trip: rank 0's rendezvous port, and every rank's share of the DataFrame
-        gathered = [json.loads(m) for m in task.allGather(json.dumps({"port": gateway.port if gateway else 0,
-                                                                      "rows": spill.rows if spill else 0}))]
+        gathered = [json.loads(m) for m in _all_gather(task, options, "start", json.dumps(
+            {"port": gateway.port if gateway else 0, "rows": spill.rows if spill else 0}))]
         partition = PartitionData(spill.path, tuple(g["rows"] for g in gathered)) if spill else None
         ctx = RankContext(master_port=int(gathered[0]["port"]), extra=options.extra, partition=partition,
                           secret=options.secret, **info)
@@ -202,13 +208,21 @@ def _run_rank(fn: RankFn, payload: Any, backend: Backend, options: RankOptions, 
         if backend.hosts_store:
             # rank 0 keeps the store until every rank is done with it: a rank's last store traffic
             # (e.g. RPC's shutdown barrier) may still be on its way when rank 0's own function returns
-            task.barrier()
+            _all_gather(task, options, "end", "")
         return rank, result
     finally:
         if gateway is not None:
             gateway.close()
         if store is not None:
             store.close()
+
+
+def _all_gather(task, options: RankOptions, step: str, value: str) -> list[str]:
+    """Every rank's `value`, in rank order. Through the driver's coordinator: Spark's own
+    `allGather` sleeps a second before it looks for the answer (launch.coordinator)."""
+    if options.coordinator is None:
+        return task.allGather(value)
+    return all_gather(options.coordinator, step, task.partitionId(), value)
 
 
 def _run_reporting(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend, options: RankOptions) -> Any:

@@ -56,7 +56,9 @@ class OutputRelay:
     def __init__(self, host: str, emit=None):
         self._token = secrets.token_hex(_TOKEN_BYTES)
         self._server = _Server(host, self._token, emit or self._log_line)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="sparkml_dist-relay", daemon=True)
+        # stop() waits for the serving loop's next poll: 50 ms, not socketserver's 0.5 s, at the end of every launch
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="sparkml_dist-relay", daemon=True)
         self._thread.start()
 
     @property
