@@ -10,6 +10,8 @@ gets every rank's value back the moment the last rank has posted.
 
 A rank that dies never posts: the others wait until Spark kills the barrier stage's tasks (as in
 Spark's own barrier), or until the driver stops the coordinator, which closes their connections.
+A rank that dies while it waits has its value withdrawn (its connection is checked twice a
+second), so that the ranks of a re-run of the stage never meet a dead task's value.
 """
 
 from __future__ import annotations
