@@ -12,7 +12,7 @@ from dataclasses import replace
 import psutil
 import pytest
 
-from sparkml_dist.launch.coordinator import CoordinatorGone, LaunchCoordinator, all_gather
+from sparkml_dist.launch.coordinator import CoordinatorAddress, CoordinatorGone, LaunchCoordinator, all_gather
 
 
 @pytest.fixture
@@ -78,10 +78,8 @@ def test_an_unreachable_driver_names_its_address_and_what_executors_need():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         port = taken.getsockname()[1]  # bound, never listening: connections are refused
-        coordinator = LaunchCoordinator("127.0.0.1", 1)
-        coordinator.stop()
         with pytest.raises(CoordinatorGone, match=f"127.0.0.1:{port}.*spark.driver.host"):
-            all_gather(replace(coordinator.address, port=port), "start", 0, "")
+            all_gather(CoordinatorAddress("127.0.0.1", port, "token"), "start", 0, "")
 
 
 def test_a_rank_that_died_while_waiting_is_withdrawn_and_the_rerun_meets_without_it(coordinator):
@@ -92,6 +90,12 @@ def test_a_rank_that_died_while_waiting_is_withdrawn_and_the_rerun_meets_without
     dead.close()
     time.sleep(1.0)  # the coordinator notices at its next check
     with ThreadPoolExecutor(3) as pool:
-        answers = [f.result(timeout=10) for f in
-                   [pool.submit(all_gather, address, "start", r, f"fresh {r}") for r in (2, 0, 1)]]
+        # ranks 2 and 0 first: had the dead rank 1 stayed, their round would complete with its value
+        others = [pool.submit(all_gather, address, "start", r, f"fresh {r}") for r in (2, 0)]
+        time.sleep(0.3)
+        rank_1 = pool.submit(all_gather, address, "start", 1, "fresh 1")
+        try:
+            answers = [f.result(timeout=10) for f in (*others, rank_1)]
+        finally:
+            coordinator.stop()  # a rank left waiting is released, so a failure fails rather than hangs
     assert answers == [["fresh 0", "fresh 1", "fresh 2"]] * 3
