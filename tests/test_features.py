@@ -232,3 +232,36 @@ def test_the_scaler_fitted_from_the_imputers_pass_is_spark_mls_scaler(spark, tmp
     assert isinstance(loaded.stages[-1], StandardScalerModel) and loaded.stages[-1].getWithMean()
     assert [list(r["s"]) for r in loaded.transform(rows).select("s").collect()] == scaled
     fitted(rows.withColumn("b", F.col("b").cast("int")))
+
+
+def test_a_saved_pipeline_scores_from_its_plain_data_exactly_as_from_its_stages(spark, adult_prep, tmp_path):
+    """Evaluate and score read a saved pipeline's raw_features.json instead of loading its Spark
+    ML stages: the same rows must come out, to the last bit. A pipeline saved without that file
+    (by an older version, or one that does not compile) is loaded from its stages."""
+    import shutil
+
+    from pyspark.ml import PipelineModel
+
+    from sparkml_dist.data.features import ScoringPipeline, scoring_frame
+    from sparkml_dist.data.raw_features import RAW_FEATURES_FILE
+
+    cfg, prep = adult_prep
+    saved = f"{prep.path}/feature_pipeline"
+    rows = ingest(spark, cfg.data.test_path, cfg.data).accepted.limit(2000)
+    only_the_file = tmp_path / "only_the_file"
+    only_the_file.mkdir()
+    shutil.copy(f"{saved}/{RAW_FEATURES_FILE}", only_the_file)
+    from_file = ScoringPipeline.load(str(only_the_file))  # would fail if it read the stages
+    assert from_file.compiled is not None and from_file.model is None
+    frame, layout = from_file.frame(rows, with_label=False)
+    expected, expected_layout = scoring_frame(PipelineModel.load(saved), rows, with_label=False)
+    assert layout == expected_layout
+    got, want = (f.orderBy("row_id").toPandas() for f in (frame, expected))
+    assert len(got) == 2000 and got.equals(want)
+
+    without = tmp_path / "older_pipeline"
+    shutil.copytree(saved, without)
+    (without / RAW_FEATURES_FILE).unlink()
+    from_stages = ScoringPipeline.load(str(without))
+    assert from_stages.compiled is not None and from_stages.compiled.layout == layout, "compiled from the stages"
+    assert from_stages.frame(rows, with_label=False)[0].orderBy("row_id").toPandas().equals(want)

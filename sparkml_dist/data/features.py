@@ -26,11 +26,18 @@ from pyspark.ml.functions import vector_to_array
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from sparkml_dist import storage
 from sparkml_dist.config.schema import DataConfig, FeatureConfig
 from sparkml_dist.data.imputer import ImputedScaler, OnePassImputer
 from sparkml_dist.data.ingest import LABEL, ROW_ID
 from sparkml_dist.data.layout import FeatureLayout
-from sparkml_dist.data.raw_features import MISSING_CATEGORY, CategorySlot, NumericSlot, RawFeatures
+from sparkml_dist.data.raw_features import (
+    MISSING_CATEGORY,
+    RAW_FEATURES_FILE,
+    CategorySlot,
+    NumericSlot,
+    RawFeatures,
+)
 from sparkml_dist.data.sql import double, ident
 
 FEATURES = "features"
@@ -113,10 +120,41 @@ def scoring_frame(model: PipelineModel, rows: DataFrame, with_label: bool = True
     """Raw rows -> what `score_features` reads: the compiled per-feature columns with their
     layout (14 narrow columns cross to Python instead of a 116-float array), or, for a pipeline
     that does not compile, the dense `features` column and None."""
-    compiled = compile_features(model)
-    if compiled is None:
-        return to_feature_frame(model, rows, with_label=with_label, extra=extra), None
-    return compiled.frame(rows, with_label=with_label, extra=extra), compiled.layout
+    return ScoringPipeline.of(model).frame(rows, with_label=with_label, extra=extra)
+
+
+@dataclass(frozen=True)
+class ScoringPipeline:
+    """A fitted feature pipeline as scoring applies it: compiled to SQL when it compiles, else
+    the Spark ML model itself (exactly one of the two is set)."""
+
+    compiled: CompiledFeatures | None = None
+    model: PipelineModel | None = None
+
+    @staticmethod
+    def of(model: PipelineModel) -> "ScoringPipeline":
+        compiled = compile_features(model)
+        return ScoringPipeline(compiled) if compiled is not None else ScoringPipeline(model=model)
+
+    @staticmethod
+    def load(path: str, stages_at: str | None = None) -> "ScoringPipeline":
+        """A saved pipeline (a path or URI, read here on the driver; `stages_at`: the same
+        pipeline where Spark's executors can read it, if elsewhere). Preprocess saves a compiling
+        pipeline's slots as plain data beside its stages (`raw_features.json`, the values
+        `raw_features` reads from the stages): they are all scoring needs, without Spark ML's
+        load, which reads every stage's metadata and data with Spark jobs (docs/benchmarks.md,
+        "Loading the feature pipeline"). Without that file, the stages are loaded."""
+        saved = storage.join(path, RAW_FEATURES_FILE)
+        if storage.exists(saved):
+            return ScoringPipeline(compiled_from(RawFeatures.from_json(storage.read_json(saved))))
+        return ScoringPipeline.of(PipelineModel.load(storage.spark_path(stages_at or path)))
+
+    def frame(self, rows: DataFrame, with_label: bool = True,
+              extra: tuple[str, ...] = ()) -> tuple[DataFrame, FeatureLayout | None]:
+        """See `scoring_frame`."""
+        if self.compiled is not None:
+            return self.compiled.frame(rows, with_label=with_label, extra=extra), self.compiled.layout
+        return to_feature_frame(self.model, rows, with_label=with_label, extra=extra), None
 
 
 def compile_features(model: PipelineModel) -> CompiledFeatures | None:

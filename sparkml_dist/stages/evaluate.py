@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import time
 
-from pyspark.ml import PipelineModel
 from pyspark.sql import DataFrame, SparkSession
 
 from sparkml_dist import storage
 from sparkml_dist.config.schema import JobConfig
-from sparkml_dist.data.features import scoring_frame
 from sparkml_dist.data.ingest import LABEL, ROW_ID, WEIGHT, ingest
 from sparkml_dist.data.labels import encode_labels, model_target
 from sparkml_dist.errors import SparkMLDistError
 from sparkml_dist.inference.udf import score_features
 from sparkml_dist.stages.records import EvaluateRecord, TrainRecord
+from sparkml_dist.stages.score import load_pipeline
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tracking.client import RunHandle, resolve_tracking_uri
 from sparkml_dist.tracking.models import load_bundle
@@ -35,9 +34,8 @@ def evaluate(spark: SparkSession, cfg: JobConfig, model_uri: str, tracking_uri: 
     target = model_target(bundle.target, cfg.data)
     labelled = encode_labels(test_rows, target, cfg.data)
     weighted = WEIGHT in test_rows.columns
-    pipeline = PipelineModel.load(storage.spark_path(bundle.pipeline_for_spark))
     extra = (WEIGHT,) if weighted else ()
-    features, layout = scoring_frame(pipeline, labelled.known, with_label=True, extra=extra)
+    features, layout = load_pipeline(bundle).frame(labelled.known, with_label=True, extra=extra)
     scored = score_features(features, bundle, passthrough=(ROW_ID, LABEL, *extra), layout=layout)
     report = target.kind.report(scored, target, LABEL, WEIGHT if weighted else None)
     report.target = target

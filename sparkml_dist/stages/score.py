@@ -6,14 +6,13 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
-from pyspark.ml import PipelineModel
 from pyspark import Accumulator
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sparkml_dist import storage
 from sparkml_dist.config.schema import DataConfig, JobConfig
-from sparkml_dist.data.features import scoring_frame
+from sparkml_dist.data.features import ScoringPipeline
 from sparkml_dist.data.ingest import ROW_ID, IngestResult, ingest
 from sparkml_dist.data.labels import model_target
 from sparkml_dist.errors import DataError
@@ -73,16 +72,19 @@ def _score_rows(spark: SparkSession, cfg: JobConfig, uri: str, bundle: ModelBund
                        cpu, cpu * cfg.observe.cpu_watts_per_core)
 
 
-def load_pipeline(bundle: ModelBundle) -> PipelineModel:
-    return PipelineModel.load(storage.spark_path(bundle.pipeline_for_spark))
+def load_pipeline(bundle: ModelBundle) -> ScoringPipeline:
+    """The model's feature pipeline, read from the driver's copy (compiled, nothing for executors
+    to read), or loaded where executors can read it."""
+    return ScoringPipeline.load(bundle.feature_pipeline_path or bundle.pipeline_for_spark,
+                                stages_at=bundle.pipeline_for_spark)
 
 
-def scored_rows(bundle: ModelBundle, pipeline: PipelineModel, accepted: DataFrame, data: DataConfig,
+def scored_rows(bundle: ModelBundle, pipeline: ScoringPipeline, accepted: DataFrame, data: DataConfig,
                 cpu_seconds: Accumulator | None = None) -> DataFrame:
     """Accepted raw rows -> (row_id, the id columns, the task's prediction columns, and for a
     classifier the predicted class as the label's own value). Batch and streaming scoring alike."""
     ids = tuple(data.names_with_role("id"))  # pass through: predictions join back to the input on them
-    features, layout = scoring_frame(pipeline, accepted, with_label=False, extra=ids)
+    features, layout = pipeline.frame(accepted, with_label=False, extra=ids)
     scored = score_features(features, bundle, layout=layout, passthrough=(ROW_ID, *ids), cpu_seconds=cpu_seconds)
     classes = model_target(bundle.target, data).classes
     if classes:

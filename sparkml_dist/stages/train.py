@@ -61,11 +61,8 @@ def with_f1_threshold(spark: SparkSession, cfg: JobConfig, outcome: TrainOutcome
     """`evaluate.threshold: f1`: the probability threshold with the best F1 on the validation
     split (the training rows the model did not learn from), scored through the model's own
     feature pipeline; it goes into the model and decides every later prediction."""
-    from pyspark.ml import PipelineModel
-
-    from sparkml_dist import storage
     from sparkml_dist.data.dataset import split_frame
-    from sparkml_dist.data.features import scoring_frame
+    from sparkml_dist.data.features import ScoringPipeline
     from sparkml_dist.data.ingest import LABEL, ROW_ID, WEIGHT, ingest
     from sparkml_dist.data.labels import encode_labels
     from sparkml_dist.inference.bundle import ModelBundle
@@ -79,8 +76,7 @@ def with_f1_threshold(spark: SparkSession, cfg: JobConfig, outcome: TrainOutcome
                              cfg.data.validation_fraction, cfg.data.split_seed)
         weighted = rows.data.weight_column is not None
         extra = (WEIGHT,) if weighted else ()
-        pipeline = PipelineModel.load(storage.spark_path(model.feature_pipeline))
-        features, layout = scoring_frame(pipeline, val, with_label=True, extra=extra)
+        features, layout = ScoringPipeline.load(model.feature_pipeline).frame(val, with_label=True, extra=extra)
         scored = score_features(features, bundle, passthrough=(ROW_ID, LABEL, *extra), layout=layout)
         threshold, f1 = best_f1_threshold(scored, LABEL, WEIGHT if weighted else None)
     log.info("evaluate.threshold=f1: %.3f (validation F1 %.4f)", threshold, f1)

@@ -10,11 +10,11 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from pyspark.ml import PipelineModel
 from pyspark.sql import SparkSession
 
 from sparkml_dist.errors import SparkMLDistError
 from sparkml_dist.inference.bundle import ModelBundle
+from sparkml_dist.data.features import ScoringPipeline
 from sparkml_dist.stages.score import check_schema, load_pipeline
 from sparkml_dist.tracking.models import load_bundle, model_version
 
@@ -26,7 +26,7 @@ class FollowedModel:
     version: str  # the registry version ("" for a runs:/ URI)
     uri: str  # models:/<name>/<version>: what this version is, whatever the alias says later
     bundle: ModelBundle
-    pipeline: PipelineModel
+    pipeline: ScoringPipeline
 
 
 @dataclass
