@@ -4,8 +4,8 @@ Spark's `BarrierTaskContext.allGather()` and `barrier()` wait for their RPC by s
 second between checks, so each call costs at least a second however early the last rank arrives
 (measured here: 1.006-1.009 s for two ranks that arrived 40 ms apart). A launch makes two such
 calls, so two seconds of every launch were sleep. The driver starts a `LaunchCoordinator` (one TCP
-listener on the driver's address, port chosen by the OS, like the output relay); each rank
-connects, proves it belongs to this launch with the launch's random token, posts its value and
+listener on the driver's address, port chosen by the OS, like the output relay: launch.listener);
+each rank connects, proves it belongs to this launch with the launch's random token, posts its value and
 gets every rank's value back the moment the last rank has posted.
 
 A rank that dies never posts: the others wait until Spark kills the barrier stage's tasks (as in
@@ -16,10 +16,7 @@ second), so that the ranks of a re-run of the stage never meet a dead task's val
 
 from __future__ import annotations
 
-import hmac
 import json
-import logging
-import secrets
 import select
 import socket
 import socketserver
@@ -27,9 +24,8 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-log = logging.getLogger(__name__)
+from sparkml_dist.launch.listener import TokenListener
 
-_TOKEN_BYTES = 16
 _MAX_LINE = 1 << 20  # a rank's value is a short JSON document
 _PEER_CHECK_S = 0.5  # how often a waiting rank's connection is checked for its task having died
 
@@ -93,25 +89,6 @@ class _Exchanges:
             self._changed.notify_all()
 
 
-class _Handler(socketserver.StreamRequestHandler):
-    def handle(self) -> None:
-        server: _Server = self.server  # type: ignore[assignment]
-        first = self.rfile.readline(256).decode(errors="replace").strip()
-        if not hmac.compare_digest(first, server.token):
-            server.refused += 1
-            log.warning("the launch coordinator refused a connection from %s:%d without this launch's token",
-                        *self.client_address[:2])
-            return  # not this launch's rank: say nothing, read nothing more
-        try:
-            request = json.loads(self.rfile.readline(_MAX_LINE))
-            values = server.exchanges.post_and_wait(str(request["step"]), int(request["rank"]),
-                                                    str(request["value"]), lambda: _open(self.connection))
-        except (ValueError, KeyError, TypeError):
-            return
-        if values is not None:
-            self.wfile.write(json.dumps(values).encode() + b"\n")
-
-
 def _open(conn: socket.socket) -> bool:
     """A waiting rank sends nothing more: its socket turns readable only when the rank has gone."""
     try:
@@ -121,41 +98,36 @@ def _open(conn: socket.socket) -> bool:
         return False
 
 
-class _Server(socketserver.ThreadingTCPServer):
-    daemon_threads = True
-    allow_reuse_address = False
-
-    def __init__(self, host: str, token: str, num_ranks: int):
-        super().__init__((host, 0), _Handler)
-        self.token = token
-        self.exchanges = _Exchanges(num_ranks)
-        self.refused = 0
-
-
 class LaunchCoordinator:
-    """Driver side: a listener bound to `host` only, for the `num_ranks` ranks of one launch."""
+    """Driver side: a listener bound to `host` only (launch.listener), for the `num_ranks` ranks
+    of one launch."""
 
     def __init__(self, host: str, num_ranks: int):
-        self._server = _Server(host, secrets.token_hex(_TOKEN_BYTES), num_ranks)
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="sparkml_dist-coordinator", daemon=True)
-        self._thread.start()
+        self._exchanges = _Exchanges(num_ranks)
+        self._listener = TokenListener(host, "launch coordinator", self._serve)
 
     @property
     def address(self) -> CoordinatorAddress:
-        host, port = self._server.server_address[:2]
-        return CoordinatorAddress(str(host), int(port), self._server.token)
+        return CoordinatorAddress(self._listener.host, self._listener.port, self._listener.token)
 
     @property
     def refused(self) -> int:
         """Connections turned away for want of the launch's token."""
-        return self._server.refused
+        return self._listener.refused
+
+    def _serve(self, handler: socketserver.StreamRequestHandler) -> None:
+        try:
+            request = json.loads(handler.rfile.readline(_MAX_LINE))
+            values = self._exchanges.post_and_wait(str(request["step"]), int(request["rank"]),
+                                                   str(request["value"]), lambda: _open(handler.connection))
+        except (ValueError, KeyError, TypeError):
+            return
+        if values is not None:
+            handler.wfile.write(json.dumps(values).encode() + b"\n")
 
     def stop(self) -> None:
-        self._server.exchanges.stop()  # ranks still waiting get their connection closed
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._exchanges.stop()  # ranks still waiting get their connection closed
+        self._listener.stop()
 
 
 def all_gather(address: CoordinatorAddress, step: str, rank: int, value: str,

@@ -47,12 +47,12 @@ RENDEZVOUS_ATTEMPTS = 2
 class RankOptions:
     """How the launch's ranks treat their output (travels to every rank with the task)."""
 
+    # the driver's listener for the ranks' all-gather and end barrier (launch.coordinator)
+    coordinator: CoordinatorAddress
     extra: dict[str, str] = field(default_factory=dict)  # the backend's, from `driver_start`
     relay: RelayAddress | None = None  # stream output lines to the driver's log
     echo: bool = True  # also write them to the worker's own stdout
     secret: bytes = b""  # this launch's rendezvous secret: fresh random bytes (launch.gateway)
-    # the driver's listener for the ranks' all-gather and end barrier (launch.coordinator)
-    coordinator: CoordinatorAddress | None = None
 
 
 def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backend: Backend, *,
@@ -117,9 +117,8 @@ def _launch(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backe
     handle = backend.driver_start(num_ranks, driver_host, secret)
     relay = OutputRelay(driver_host) if stream_output else None
     coordinator = LaunchCoordinator(driver_host, num_ranks)
-    options = RankOptions(dict(handle.extra), relay.address if relay else None,
-                          echo=not (relay and spark.sparkContext.master.startswith("local")), secret=secret,
-                          coordinator=coordinator.address)
+    options = RankOptions(coordinator.address, dict(handle.extra), relay.address if relay else None,
+                          echo=not (relay and spark.sparkContext.master.startswith("local")), secret=secret)
     log.info("launching %d ranks (backend %s) in a barrier stage", num_ranks, backend.name)
     try:
         with job_phase(spark, description):
@@ -220,8 +219,6 @@ def _run_rank(fn: RankFn, payload: Any, backend: Backend, options: RankOptions, 
 def _all_gather(task, options: RankOptions, step: str, value: str) -> list[str]:
     """Every rank's `value`, in rank order. Through the driver's coordinator: Spark's own
     `allGather` sleeps a second before it looks for the answer (launch.coordinator)."""
-    if options.coordinator is None:
-        return task.allGather(value)
     return all_gather(options.coordinator, step, task.partitionId(), value)
 
 

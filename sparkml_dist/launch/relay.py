@@ -2,23 +2,22 @@
 
 Spark shows a task's output only in its executor's log, after the fact. The driver starts an
 `OutputRelay` (one TCP listener on the driver's address, port chosen by the OS); each rank's
-`RelaySink` connects, proves it belongs to this launch with the launch's random token, and sends
-its lines. The driver logs them as `[rank N] line` on the `sparkml_dist.ranks` logger.
+`RelaySink` connects, proves it belongs to this launch with the launch's random token
+(launch.listener), and sends its lines. The driver logs them as `[rank N] line` on the `sparkml_dist.ranks` logger.
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 import queue
-import secrets
 import socket
 import socketserver
 import threading
 from dataclasses import dataclass
 
+from sparkml_dist.launch.listener import TokenListener
+
 log = logging.getLogger("sparkml_dist.ranks")
-_TOKEN_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -30,50 +29,34 @@ class RelayAddress:
     token: str
 
 
-class _Handler(socketserver.StreamRequestHandler):
-    def handle(self) -> None:
-        first = self.rfile.readline(256).decode(errors="replace").strip()
-        if not hmac.compare_digest(first, self.server.token):  # type: ignore[attr-defined]
-            return  # not this launch's rank: say nothing, read nothing more
-        for raw in self.rfile:
-            rank, _, line = raw.decode(errors="replace").rstrip("\n").partition("\t")
-            self.server.emit(rank, line)  # type: ignore[attr-defined]
-
-
-class _Server(socketserver.ThreadingTCPServer):
-    daemon_threads = True
-    allow_reuse_address = False
-
-    def __init__(self, host: str, token: str, emit):
-        super().__init__((host, 0), _Handler)
-        self.token = token
-        self.emit = emit
-
-
 class OutputRelay:
-    """Driver side: a listener bound to `host` only, admitting connections that present the token."""
+    """Driver side: a listener bound to `host` only, admitting connections that present the
+    launch's token (launch.listener)."""
 
     def __init__(self, host: str, emit=None):
-        self._token = secrets.token_hex(_TOKEN_BYTES)
-        self._server = _Server(host, self._token, emit or self._log_line)
-        # stop() waits for the serving loop's next poll: 50 ms, not socketserver's 0.5 s, at the end of every launch
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="sparkml_dist-relay", daemon=True)
-        self._thread.start()
+        self._emit = emit or self._log_line
+        self._listener = TokenListener(host, "output relay", self._serve)
 
     @property
     def address(self) -> RelayAddress:
-        host, port = self._server.server_address[:2]
-        return RelayAddress(str(host), int(port), self._token)
+        return RelayAddress(self._listener.host, self._listener.port, self._listener.token)
+
+    @property
+    def refused(self) -> int:
+        """Connections turned away for want of the launch's token."""
+        return self._listener.refused
+
+    def _serve(self, handler: socketserver.StreamRequestHandler) -> None:
+        for raw in handler.rfile:
+            rank, _, line = raw.decode(errors="replace").rstrip("\n").partition("\t")
+            self._emit(rank, line)
 
     @staticmethod
     def _log_line(rank: str, line: str) -> None:
         log.info("[rank %s] %s", rank, line)
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._listener.stop()
 
 
 class RelaySink:
