@@ -1,11 +1,11 @@
-"""Shared fixtures: one local[4] Spark session (4 slots: the 2x2 hybrid mesh; 2 cores, oversubscribed), a private MLflow store per test, the real Adult
-data preprocessed once, and a guard that fails any test that leaks environment variables."""
+"""Shared fixtures: one local[4] Spark session (4 slots: the 2x2 hybrid mesh; 2 cores, oversubscribed), a private MLflow store per test
+(a copy of an empty store MLflow made once per session), the real Adult data preprocessed once, and a guard that fails any test that leaks environment variables."""
 
 from __future__ import annotations
 
 import os
-import tempfile
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -52,16 +52,12 @@ def spark():
     session.stop()
 
 
-@pytest.fixture
-def mlflow_uri(tmp_path) -> str:
-    return f"sqlite:///{tmp_path / 'mlflow.db'}"
-
-
 def adult_config(tmp_path: Path, *overrides: str):
     from sparkml_dist.config import load_config
+    from stores import fresh_store
 
     return load_config(ADULT_CONFIG, [f"output.root={tmp_path / 'out'}",
-                                      f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", *overrides])
+                                      f"tracking.tracking_uri={fresh_store(tmp_path)}", *overrides])
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from sparkml_dist.methods import make_job
 from sparkml_dist.train.async_ps import ParameterServer, async_rank, shard_names
 from sparkml_dist.train.job import Fault
 from sparkml_dist.train.loop import train_rank
+from stores import fresh_store
 from test_training import job_for
 
 FRESH = TorchBackend(timeout_s=120, needs_fresh_process=True)
@@ -46,7 +47,7 @@ def test_async_sgd_reaches_synchronous_ddp_accuracy_and_logs_staleness(spark, ad
     ddp = run_barrier(spark, train_rank, ddp_job, 2, TorchBackend(timeout_s=120))[0].records[-1].evaluation.value
 
     async_cfg = cfg.with_overrides("train.strategy=async", "train.num_ranks=3", "train.epochs=4",
-                                   f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}")
+                                   f"tracking.tracking_uri={fresh_store(tmp_path)}")
     with tracked_run(async_cfg.tracking, "train", async_cfg.flat_params()) as run:
         result = train(spark, async_cfg, prep, run)
     final = result.records[-1]

@@ -17,6 +17,7 @@ from sklearn import metrics as skm  # at collection: importing sklearn sets KMP_
 
 from sparkml_dist.config import parse_config
 from sparkml_dist.pipeline import run_pipeline
+from stores import fresh_store
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -49,7 +50,7 @@ def config(root: Path, name: str, **sections):
                  "columns": [{"name": "id", "role": "id"}, {"name": "w", "role": "ignore"}], "row_group_rows": 256},
         "model": {"hidden": [32]},
         "train": {"epochs": 8, "batch_size": 64},
-        "tracking": {"tracking_uri": f"sqlite:///{root / 'mlflow.db'}", "experiment": "caravan",
+        "tracking": {"tracking_uri": fresh_store(root), "experiment": "caravan",
                      "registered_model": f"caravan_{name}"},
         "output": {"root": str(root / name)},
     }

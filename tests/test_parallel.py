@@ -13,6 +13,7 @@ from sparkml_dist.models.spec import ModelSpec, TransformerShape
 from sparkml_dist.models.transformer import token_layout
 from sparkml_dist.train.checkpoint import list_checkpoints
 from sparkml_dist.train.loop import train_rank
+from stores import fresh_store
 from test_training import job_for
 
 pytestmark = pytest.mark.spark
@@ -106,7 +107,7 @@ def test_adult_train_stage_with_each_strategy_reaches_the_bar_on_test(spark, adu
     base, prep = adult_prep
     cfg = base.with_overrides("model.kind=transformer", f"train.strategy={strategy}", f"train.num_ranks={ranks}",
                               "train.epochs=3", "train.learning_rate=0.002", f"output.root={tmp_path / 'out'}",
-                              f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}")
+                              f"tracking.tracking_uri={fresh_store(tmp_path)}")
     with tracked_run(cfg.tracking, "train", cfg.flat_params()) as run:
         trained = train(spark, cfg, prep, run)
         report = evaluate(spark, cfg, trained.model_uri, run.tracking_uri)

@@ -10,6 +10,7 @@ import pytest
 
 from sparkml_dist.config import parse_config
 from sparkml_dist.config.loader import load_config
+from stores import fresh_store
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -48,7 +49,7 @@ def task_config(root, adult_config_path, task: str, *overrides: str):
     raw["data"]["train_path"] = str(root / "adult_4k.csv")
     raw["tracking"]["gate"] = {}  # the task's default gate
     raw["tracking"]["registered_model"] = f"adult_{task}"
-    return parse_config(apply_overrides(raw, [f"output.root={root / task}", f"tracking.tracking_uri=sqlite:///{root / 'mlflow.db'}",
+    return parse_config(apply_overrides(raw, [f"output.root={root / task}", f"tracking.tracking_uri={fresh_store(root)}",
                                               "train.epochs=1", *overrides]))
 
 
