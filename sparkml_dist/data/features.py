@@ -144,9 +144,9 @@ class ScoringPipeline:
         `raw_features` reads from the stages): they are all scoring needs, without Spark ML's
         load, which reads every stage's metadata and data with Spark jobs (docs/benchmarks.md,
         "Loading the feature pipeline"). Without that file, the stages are loaded."""
-        saved = storage.join(path, RAW_FEATURES_FILE)
-        if storage.exists(saved):
-            return ScoringPipeline(compiled_from(RawFeatures.from_json(storage.read_json(saved))))
+        raw = saved_raw_features(path)
+        if raw is not None:
+            return ScoringPipeline(compiled_from(raw))
         return ScoringPipeline.of(PipelineModel.load(storage.spark_path(stages_at or path)))
 
     def frame(self, rows: DataFrame, with_label: bool = True,
@@ -155,6 +155,13 @@ class ScoringPipeline:
         if self.compiled is not None:
             return self.compiled.frame(rows, with_label=with_label, extra=extra), self.compiled.layout
         return to_feature_frame(self.model, rows, with_label=with_label, extra=extra), None
+
+
+def saved_raw_features(path: str) -> RawFeatures | None:
+    """The slots preprocess saved beside a compiling pipeline's stages (`raw_features.json` in
+    its directory, a path or URI); None for a pipeline saved without them."""
+    saved = storage.join(path, RAW_FEATURES_FILE)
+    return RawFeatures.from_json(storage.read_json(saved)) if storage.exists(saved) else None
 
 
 def compile_features(model: PipelineModel) -> CompiledFeatures | None:

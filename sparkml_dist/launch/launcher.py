@@ -45,7 +45,9 @@ RENDEZVOUS_ATTEMPTS = 2
 
 @dataclass(frozen=True)
 class RankOptions:
-    """How the launch's ranks treat their output (travels to every rank with the task)."""
+    """What every rank of one launch needs from the driver besides its payload: where to meet the
+    coordinator, the backend's settings, where its output goes, and the launch's secret (travels to
+    every rank with the task)."""
 
     # the driver's listener for the ranks' all-gather and end barrier (launch.coordinator)
     coordinator: CoordinatorAddress

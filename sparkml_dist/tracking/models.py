@@ -70,15 +70,16 @@ def _raw_features(feature_pipeline_dir: str | None) -> list[dict] | None:
     without a pipeline, or for one that does not compile."""
     if not feature_pipeline_dir:
         return None
-    saved = Path(feature_pipeline_dir) / RAW_FEATURES_FILE
-    if saved.is_file():
-        return json.loads(saved.read_text())
+    from sparkml_dist.data.features import raw_features, saved_raw_features
+
+    saved = saved_raw_features(feature_pipeline_dir)
+    if saved is not None:
+        return saved.to_json()
     from pyspark.ml import PipelineModel
     from pyspark.sql import SparkSession
 
     if SparkSession.getActiveSession() is None:
         return None
-    from sparkml_dist.data.features import raw_features
 
     try:
         raw = raw_features(PipelineModel.load(storage.spark_path(feature_pipeline_dir)))
@@ -150,8 +151,8 @@ def save_pyfunc_model(directory: str, weights: bytes, spec: ModelSpec, feature_p
         artifacts["feature_pipeline"] = feature_pipeline_dir
     raw = _raw_features(feature_pipeline_dir)
     if raw is not None:
-        (files / "raw_features.json").write_text(json.dumps(raw))
-        artifacts["raw_features"] = str(files / "raw_features.json")
+        (files / RAW_FEATURES_FILE).write_text(json.dumps(raw))
+        artifacts["raw_features"] = str(files / RAW_FEATURES_FILE)
     local = Path(directory) / MODEL_DIR
     with warnings.catch_warnings():  # the explicit signature makes MLflow's type-hint advice moot
         warnings.simplefilter("ignore", UserWarning)
