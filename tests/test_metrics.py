@@ -90,3 +90,37 @@ def test_regression_report_matches_sklearn(spark, weighted):
     assert report.metrics["mae"] == pytest.approx(skm.mean_absolute_error(y, p, sample_weight=sw))
     assert report.metrics["r2"] == pytest.approx(skm.r2_score(y, p, sample_weight=sw))
     assert [name for name, _ in report.plots] == ["predicted_vs_actual.png", "residuals.png"]
+
+
+SCORED = {  # what the model adds to a test row, per task: (column type, a value from the row's id)
+    "binary": ("probability:double,prediction:int", lambda i: (((i * 7) % 10) / 10, int((i * 7) % 10 >= 5))),
+    "multiclass": ("probabilities:array<double>,prediction:int", lambda i: ([0.2, 0.5, 0.3], 1)),
+    "regression": ("prediction:double", lambda i: (float(i % 7),)),
+}
+
+
+@pytest.mark.parametrize("task", sorted(SCORED))
+def test_evaluation_runs_the_model_once_per_test_row(spark, task):
+    """Each task's report reads the scored rows twice (the metrics, then a histogram, the log loss or
+    a plot's sample); evaluate keeps them after the first pass, so the model, here a Python UDF
+    that counts its rows, scores each test row once. Without the kept rows it scores each twice."""
+    from pyspark.sql import functions as F
+
+    from sparkml_dist.stages.evaluate import _report_once_scored
+
+    columns, value = SCORED[task]
+    scored_rows = spark.sparkContext.accumulator(0)
+
+    def model(i):
+        scored_rows.add(1)
+        return value(i)
+
+    n = 3000
+    rows = spark.range(n).withColumn("label", (F.col("id") % (2 if task == "binary" else 3)).cast(
+        "double" if task == "regression" else "int"))
+    scored = rows.withColumn("out", F.udf(model, f"struct<{columns}>")("id"))
+    scored = scored.select("id", "label", "out.*")
+    classes = {"binary": ("no", "yes"), "multiclass": ("a", "b", "c")}.get(task, ())
+    report = _report_once_scored(scored, Target(task, classes), None)
+    assert report.metrics["rows"] == n
+    assert scored_rows.value == n, f"the model scored {scored_rows.value} rows for {n} test rows"

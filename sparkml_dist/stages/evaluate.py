@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from sparkml_dist import storage
@@ -18,7 +19,7 @@ from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tracking.client import RunHandle, resolve_tracking_uri
 from sparkml_dist.tracking.models import load_bundle
 from sparkml_dist.tracking.outcome import log_plot
-from sparkml_dist.tasks.base import TaskReport
+from sparkml_dist.tasks.base import Target, TaskReport
 
 
 def evaluate(spark: SparkSession, cfg: JobConfig, model_uri: str, tracking_uri: str,
@@ -37,11 +38,22 @@ def evaluate(spark: SparkSession, cfg: JobConfig, model_uri: str, tracking_uri: 
     extra = (WEIGHT,) if weighted else ()
     features, layout = load_pipeline(bundle).frame(labelled.known, with_label=True, extra=extra)
     scored = score_features(features, bundle, passthrough=(ROW_ID, LABEL, *extra), layout=layout)
-    report = target.kind.report(scored, target, LABEL, WEIGHT if weighted else None)
+    report = _report_once_scored(scored, target, WEIGHT if weighted else None)
     report.target = target
     if labelled.unknown_rows:
         report.metrics["unknown_label_rows"] = float(labelled.unknown_rows)
     return report
+
+
+def _report_once_scored(scored: DataFrame, target: Target, weight: str | None) -> TaskReport:
+    """The task's report, which may aggregate the scored rows more than once (the metrics, then a
+    histogram or a plot's sample): the rows are kept after the first pass, so the model scores
+    each test row once. Only the few scored columns are kept, not the raw ones."""
+    scored = scored.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        return target.kind.report(scored, target, LABEL, weight)
+    finally:
+        scored.unpersist()
 
 
 def log_report(run: RunHandle, report: TaskReport, cfg: JobConfig, step: int = 0) -> None:
