@@ -1,6 +1,7 @@
 """MLflow tracking stores for in-process tests: each test (or module) gets a sqlite store of its
 own, as a copy of one empty store that MLflow itself made once per session. MLflow's schema
-migrations take seconds for every new store (several seconds here, more when the cores are busy); a copy takes milliseconds."""
+migrations take seconds for every new store (several seconds here, more when the cores are
+busy); a copy takes milliseconds."""
 
 from __future__ import annotations
 
