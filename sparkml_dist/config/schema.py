@@ -321,7 +321,9 @@ class EvaluateConfig(Section):
 class TrackingConfig(Section):
     """MLflow: where runs, models and registry versions go."""
 
-    tracking_uri: str | None = Field(None, description="default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db")
+    tracking_uri: str | None = Field(None, description="default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db; "
+                                                       "a sqlite store's new experiments keep their artifacts beside "
+                                                       "it, in <its folder>/mlruns/<experiment>")
     experiment: str = Field("sparkml_dist", description="MLflow experiment of the runs")
     registered_model: str = Field("sparkml_dist_model", description="registry name the versions are created under")
     gate: GateConfig = Field(GateConfig(), description="promotion to the champion alias")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import re
 import threading
 import time
 from contextlib import contextmanager
@@ -49,13 +50,28 @@ def resolve_tracking_uri(cfg: TrackingConfig) -> str:
     return uri
 
 
+def artifact_location(tracking_uri: str, experiment: str) -> str | None:
+    """Where a new experiment keeps its runs' artifacts: beside a sqlite store, in
+    `<the store's folder>/mlruns/<experiment>`. MLflow's own default is `./mlruns` under whatever
+    directory the process that creates the experiment runs in: the same folder for the default
+    `sqlite:///mlflow.db`, but a job started elsewhere with a store named by its path would leave
+    the artifacts there. None for any other store: its own default (a tracking server's artifact
+    root)."""
+    prefix = "sqlite:///"
+    if not tracking_uri.startswith(prefix):
+        return None
+    folder = Path(tracking_uri[len(prefix):]).parent
+    return str(folder / "mlruns" / (re.sub(r"[^A-Za-z0-9._-]+", "_", experiment).strip("._") or "experiment"))
+
+
 def start_run(cfg: TrackingConfig, run_name: str, params: dict[str, str], tags: dict[str, str] | None = None) -> RunHandle:
     from mlflow.tracking import MlflowClient
 
     uri = resolve_tracking_uri(cfg)
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name(cfg.experiment)
-    experiment_id = experiment.experiment_id if experiment else client.create_experiment(cfg.experiment)
+    experiment_id = experiment.experiment_id if experiment else \
+        client.create_experiment(cfg.experiment, artifact_location=artifact_location(uri, cfg.experiment))
     run = client.create_run(experiment_id, run_name=run_name, tags=tags or {})
     handle = RunHandle(uri, run.info.run_id, experiment_id)
     log_params(handle, params)
