@@ -85,6 +85,8 @@ def placement_config(probe: Probe, world: int):
         options["parallel"] = {"microbatches": probe.microbatches, "schedule": probe.schedule}
     elif probe.strategy == "hybrid":
         options["parallel"] = {"tensor_parallel": probe.tensor_parallel}
+    elif probe.strategy == "ddp":  # gloo's allreduce: the traffic the formulas describe (not /dev/shm's)
+        options["intra_host_allreduce"] = "process_group"
     return get_method(probe.strategy).config.model_validate(options)
 
 

@@ -60,6 +60,7 @@ def test_missing_config_file_says_how_to_pass_one(tmp_path):
     (["model.kind=transformer", "train.strategy=pipeline", "train.parallel.microbatches=3"], "divisible by train.parallel.microbatches"),
     (["model.kind=transformer", "model.transformer.heads=3"], "model.transformer.d_model (32) must be divisible"),
     (["train.backend=horovod", "train.strategy=fsdp"], "Horovod does data parallelism only"),
+    (["train.backend=horovod", "train.intra_host_allreduce=process_group"], "an option of train.backend=torch"),
     (["train.strategy=federated"], "needs federated.client_column"),
     (["federated.client_column=zipcode"], "federated.client_column 'zipcode' is not one of data.columns"),
     (["federated.noise_multiplier=1.0"], "needs federated.clip_norm"),

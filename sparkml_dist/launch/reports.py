@@ -21,7 +21,7 @@ _PEER_PATTERNS = re.compile(
     r"ProcessGroup.*(aborted|terminated)|HorovodInternalError|Horovod has been shut down|NCCL communicator was aborted",
     re.IGNORECASE,
 )
-_PEER_TYPES = frozenset({"DistBackendError", "HorovodInternalError", "PeerLost"})
+_PEER_TYPES = frozenset({"DistBackendError", "HorovodInternalError", "PeerLost", "AllreducePeerLost"})
 
 
 def is_peer_failure(exc: BaseException) -> bool:

@@ -37,10 +37,17 @@ class DataParallelConfig(TrainConfig):
 
     strategy: Literal["ddp"] = Field("ddp", description="data parallelism: a full replica per rank")
     horovod: HorovodConfig = Field(default_factory=HorovodConfig, description="with train.backend=horovod")
+    intra_host_allreduce: Literal["shared_memory", "process_group"] = Field(
+        "shared_memory", description="with train.backend=torch on CPU: how ranks average gradients. 'shared_memory': "
+        "through a segment in /dev/shm when every rank can open it (one host), else the process group (gloo); "
+        "'process_group': always gloo's allreduce")
 
     @model_validator(mode="after")
     def _horovod_options_are_possible(self) -> DataParallelConfig:
         h = self.horovod
+        if self.backend == "horovod" and self.intra_host_allreduce != "shared_memory":
+            raise ValueError("train.intra_host_allreduce is an option of train.backend=torch; Horovod averages "
+                             "through its own backend. Remove it or set train.backend=torch")
         if self.backend != "horovod":
             if h != HorovodConfig():
                 raise ValueError("train.horovod.* is set but train.backend is not 'horovod'; set train.backend=horovod")
@@ -65,7 +72,7 @@ def place_data_parallel(cfg: DataParallelConfig, world_size: int, rank: int) -> 
         from sparkml_dist.train.horovod_strategy import HorovodDataParallel
 
         return HorovodDataParallel(world_size, rank, cfg.horovod.compression, cfg.horovod.backward_passes_per_step)
-    return DataParallel(world_size, rank)
+    return DataParallel(world_size, rank, shared_memory=cfg.intra_host_allreduce == "shared_memory")
 
 
 class DataParallelMethod(LoopMethod):

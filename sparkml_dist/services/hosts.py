@@ -47,6 +47,7 @@ STATE_FILE = "hosts.json"
 # Run inside `unshare --mount --propagation private`: the kept paths under /tmp (shared root,
 # image) are first bound to the same place inside the host's directory, which is then bound
 # recursively over /tmp, so they stay where they were and everything else in /tmp is the host's.
+# /dev/shm is the host's own too, as on separate machines (DDP's ranks share memory only within one).
 _ENTER_HOST = r"""
 set -e
 host_tmp="$1"; shift
@@ -57,6 +58,7 @@ for keep in $keeps; do
   esac
 done
 mount --rbind "$host_tmp" /tmp
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 exec "$@"
 """
 

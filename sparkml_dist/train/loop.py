@@ -117,6 +117,7 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
     val_loader = job.loader("val", strategy.data_rank, strategy.data_world, 4096, cfg.seed, shuffle=False)
     train_loader.prepare()
     steps_per_epoch = _steps_per_epoch(strategy, train_loader)
+    strategy.uneven_shards = _shards_differ(strategy, train_loader)  # join() only where they are
     position = resume_position(ckpt, steps_per_epoch, strategy.data_world)
     history = [EpochRecord.from_json(h) for h in ckpt.get("history", [])] if ckpt is not None else []
     if ckpt is not None and ctx.is_chief:
@@ -218,6 +219,11 @@ def _build_and_restore(job: TrainJob, strategy: Strategy, device: torch.device):
 def _steps_per_epoch(strategy: Strategy, loader: ShardLoader) -> int:
     """Ranks in lockstep all run the longest shard's count (the shorter ones idle-step)."""
     return strategy.allreduce_max(loader.num_batches) if strategy.needs_lockstep else loader.num_batches
+
+
+def _shards_differ(strategy: Strategy, loader: ShardLoader) -> bool:
+    """Whether some rank has fewer batches an epoch than another (a collective: every rank calls it)."""
+    return strategy.allreduce_max(loader.num_batches) != -strategy.allreduce_max(-loader.num_batches)
 
 
 @dataclass
