@@ -3,6 +3,7 @@ gloo's allreduce, ranks that stay identical, a fallback to the process group for
 not share /dev/shm, and a clear error when a peer dies at the barrier."""
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -115,6 +116,23 @@ def test_ranks_without_a_shared_dev_shm_fall_back_to_the_process_group(tmp_path)
     outputs = [json.loads(out) for _, out, _ in done]
     assert [o["path"] for o in outputs] == ["process group"] * 2, [err[-2000:] for _, _, err in done]
     assert outputs[0]["sum"] == outputs[1]["sum"], "the replicas stay identical over gloo"
+
+
+def test_a_dev_shm_too_small_for_the_slots_falls_back_instead_of_crashing(tmp_path):
+    """Both ranks on one host whose /dev/shm (16 KiB here; 64 MiB in a default Docker container)
+    cannot hold the slots: the segment is refused when it is made, not by SIGBUS mid-step."""
+    script = tmp_path / "rank.py"
+    script.write_text(_RANK_SCRIPT)
+    port = _free_port()
+    both = (f"{sys.executable} {script} 0 {port} x & first=$!; {sys.executable} {script} 1 {port} x; second=$?; "
+            "wait $first && exit $second")
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                           f"mount -t tmpfs -o size=16k tmpfs /dev/shm && {both}"],
+                          capture_output=True, text=True, timeout=120)
+    outputs = [json.loads(found) for found in re.findall(r"\{[^{}]*\}", done.stdout)]  # the two may interleave
+    assert done.returncode == 0 and len(outputs) == 2, done.stderr[-2000:]
+    assert [o["path"] for o in outputs] == ["process group"] * 2
+    assert outputs[0]["sum"] == outputs[1]["sum"]
 
 
 def test_a_peer_that_dies_at_the_barrier_is_named_instead_of_a_hang(tmp_path):

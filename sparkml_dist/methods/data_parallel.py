@@ -39,7 +39,8 @@ class DataParallelConfig(TrainConfig):
     horovod: HorovodConfig = Field(default_factory=HorovodConfig, description="with train.backend=horovod")
     intra_host_allreduce: Literal["shared_memory", "process_group"] = Field(
         "shared_memory", description="with train.backend=torch on CPU: how ranks average gradients. 'shared_memory': "
-        "through a segment in /dev/shm when every rank can open it (one host), else the process group (gloo); "
+        "through a segment in /dev/shm when every rank can open it (one host) and it has room for 2 x ranks x "
+        "one DDP bucket (at most 25 MiB plus the largest parameter), else the process group (gloo); "
         "'process_group': always gloo's allreduce")
 
     @model_validator(mode="after")

@@ -61,6 +61,8 @@ class SharedMemoryAllreduce:
     @classmethod
     def connect(cls, parameters: list[torch.Tensor], rank: int, world_size: int) -> SharedMemoryAllreduce | None:
         """Every rank calls this at once (it runs collectives); None on every rank unless all share a segment."""
+        if _FLAGS_AT + 8 * world_size > _HEADER:  # more ranks than flags (the same answer on every rank)
+            return None
         slot_bytes = _slot_bytes(parameters)
         size = _HEADER + 2 * world_size * slot_bytes
         here = _stores_stay_ordered()
@@ -174,12 +176,15 @@ def _create_segment(size: int) -> tuple[str, bytes, mmap.mmap] | None:
         log.info("no shared memory segment for DDP (%s)", e)
         return None
     try:
-        os.ftruncate(fd, size)
+        # allocated now, not sparse: a /dev/shm too small for the slots (Docker's default is 64 MiB)
+        # fails here with ENOSPC instead of killing a rank with SIGBUS at its first write
+        os.posix_fallocate(fd, 0, size)
         segment = mmap.mmap(fd, size)
-    except OSError as e:  # /dev/shm too small for the slots
+    except OSError as e:
         os.close(fd)
         os.unlink(path)
-        log.info("no shared memory segment of %d bytes for DDP (%s)", size, e)
+        log.info("no shared memory segment of %d bytes for DDP (%s): gradients go through the process group",
+                 size, e)
         return None
     os.close(fd)
     segment[:_TOKEN_BYTES] = token
