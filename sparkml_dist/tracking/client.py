@@ -40,13 +40,15 @@ class RunHandle:
         return RunHandle(tracking_uri, run_id, run.info.experiment_id)
 
 
+_SQLITE = "sqlite:///"  # a sqlite store's URI: the prefix, then the file's path
+
+
 def resolve_tracking_uri(cfg: TrackingConfig) -> str:
     """Config, then $MLFLOW_TRACKING_URI, then a sqlite file in the working directory.
     A relative sqlite path is made absolute so executors in other directories find it."""
-    uri = cfg.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
-    prefix = "sqlite:///"
-    if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
-        uri = prefix + str(Path(uri[len(prefix):]).resolve())
+    uri = cfg.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"{_SQLITE}mlflow.db"
+    if uri.startswith(_SQLITE) and not uri[len(_SQLITE):].startswith("/"):
+        uri = _SQLITE + str(Path(uri[len(_SQLITE):]).resolve())
     return uri
 
 
@@ -57,10 +59,9 @@ def artifact_location(tracking_uri: str, experiment: str) -> str | None:
     `sqlite:///mlflow.db`, but a job started elsewhere with a store named by its path would leave
     the artifacts there. None for any other store: its own default (a tracking server's artifact
     root)."""
-    prefix = "sqlite:///"
-    if not tracking_uri.startswith(prefix):
+    if not tracking_uri.startswith(_SQLITE):
         return None
-    folder = Path(tracking_uri[len(prefix):]).parent
+    folder = Path(tracking_uri[len(_SQLITE):]).parent
     return str(folder / "mlruns" / (re.sub(r"[^A-Za-z0-9._-]+", "_", experiment).strip("._") or "experiment"))
 
 
