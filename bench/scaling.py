@@ -20,6 +20,9 @@ from bench.loader import DIM, write_dataset
 # 2 ranks train this compute-bound MLP at about 22,000 samples/s here: 24 epochs of 60,000 rows
 # are just over a minute of training
 LONG_EPOCHS = 24
+# the scaling rows differ by a few percent and single runs here by up to 10%: more rounds than the
+# other benchmarks' three (about 25 s a round)
+SCALING_ROUNDS = 7
 
 def compute_bound(hidden: tuple[int, ...] = (1024, 1024)):
     from sparkml_dist.models.spec import ModelSpec
@@ -67,6 +70,37 @@ def no_comm_throughput(spark, job) -> float:
 
     job = replace(job, checkpoint_dir=tempfile.mkdtemp())
     return sum(r.records[-1].samples_per_s for r in run_barrier(spark, independent_rank, job, 2, TorchBackend()))
+
+
+def lockstep_rank(ctx, job):
+    """DDP's rank exactly as it trains, except that its gradient hook only meets the other ranks
+    at the shared-memory barrier and keeps its own gradients: the ranks keep in step at every
+    bucket and exchange nothing. Against the no-communication pair, what keeping in step alone
+    costs on this machine; against it, what moving the gradients costs (the replicas drift
+    apart, which a timing does not mind). The hook is restored after, since Spark reuses the
+    Python worker for later tasks."""
+    from sparkml_dist.train import shm_allreduce
+    from sparkml_dist.train.loop import train_rank
+
+    averaging = shm_allreduce.SharedMemoryAllreduce.allreduce
+
+    def meet_only(state, bucket):
+        state._barrier()
+        return shm_allreduce._done(bucket.buffer())
+
+    shm_allreduce.SharedMemoryAllreduce.allreduce = meet_only
+    try:
+        return train_rank(ctx, job)
+    finally:
+        shm_allreduce.SharedMemoryAllreduce.allreduce = averaging
+
+
+def lockstep_throughput(spark, job) -> float:
+    """Samples/s of DDP's two ranks keeping in step without exchanging gradients."""
+    from sparkml_dist.launch import TorchBackend, run_barrier
+
+    job = replace(job, checkpoint_dir=tempfile.mkdtemp())
+    return run_barrier(spark, lockstep_rank, job, 2, TorchBackend())[0].records[-1].samples_per_s
 
 
 def ours_wall(spark, job) -> float:
@@ -142,21 +176,24 @@ def main(rows: int = 60_000, spark=None, long_epochs: int = LONG_EPOCHS, only: s
     return rows_out
 
 
-def scaling_rows(spark, rows: int) -> list[dict]:
-    """DDP's 2 ranks against twice one rank, and against the same two processes with no
-    communication (the machine's ceiling): the three measured in turn, three rounds."""
+def scaling_rows(spark, rows: int, rounds: int = SCALING_ROUNDS) -> list[dict]:
+    """DDP's 2 ranks against twice one rank, against the same two processes with no communication
+    (the machine's ceiling), and against the two keeping in step with no gradients (the ceiling of
+    any synchronous data parallelism here): all five measured in turn, the order reversed every
+    other round, since the machine drifts between rounds."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         groups = write_dataset(root, rows, row_group=2048)
         one, two = make_job(root, groups, 1, epochs=2), make_job(root, groups, 2, epochs=2)
         two_gloo = make_job(root, groups, 2, epochs=2, allreduce="process_group")
-        ddp, gloo, ideal, ceiling = [], [], [], []
-        for _ in range(3):
-            ddp.append(throughput(spark, two, 2))
-            gloo.append(throughput(spark, two_gloo, 2))
-            ideal.append(2 * throughput(spark, one, 1))
-            ceiling.append(no_comm_throughput(spark, one))
-    ddp, gloo, ideal, ceiling = Measured(ddp), Measured(gloo), Measured(ideal), Measured(ceiling)
+        measure = {"ddp": lambda: throughput(spark, two, 2), "gloo": lambda: throughput(spark, two_gloo, 2),
+                   "ideal": lambda: 2 * throughput(spark, one, 1), "ceiling": lambda: no_comm_throughput(spark, one),
+                   "lockstep": lambda: lockstep_throughput(spark, two)}
+        runs = {name: [] for name in measure}
+        for i in range(rounds):
+            for name in (list(measure) if i % 2 == 0 else list(measure)[::-1]):
+                runs[name].append(measure[name]())
+    ddp, gloo, ideal, ceiling, lockstep = (Measured(runs[name]) for name in measure)
     model = f"MLP 32-1024-1024-1, {rows:,} rows, batch 1024 per rank, 1 thread per rank, the second epoch's rate"
     return [
         entry("train_scaling_2_ranks", ddp, ideal, "samples/s", "higher", 0.9, note=f"{model}; baseline = 2 x one rank"),
@@ -165,6 +202,12 @@ def scaling_rows(spark, rows: int) -> list[dict]:
                    "leaves two ranks"),
         entry("train_scaling_2_ranks_vs_no_comm_ceiling", ddp, ceiling, "samples/s", "higher", 0.95,
               note=f"{model}; DDP's 2 ranks vs the same two processes with no communication"),
+        entry("train_scaling_2_ranks_lockstep_vs_no_comm_ceiling", lockstep, ceiling, "samples/s", "higher", None,
+              note=f"{model}; DDP's 2 ranks meeting at the barrier at every gradient bucket but exchanging no "
+                   "gradients vs the no-communication pair: what keeping in step alone costs here"),
+        entry("train_scaling_2_ranks_vs_lockstep_ceiling", ddp, lockstep, "samples/s", "higher", 0.95,
+              note=f"{model}; DDP's 2 ranks vs the same ranks keeping in step without gradients: what moving "
+                   "the gradients costs"),
         entry("train_scaling_2_ranks_gloo_vs_no_comm_ceiling", gloo, ceiling, "samples/s", "higher", None,
               note=f"{model}; DDP's 2 ranks averaging through gloo's allreduce "
                    "(train.intra_host_allreduce=process_group) vs the same ceiling"),
