@@ -32,6 +32,30 @@ def horovod_layout(ctx, payload):
             "gateway_port": ctx.extra["HOROVOD_GLOO_RENDEZVOUS_PORT"]}
 
 
+def repeated_reductions(ctx, payload):
+    import torch
+
+    from sparkml_dist.train.horovod_strategy import HorovodDataParallel
+
+    strategy = HorovodDataParallel(ctx.world_size, ctx.rank)
+    mine = float(ctx.rank + 1)
+    sums = []
+    # the same shape again (its name is in Horovod's response cache), others between, and back
+    for shape, dtype in [((3,), torch.float64), ((3,), torch.float64), ((5,), torch.float32), ((2, 2), torch.float32),
+                         ((3,), torch.float64), ((5,), torch.float32)]:
+        sums.append(strategy.allreduce_sum(torch.full(shape, mine, dtype=dtype)).flatten().tolist())
+    return {"sums": sums, "maxima": [strategy.allreduce_max(ctx.rank * 10 + i) for i in range(3)]}
+
+
+def test_repeated_horovod_reductions_under_reused_names_give_every_sum(spark):
+    """The strategy names its reductions by op, dtype and shape, so Horovod settles repeats from
+    its response cache; interleaved shapes and repeats must still sum what each call passed."""
+    results = run_barrier(spark, repeated_reductions, None, 2, get_backend("horovod", timeout_s=60))
+    expected = [[3.0] * 3, [3.0] * 3, [3.0] * 5, [3.0] * 4, [3.0] * 3, [3.0] * 5]
+    assert [r["sums"] for r in results] == [expected, expected]
+    assert [r["maxima"] for r in results] == [[10, 11, 12], [10, 11, 12]]
+
+
 def test_horovod_ranks_match_the_barrier_layout_and_rendezvous_through_their_own_forwarder(spark):
     results = run_barrier(spark, horovod_layout, None, 2, get_backend("horovod", timeout_s=60))
     assert [(r["rank"], r["size"], r["local_rank"]) for r in results] == [(0, 2, 0), (1, 2, 1)]
