@@ -21,7 +21,7 @@ from bench.loader import DIM, write_dataset
 # (2026-12-01 and 2026-12-02): 48 epochs of 60,000 rows are over a minute of training on either
 LONG_EPOCHS = 48
 # the scaling rows differ by a few percent and single runs here by up to 10%: more rounds than the
-# other benchmarks' three (about 25 s a round)
+# other benchmarks' three (about 21 s a round here)
 SCALING_ROUNDS = 7
 
 def compute_bound(hidden: tuple[int, ...] = (1024, 1024)):

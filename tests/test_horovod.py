@@ -48,8 +48,9 @@ def repeated_reductions(ctx, payload):
 
 
 def test_repeated_horovod_reductions_under_reused_names_give_every_sum(spark):
-    """The strategy names its reductions by op, dtype and shape, so Horovod settles repeats from
-    its response cache; interleaved shapes and repeats must still sum what each call passed."""
+    """The strategy reuses one name per op, dtype and shape (for Horovod's response cache; the
+    speed is measured in bench.allreduce): interleaved shapes and repeats must still sum what
+    each call passed."""
     results = run_barrier(spark, repeated_reductions, None, 2, get_backend("horovod", timeout_s=60))
     expected = [[3.0] * 3, [3.0] * 3, [3.0] * 5, [3.0] * 4, [3.0] * 3, [3.0] * 5]
     assert [r["sums"] for r in results] == [expected, expected]
