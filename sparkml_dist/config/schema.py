@@ -323,7 +323,8 @@ class TrackingConfig(Section):
 
     tracking_uri: str | None = Field(None, description="default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db; "
                                                        "a sqlite store's new experiments keep their artifacts beside "
-                                                       "it, in <its folder>/mlruns/<experiment>")
+                                                       "it, in <its folder>/mlruns/<experiment> (a name with characters unsafe "
+                                                       "in a folder name: its safe part and a hash of the name)")
     experiment: str = Field("sparkml_dist", description="MLflow experiment of the runs")
     registered_model: str = Field("sparkml_dist_model", description="registry name the versions are created under")
     gate: GateConfig = Field(GateConfig(), description="promotion to the champion alias")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import queue
@@ -62,7 +63,17 @@ def artifact_location(tracking_uri: str, experiment: str) -> str | None:
     if not tracking_uri.startswith(_SQLITE):
         return None
     folder = Path(tracking_uri[len(_SQLITE):]).parent
-    return str(folder / "mlruns" / (re.sub(r"[^A-Za-z0-9._-]+", "_", experiment).strip("._") or "experiment"))
+    return str(folder / "mlruns" / _folder_name(experiment))
+
+
+def _folder_name(experiment: str) -> str:
+    """The experiment's name where it is a safe folder name; else the safe part and a hash of the
+    whole name, so that two names that differ only in unsafe characters ("team/a b", "team a/b")
+    never share a folder."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", experiment).strip("._")
+    if safe == experiment:
+        return safe
+    return f"{safe or 'experiment'}-{hashlib.sha256(experiment.encode()).hexdigest()[:10]}"
 
 
 def start_run(cfg: TrackingConfig, run_name: str, params: dict[str, str], tags: dict[str, str] | None = None) -> RunHandle:
