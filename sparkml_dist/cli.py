@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 import signal
 import sys
@@ -20,6 +21,7 @@ from typing import Callable
 from sparkml_dist.config.loader import load_config
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.errors import SparkMLDistError
+from sparkml_dist.launch.context import env_scope
 
 log = logging.getLogger("sparkml_dist.cli")
 
@@ -183,10 +185,11 @@ def main(argv: list[str] | None = None) -> int:
             cfg = scoped_to_run_date(cfg, args.run_date)
         from sparkml_dist.spark.session import build_session
 
-        spark = build_session(cfg.spark)
-        spark.sparkContext.setLogLevel("ERROR")
-        log.info("Spark %s, master %s", spark.version, spark.sparkContext.master)
-        print(COMMANDS[args.stage].run(spark, cfg, args))
+        with env_scope(_quiet_mlflow()):  # before the session: local executors inherit it
+            spark = build_session(cfg.spark)
+            spark.sparkContext.setLogLevel("ERROR")
+            log.info("Spark %s, master %s", spark.version, spark.sparkContext.master)
+            print(COMMANDS[args.stage].run(spark, cfg, args))
         return 0
     except SparkMLDistError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -199,6 +202,14 @@ def scoped_to_run_date(cfg: JobConfig, run_date: str) -> JobConfig:
     output = cfg.output.model_copy(update={"root": f"{cfg.output.root.rstrip('/')}/run_date={run_date}",
                                            "run_date": run_date})
     return cfg.model_copy(update={"output": output})
+
+
+def _quiet_mlflow() -> dict[str, str]:
+    """MLflow draws a tqdm bar for every artifact download (a model load is one per file, 196 for
+    a logged model here), rewritten in place: in a job's log that is thousands of characters of
+    noise per stage. A job's log gets no bars unless the user asked for them."""
+    name = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    return {} if name in os.environ else {name: "false"}
 
 
 def _configure_logging() -> None:

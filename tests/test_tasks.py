@@ -29,6 +29,7 @@ def run_as_written(command: str, cwd: Path, timeout: int = 900) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKML_DIST_", "MLFLOW_TRACKING"))}
     done = subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    assert "Downloading artifacts" not in done.stderr, "a job's log carries no MLflow download progress bars"
     return done.stdout
 
 
