@@ -1,5 +1,6 @@
 """Where a Horovod allreduce's time goes (docs/benchmarks.md, allreduce_horovod_vs_gloo): 2 ranks
-allreduce 1 MiB and 64 MiB tensors with Horovod's timeline on, two ways in one job: waited for by
+allreduce 1 MiB and 64 MiB tensors with Horovod's timeline on, two ways in one job, alternated in
+blocks: waited for by
 Horovod's own `synchronize` (a `yield` spin), and by polling with a sleep as the training strategy
 waits (`train/horovod_strategy.py::_wait_quietly`). Each way and size repeats one name, as the
 strategy's reductions do. The timeline's phases are averaged per way and size: negotiation (until
@@ -17,7 +18,8 @@ from collections import defaultdict
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "horovod_timeline.json"
-SIZES = {1: 40, 64: 8}  # MiB -> allreduces per way
+SIZES = {1: 240, 64: 24}  # MiB -> allreduces per way, in BLOCKS alternated blocks (a call's time is noisy here)
+BLOCKS = 6
 WAYS = ("horovod_wait", "strategy_wait")
 PHASES = ("NEGOTIATE_ALLREDUCE", "ALLREDUCE", "GLOO_ALLREDUCE")
 
@@ -32,13 +34,14 @@ def timeline_rank(ctx, path: str) -> None:
     hvd.start_timeline(path, mark_cycles=False)
     for mib, count in SIZES.items():
         t = torch.ones(mib * (1 << 20) // 4)
-        for way in WAYS:  # a name per way and size: the timeline gives each name its own row
-            name = f"{way}.mib{mib}"
-            for _ in range(count):
-                handle = hvd.allreduce_async_(t, op=hvd.Sum, name=name)
-                if way == "strategy_wait":
-                    _wait_quietly(handle)
-                hvd.synchronize(handle)  # horovod_wait: Horovod's own spin until it is done
+        for block in range(BLOCKS):
+            for way in WAYS if block % 2 == 0 else WAYS[::-1]:
+                name = f"{way}.mib{mib}"  # a name per way and size: the timeline gives each name its own row
+                for _ in range(count // BLOCKS):
+                    handle = hvd.allreduce_async_(t, op=hvd.Sum, name=name)
+                    if way == "strategy_wait":
+                        _wait_quietly(handle)
+                    hvd.synchronize(handle)  # horovod_wait: Horovod's own spin until it is done
     hvd.stop_timeline()
 
 
