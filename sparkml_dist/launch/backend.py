@@ -9,6 +9,7 @@ from typing import Iterator, Protocol
 
 from sparkml_dist.errors import RendezvousError
 from sparkml_dist.launch.context import RankContext
+from sparkml_dist.launch.ports import PortRange
 
 
 class DriverHandle:
@@ -29,7 +30,10 @@ class Backend(Protocol):
     # driver hosts the backend's rendezvous (behind a gateway of its own, `driver_start`)
     hosts_store: bool
 
-    def driver_start(self, num_ranks: int, driver_host: str, secret: bytes) -> DriverHandle: ...
+    def driver_start(self, num_ranks: int, driver_host: str, secret: bytes,
+                     ports: PortRange | None = None) -> DriverHandle:
+        """Start what the driver hosts for one launch. A listener that executors reach binds
+        `driver_host` only, on a port of `ports` when given (`spark.sparkml_dist.driver.ports`)."""
 
     def rendezvous_gateway(self, ctx: RankContext) -> tuple[str, int]:
         """Where the launch's authenticated rendezvous gateway listens."""

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from sparkml_dist.launch.listener import TokenListener
+from sparkml_dist.launch.ports import PortRange
 
 _MAX_LINE = 1 << 20  # a rank's value is a short JSON document
 _PEER_CHECK_S = 0.5  # how often a waiting rank's connection is checked for its task having died
@@ -102,9 +103,9 @@ class LaunchCoordinator:
     """Driver side: a listener bound to `host` only (launch.listener), for the `num_ranks` ranks
     of one launch."""
 
-    def __init__(self, host: str, num_ranks: int):
+    def __init__(self, host: str, num_ranks: int, ports: PortRange | None = None):
         self._exchanges = _Exchanges(num_ranks)
-        self._listener = TokenListener(host, "launch coordinator", self._serve)
+        self._listener = TokenListener(host, "launch coordinator", self._serve, ports)
 
     @property
     def address(self) -> CoordinatorAddress:

@@ -26,6 +26,9 @@ import subprocess
 import sys
 import threading
 
+from sparkml_dist.errors import ConfigError
+from sparkml_dist.launch.ports import DRIVER_PORTS_CONF, PortRange
+
 log = logging.getLogger(__name__)
 
 # its source, run with `python -I -c`: read through the package loader, so that a package
@@ -37,10 +40,12 @@ START_TIMEOUT_S = 30.0
 class _Relay:
     """The helper process: started listening, its refusals counted and logged here, stopped by PID."""
 
-    def __init__(self, mode: str, bind_host: str, target_host: str, target_port: int, secret: bytes):
+    def __init__(self, mode: str, bind_host: str, target_host: str, target_port: int, secret: bytes,
+                 ports: PortRange | None = None):
         self.refused = 0
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-c", _SOURCE, mode, bind_host, target_host, str(target_port), str(os.getpid())],
+            [sys.executable, "-I", "-c", _SOURCE, mode, bind_host, target_host, str(target_port), str(os.getpid()),
+             str(ports or "0")],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             self.process.stdin.write(secret.hex() + "\n")  # never on the command line or in the environment
@@ -57,6 +62,9 @@ class _Relay:
         reader.start()
         reader.join(START_TIMEOUT_S)
         line = found[0] if found else ""
+        if line.startswith("NO_FREE_PORT "):
+            raise ConfigError(f"{DRIVER_PORTS_CONF}={line.split()[1]}: every port in it is in use; widen the range "
+                              f"(a launch holds up to 3 of its ports while it runs) or stop what holds them")
         if not line.startswith("PORT "):
             raise RuntimeError(f"the rendezvous relay did not start (exit code {self.process.poll()}): {line!r}")
         return int(line.split()[1])
@@ -83,8 +91,8 @@ class _Relay:
 class StoreGateway(_Relay):
     """On rank 0's task address: challenge, then pipe to the loopback store at `store_port`."""
 
-    def __init__(self, host: str, store_port: int, secret: bytes):
-        super().__init__("gateway", host, "127.0.0.1", store_port, secret)
+    def __init__(self, host: str, store_port: int, secret: bytes, ports: PortRange | None = None):
+        super().__init__("gateway", host, "127.0.0.1", store_port, secret, ports)
 
 
 class LocalForwarder(_Relay):

@@ -4,14 +4,18 @@ A separate process, not threads in the rank's: C++ code in the rank (TensorPipe'
 measured) blocks on store traffic while holding the GIL, so a Python thread that carries that
 traffic inside the same interpreter would never run.
 
-    python -I -c "<this source>" gateway|forward BIND_HOST TARGET_HOST TARGET_PORT ALLOWED_PID
+    python -I -c "<this source>" gateway|forward BIND_HOST TARGET_HOST TARGET_PORT ALLOWED_PID PORTS
+
+PORTS: 0 for a port the kernel picks, else FIRST-LAST (`spark.sparkml_dist.driver.ports`).
 
 stdin: the secret in hex on the first line; the process exits when stdin closes (its launcher
-ended or died). stdout: `PORT <n>` once listening, then `REFUSED <why>` per refused connection.
+ended or died). stdout: `PORT <n>` once listening (or `NO_FREE_PORT <range>`, then it exits),
+then `REFUSED <why>` per refused connection.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import os
@@ -163,12 +167,31 @@ def report(line: str) -> None:
         print(f"REFUSED {line}", flush=True)
 
 
+def bind_in(listener: socket.socket, host: str, ports: str) -> bool:
+    """A kernel-picked port ("0"), else the first free one of "FIRST-LAST" (launch.ports parsed
+    and checked it); False when every port of the range is taken."""
+    if ports == "0":
+        listener.bind((host, 0))
+        return True
+    first, last = (int(p) for p in ports.split("-"))
+    for port in range(first, last + 1):
+        try:
+            listener.bind((host, port))
+            return True
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+    return False
+
+
 def main(argv: list[str]) -> None:
-    mode, bind_host, target_host, target_port, allowed = argv
+    mode, bind_host, target_host, target_port, allowed, ports = argv
     secret = bytes.fromhex(sys.stdin.readline().strip())
     serve = {"gateway": serve_gateway, "forward": serve_forwarder}[mode]
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind((bind_host, 0))  # a kernel-picked port, never closed and reopened
+    if not bind_in(listener, bind_host, ports):  # never closed and reopened
+        print(f"NO_FREE_PORT {ports}", flush=True)
+        return
     listener.listen(128)
     print(f"PORT {listener.getsockname()[1]}", flush=True)
 

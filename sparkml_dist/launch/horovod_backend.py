@@ -13,20 +13,21 @@ from sparkml_dist.launch.backend import DriverHandle, joining_the_group, pick_de
 from sparkml_dist.launch.context import RankContext
 from sparkml_dist.launch.gateway import StoreGateway
 from sparkml_dist.launch.netif import interface_for
+from sparkml_dist.launch.ports import PortRange
 
 
 class RendezvousHandle(DriverHandle):
     """One rendezvous server per launch (fresh key/value state) on loopback, behind the launch's
     gateway on `host`; stopped by thread join and the gateway's PID."""
 
-    def __init__(self, host: str, secret: bytes):
+    def __init__(self, host: str, secret: bytes, ports: PortRange | None = None):
         from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
 
         self._server = RendezvousHTTPServer(("127.0.0.1", 0), RendezvousHandler, 0)
         self._thread = threading.Thread(target=self._server.serve_forever, name="hvd-rendezvous", daemon=True)
         self._thread.start()
         try:
-            self._gateway = StoreGateway(host, self._server.server_address[1], secret)
+            self._gateway = StoreGateway(host, self._server.server_address[1], secret, ports)
         except BaseException:
             self._stop_server()
             raise
@@ -54,8 +55,9 @@ class HorovodBackend:
     needs_fresh_process: bool = True
     hosts_store: bool = False  # Horovod's rendezvous is the driver's HTTP server, behind its gateway
 
-    def driver_start(self, num_ranks: int, driver_host: str, secret: bytes) -> DriverHandle:
-        return RendezvousHandle(driver_host, secret)
+    def driver_start(self, num_ranks: int, driver_host: str, secret: bytes,
+                     ports: PortRange | None = None) -> DriverHandle:
+        return RendezvousHandle(driver_host, secret, ports)
 
     def rendezvous_gateway(self, ctx: RankContext) -> tuple[str, int]:
         return ctx.extra["HOROVOD_GLOO_RENDEZVOUS_ADDR"], int(ctx.extra["HOROVOD_GLOO_RENDEZVOUS_PORT"])

@@ -26,6 +26,7 @@ from sparkml_dist.launch.deal import deal
 from sparkml_dist.launch.context import (PartitionData, RankContext, captured_output, env_scope,
                                          layout)
 from sparkml_dist.launch.pg_guard import process_groups_outlive_the_call
+from sparkml_dist.launch.ports import driver_ports
 from sparkml_dist.launch.gateway import LocalForwarder, StoreGateway
 from sparkml_dist.launch.rendezvous import BoundStore
 from sparkml_dist.launch.relay import OutputRelay, RelayAddress, RelaySink
@@ -116,9 +117,17 @@ def _launch(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backe
 
     driver_host = spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
     secret = secrets.token_bytes(32)  # this launch's only: handed to its tasks inside the task
-    handle = backend.driver_start(num_ranks, driver_host, secret)
-    relay = OutputRelay(driver_host) if stream_output else None
-    coordinator = LaunchCoordinator(driver_host, num_ranks)
+    ports = driver_ports(spark)
+    handle = backend.driver_start(num_ranks, driver_host, secret, ports=ports)
+    relay = coordinator = None
+    try:
+        relay = OutputRelay(driver_host, ports=ports) if stream_output else None
+        coordinator = LaunchCoordinator(driver_host, num_ranks, ports)
+    except BaseException:  # e.g. no free port in the range: stop what already listens
+        for started in (relay, handle):
+            if started is not None:
+                started.stop()
+        raise
     options = RankOptions(coordinator.address, dict(handle.extra), relay.address if relay else None,
                           echo=not (relay and spark.sparkContext.master.startswith("local")), secret=secret)
     log.info("launching %d ranks (backend %s) in a barrier stage", num_ranks, backend.name)

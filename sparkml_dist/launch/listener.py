@@ -1,6 +1,7 @@
 """The driver's listener for one launch's ranks (the output relay and the launch coordinator).
 
-Bound to one address, on a port the kernel picks; a connection is admitted only when its first
+Bound to one address, on a port the kernel picks or the first free one of
+`spark.sparkml_dist.driver.ports` (launch.ports); a connection is admitted only when its first
 line is the launch's random token (which travels to the ranks inside the task closure). A
 connection without it is refused, counted and logged, and nothing more is read from it. The
 serving loop polls every 50 ms, so stopping the listener at the end of a launch costs 50 ms, not
@@ -15,6 +16,8 @@ import secrets
 import socketserver
 import threading
 from typing import Callable
+
+from sparkml_dist.launch.ports import PortRange, bind_listener
 
 log = logging.getLogger(__name__)
 TOKEN_BYTES = 16
@@ -38,8 +41,15 @@ class _Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = False
 
-    def __init__(self, host: str, token: str, what: str, serve: Serve):
-        super().__init__((host, 0), _Handler)
+    def __init__(self, host: str, token: str, what: str, serve: Serve, ports: PortRange | None):
+        super().__init__((host, 0), _Handler, bind_and_activate=False)
+        try:
+            bind_listener(self.socket, host, ports)
+            self.server_address = self.socket.getsockname()
+            self.server_activate()
+        except BaseException:
+            self.server_close()
+            raise
         self.token = token
         self.what = what
         self.serve = serve
@@ -50,8 +60,8 @@ class TokenListener:
     """Listens on `host` for connections that present its token; `serve(handler)` gets each
     admitted one, its token line already read. `what` names it in the log and its thread."""
 
-    def __init__(self, host: str, what: str, serve: Serve):
-        self._server = _Server(host, secrets.token_hex(TOKEN_BYTES), what, serve)
+    def __init__(self, host: str, what: str, serve: Serve, ports: PortRange | None = None):
+        self._server = _Server(host, secrets.token_hex(TOKEN_BYTES), what, serve, ports)
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name=f"sparkml_dist-{what.replace(' ', '-')}", daemon=True)
         self._thread.start()

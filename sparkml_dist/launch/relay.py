@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass
 
 from sparkml_dist.launch.listener import TokenListener
+from sparkml_dist.launch.ports import PortRange
 
 log = logging.getLogger("sparkml_dist.ranks")
 
@@ -33,9 +34,9 @@ class OutputRelay:
     """Driver side: a listener bound to `host` only, admitting connections that present the
     launch's token (launch.listener)."""
 
-    def __init__(self, host: str, emit=None):
+    def __init__(self, host: str, emit=None, ports: PortRange | None = None):
         self._emit = emit or self._log_line
-        self._listener = TokenListener(host, "output relay", self._serve)
+        self._listener = TokenListener(host, "output relay", self._serve, ports)
 
     @property
     def address(self) -> RelayAddress:

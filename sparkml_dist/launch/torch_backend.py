@@ -8,6 +8,7 @@ from datetime import timedelta
 from sparkml_dist.launch.backend import DriverHandle, joining_the_group, pick_device
 from sparkml_dist.launch.context import RankContext
 from sparkml_dist.launch.netif import interface_for
+from sparkml_dist.launch.ports import PortRange
 from sparkml_dist.launch.rendezvous import AGENT_STORE_ENV
 
 
@@ -28,8 +29,9 @@ class TorchBackend:
     # the launcher hosts the rendezvous store on rank 0's task address (launch.rendezvous)
     hosts_store: bool = True
 
-    def driver_start(self, num_ranks: int, driver_host: str, secret: bytes) -> DriverHandle:
-        return DriverHandle()
+    def driver_start(self, num_ranks: int, driver_host: str, secret: bytes,
+                     ports: PortRange | None = None) -> DriverHandle:
+        return DriverHandle()  # the store lives in rank 0's task (launch.rendezvous)
 
     def rendezvous_gateway(self, ctx: RankContext) -> tuple[str, int]:
         return ctx.master_addr, ctx.master_port
