@@ -44,9 +44,9 @@ def alternate(ours: Callable[[], float], baseline: Callable[[], float], rounds: 
 
 
 def spread(value: float) -> dict[str, float] | None:
-    """min, median and max of a `Measured` value's runs (None for a single figure)."""
+    """min, median and max of a `Measured` value's runs (None for a single figure or round)."""
     runs = getattr(value, "runs", None)
-    if not runs:
+    if not runs or len(runs) < 2:  # one round has no spread
         return None
     return {"min": round(min(runs), 4), "median": round(float(value), 4), "max": round(max(runs), 4),
             "rounds": len(runs)}
