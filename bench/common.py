@@ -46,7 +46,7 @@ def alternate(ours: Callable[[], float], baseline: Callable[[], float], rounds: 
 def spread(value: float) -> dict[str, float] | None:
     """min, median and max of a `Measured` value's runs (None for a single figure or round)."""
     runs = getattr(value, "runs", None)
-    if not runs or len(runs) < 2:  # one round has no spread
+    if len(runs or ()) < 2:  # no runs, or one round: no spread
         return None
     return {"min": round(min(runs), 4), "median": round(float(value), 4), "max": round(max(runs), 4),
             "rounds": len(runs)}

@@ -26,8 +26,7 @@ import subprocess
 import sys
 import threading
 
-from sparkml_dist.errors import ConfigError
-from sparkml_dist.launch.ports import DRIVER_PORTS_CONF, PortRange
+from sparkml_dist.launch.ports import PortRange, range_full
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +42,7 @@ class _Relay:
     def __init__(self, mode: str, bind_host: str, target_host: str, target_port: int, secret: bytes,
                  ports: PortRange | None = None):
         self.refused = 0
+        self.bind_host = bind_host
         self.process = subprocess.Popen(
             [sys.executable, "-I", "-c", _SOURCE, mode, bind_host, target_host, str(target_port), str(os.getpid()),
              str(ports or "0")],
@@ -63,8 +63,7 @@ class _Relay:
         reader.join(START_TIMEOUT_S)
         line = found[0] if found else ""
         if line.startswith("NO_FREE_PORT "):
-            raise ConfigError(f"{DRIVER_PORTS_CONF}={line.split()[1]}: every port in it is in use; widen the range "
-                              f"(a launch holds up to 3 of its ports while it runs) or stop what holds them")
+            raise range_full(line.split()[1], self.bind_host)
         if not line.startswith("PORT "):
             raise RuntimeError(f"the rendezvous relay did not start (exit code {self.process.poll()}): {line!r}")
         return int(line.split()[1])

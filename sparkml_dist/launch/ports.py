@@ -54,8 +54,13 @@ class PortRange:
             except OSError as exc:
                 if exc.errno != errno.EADDRINUSE:
                     raise
-        raise ConfigError(f"{DRIVER_PORTS_CONF}={self}: every port in it is in use on {host}; widen the range "
-                          f"(a launch holds up to 3 of its ports while it runs) or stop what holds them")
+        raise range_full(str(self), host)
+
+
+def range_full(ports: str, host: str) -> ConfigError:
+    """The error for a range whose every port is taken (here, or in the gateway's own process)."""
+    return ConfigError(f"{DRIVER_PORTS_CONF}={ports}: every port in it is in use on {host}; widen the range "
+                       f"(a launch holds up to 3 of its ports while it runs) or stop what holds them")
 
 
 def bind_listener(sock: socket.socket, host: str, ports: PortRange | None) -> None:
