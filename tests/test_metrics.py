@@ -51,6 +51,18 @@ def test_the_f1_threshold_is_the_best_one_on_the_rows(spark):
     assert skm.f1_score(y, (p >= 0.5).astype(int), zero_division=0) < f1 - 0.2
 
 
+def test_separated_classes_get_the_threshold_in_the_middle_of_the_gap(spark):
+    """Every threshold between the highest negative (0.2) and the lowest positive (0.6) gives F1
+    1.0; the one chosen leaves both classes a margin, not the edge of the negatives."""
+    rng = np.random.default_rng(3)
+    rows = [(0, float(p)) for p in rng.uniform(0.0, 0.2, 300)] + [(1, float(p)) for p in rng.uniform(0.6, 1.0, 100)]
+    rows += [(0, 0.2), (1, 0.6)]
+    df = spark.createDataFrame(rows, "label int, probability double")
+    threshold, f1 = best_f1_threshold(df, "label", None)
+    assert f1 == 1.0
+    assert threshold == pytest.approx(0.4, abs=0.002)
+
+
 @pytest.mark.parametrize("weighted", [False, True])
 def test_multiclass_report_matches_sklearn(spark, weighted):
     rng = np.random.default_rng(2)

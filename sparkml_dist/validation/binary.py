@@ -70,7 +70,9 @@ def roc_curve(scored: DataFrame, label: str, w, bins: int) -> tuple[list[float],
 
 def best_f1_threshold(scored: DataFrame, label: str, weight: str | None, bins: int = 1000) -> tuple[float, float]:
     """The probability threshold with the highest F1 on `scored` (a histogram of `bins` cut points,
-    aggregated in Spark), and that F1."""
+    aggregated in Spark), and that F1. Where a run of cut points ties for the best F1 (no rows
+    between them: classes that the validation rows separate), the middle one of the run: the
+    first would sit on the highest negative's probability, with no margin for unseen rows."""
     w = weight_of(weight)
     bucket = F.least(F.floor(F.col(PROBABILITY) * bins), F.lit(bins - 1)).cast("int")
     rows = scored.groupBy(bucket.alias("b")).agg(
@@ -83,8 +85,12 @@ def best_f1_threshold(scored: DataFrame, label: str, weight: str | None, bins: i
     predicted = np.cumsum(total[::-1])[::-1]
     fn = pos.sum() - tp
     f1 = np.where(predicted + fn > 0, 2 * tp / np.maximum(predicted + pos.sum(), 1e-12), 0.0)
-    best = int(np.argmax(f1))
-    return best / bins, float(f1[best])
+    first = int(np.argmax(f1))
+    last = first
+    while last + 1 < bins and f1[last + 1] == f1[first]:
+        last += 1
+    middle = (first + last) // 2
+    return middle / bins, float(f1[middle])
 
 
 def _whole(x: float) -> float:
