@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from sparkml_dist import storage
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.ingest import ingest
+from sparkml_dist.data.sources import with_types_of
 from sparkml_dist.stages import evaluate, log_report, preprocess, register, score, train
 from sparkml_dist.stages.preprocess import describe_target
 from sparkml_dist.stages.score import ScoreResult
@@ -63,7 +64,7 @@ def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:
         prep = preprocess(spark, cfg)
     with timer("train"):
         trained = train(spark, cfg, prep, run)
-    with ingest(spark, cfg.data.test_path, cfg.data) as test_input:
+    with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, prep.manifest.schema)) as test_input:
         with timer("evaluate"):
             report = evaluate(spark, cfg, trained.model_uri, run.tracking_uri, test_input.accepted)
             log_report(run, report, cfg, step=trained.outcome.last.epoch)

@@ -8,11 +8,12 @@ import pytest
 from sparkml_dist.config import parse_config
 from sparkml_dist.data.dataset import RowGroup
 from sparkml_dist.data.ingest import ingest
+from sparkml_dist.data.sources import schema_of
 from sparkml_dist.data.loader import ShardLoader
 from sparkml_dist.errors import DataError
 from sparkml_dist.inference.bundle import ModelBundle
 from sparkml_dist.models.spec import ModelSpec
-from sparkml_dist.stages.score import check_schema, schema_of
+from sparkml_dist.stages.score import check_schema
 from test_ingest import COLUMNS, small_config
 
 

@@ -106,6 +106,42 @@ def test_a_rejected_rows_text_keeps_a_cast_columns_source_value(spark, tmp_path)
         assert [r["raw_line"] for r in result.rejects.collect()] == ['{"score":"7.25","y":"z"}']
 
 
+def test_a_value_the_configured_cast_cannot_read_is_a_reject_not_a_missing_value(spark, tmp_path):
+    """As a CSV value that does not parse: the row is quarantined with the column and the value,
+    not imputed as if the value were missing. A null stays missing."""
+    path = str(tmp_path / "rows.json")
+    with open(path, "w") as f:
+        f.write('{"score": "1.5", "y": "x"}\n{"score": "big", "y": "x"}\n{"score": null, "y": "y"}\n')
+    data = typed(path, {"column": "y", "classes": ["x", "y"]}, columns=[{"name": "score", "type": "double", "role": "numeric"}])
+    with ingest(spark, path, data) as result:
+        assert result.counts() == {"input": 3, "accepted": 2, "rejected": 1}
+        assert [r["reason"] for r in result.rejects.collect()] == ["column 'score': 'big' is not a number"]
+        assert sorted(r["score"] for r in result.accepted.collect() if r["score"] is not None) == [1.5]
+
+
+def test_later_reads_take_the_types_the_training_rows_resolved(spark, tmp_path):
+    """A test or scoring file whose number column Spark infers as text (one bad value) is read with
+    the training rows' types: the bad value is a reject and the column stays a number."""
+    from sparkml_dist.data.sources import schema_of, with_types_of
+
+    train = str(tmp_path / "train.json")
+    with open(train, "w") as f:
+        f.write('{"score": 1.5, "city": "a", "y": "x"}\n{"score": 2.5, "city": "b", "y": "y"}\n')
+    later = str(tmp_path / "later.json")
+    with open(later, "w") as f:
+        f.write('{"score": 3.5, "city": "a", "y": "x"}\n{"score": "n/a", "city": "b", "y": "y"}\n')
+    data = typed(train, {"column": "y", "classes": ["x", "y"]})
+    with ingest(spark, train, data) as trained:
+        schema = schema_of(trained.data)
+    assert schema["score"] == "double/numeric"
+    with ingest(spark, later, data) as alone:
+        assert schema_of(alone.data)["score"] == "string/categorical", "inferred from the later file alone"
+    with ingest(spark, later, with_types_of(data, schema)) as result:
+        assert schema_of(result.data)["score"] == "double/numeric"
+        assert [r["score"] for r in result.accepted.collect()] == [3.5]
+        assert [r["reason"] for r in result.rejects.collect()] == ["column 'score': 'n/a' is not a number"]
+
+
 def test_a_column_the_source_does_not_have_is_named_with_those_it_has(spark, tmp_path):
     path = str(tmp_path / "rows.parquet")
     spark.createDataFrame([(1.0, "a")], "score double, y string").write.parquet(path)

@@ -214,6 +214,37 @@ def test_a_parquet_stream_is_scored_as_the_batch_path_scores_it(spark, registry,
     assert all(abs(streamed[rid] - p) < 1e-6 for rid, p in expected.items())
 
 
+def test_a_json_stream_reads_features_as_the_model_was_trained_and_rejects_what_does_not_cast(
+        spark, registry, tmp_path):
+    """One text value in a number column makes Spark infer the whole column as text; the stream
+    reads each feature with the model's type instead, so that row is a reject with its reason and
+    every other row is scored (before, the stream refused to start: schema drift)."""
+    import pandas as pd
+
+    from sparkml_dist.stages.stream import stream
+
+    cfg, _, client, name = registry
+    client.set_registered_model_alias(name, "champion", "1")
+    cfg = cfg.with_overrides("data.format=json", "stream.trigger=available_now")
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    columns = [c for c in cfg.data.columns if c.role != "label"]
+    frame = pd.DataFrame([[v.strip() for v in line.split(",")[:len(columns)]] for line in adult_lines(0, 300)],
+                         columns=[c.name for c in columns]).replace("?", None)
+    for c in columns:
+        if c.type == "int":
+            frame[c.name] = pd.to_numeric(frame[c.name]).astype("Int64").astype(object)
+    frame.loc[7, "age"] = "forty"
+    frame.to_json(tmp_path / ".part", orient="records", lines=True)
+    os.replace(tmp_path / ".part", incoming / "part-0.json")
+    assert dict(spark.read.json(str(incoming)).dtypes)["age"] == "string", "Spark alone infers the column as text"
+
+    result = stream(spark, cfg, str(incoming), str(tmp_path / "out"))
+    assert (result.total("input_rows"), result.total("rejected_rows"), result.total("scored_rows")) == (300, 1, 299)
+    rejects = pq.read_table(tmp_path / "out" / "rejects").to_pandas()
+    assert list(rejects["reason"]) == ["column 'age': 'forty' is not an int"]
+
+
 def _stream_cli(config: Path, incoming: Path, output: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "sparkml_dist.cli", "stream", "--config", str(config), "--input", str(incoming),
             "--output", str(output), "--checkpoint", str(output / "_checkpoint"), *extra]

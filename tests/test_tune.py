@@ -149,6 +149,8 @@ def test_a_study_as_the_docs_run_it_survives_a_killed_driver(tmp_path):
     trial's model is registered through the gate."""
     from mlflow.tracking import MlflowClient
 
+    from sparkml_dist.tracking.models import load_bundle
+
     assert TUNE in (ROOT / "docs" / "tuning.md").read_text(), f"docs/tuning.md shows `{TUNE}`"
     for name in ("conf", ".venv"):
         (tmp_path / name).symlink_to(ROOT / name)
@@ -180,6 +182,11 @@ def test_a_study_as_the_docs_run_it_survives_a_killed_driver(tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     tune_run = next(r for r in client.search_runs(client.get_experiment_by_name("adult_income").experiment_id)
                     if r.info.run_name == "tune" and r.info.status == "FINISHED")
+    champion = client.get_model_version_by_alias("adult_income_mlp", "champion")
+    assert champion.run_id == tune_run.data.tags["tune.best_run"], "the version is the best trial's model"
+    bundle = load_bundle("models:/adult_income_mlp@champion", f"sqlite:///{tmp_path / 'mlflow.db'}",
+                         dst=str(tmp_path / "champion"))
+    assert bundle.weights, "the registered version's artifacts download (a scoring job can load it)"
     trials = client.search_runs(tune_run.info.experiment_id, f"tags.mlflow.parentRunId = '{tune_run.info.run_id}'")
     states = {r.data.tags["tune.trial"]: r.data.tags.get("tune.state") for r in trials}
     assert sum(s in ("complete", "pruned") for s in states.values()) == 4 - len(before)

@@ -33,7 +33,8 @@ class ColumnSpec(Section):
 
     name: str = Field(min_length=1, description="column name (CSV columns are positional: list them in file order)")
     type: ColumnType | None = Field(None, description="CSV: how the raw text is parsed (required); a value that does not "
-                                                      "parse is quarantined. Typed sources: a cast of the source column")
+                                                      "parse is quarantined. Typed sources: a cast of the source column (a value it cannot "
+                                                      "read is quarantined)")
     role: ColumnRole = Field(description="numeric and categorical columns are features; one column is the label; id "
                                          "columns pass through to predictions; ignore columns are read and dropped; "
                                          "weight: data.weight_column")

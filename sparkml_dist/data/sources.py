@@ -19,7 +19,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -218,8 +218,45 @@ def typed_rows(frame: DataFrame, location: str, cfg: DataConfig) -> RawRows:
                             *typed, *[f"{ident(name)} AS {ident(hidden)}" for name, hidden in cast.items()])
     as_read = ", ".join(f"{ident(cast[f.name])} AS {ident(f.name)}" if f.name in cast else ident(f.name) for f in fields)
     doubles = [c.name for c in columns if c.role == "numeric" and c.type == "double"]
-    return RawRows(rows, [_not_finite(doubles)] if doubles else [], with_task(cfg, columns), _explain_typed,
-                   F.expr(raw_json(as_read)))
+    problems = [_not_finite(doubles)] if doubles else []
+    problems += [_cast_problem(c, F.col(cast[c.name])) for c in columns if c.name in cast
+                 and c.role not in ("ignore", "weight")]  # a weight has its own check (ingest)
+    return RawRows(rows, problems, with_task(cfg, columns), _explain_typed, F.expr(raw_json(as_read)))
+
+
+def _cast_problem(c: ColumnSpec, source: Column) -> Column:
+    """A value the configured cast turns into null is a reject, as a CSV value that does not parse
+    is; otherwise one bad value would become a missing value, imputed without a word."""
+    kind = {"int": "an int", "double": "a number", "boolean": "true or false", "string": "text"}[c.type]
+    return F.when(source.isNotNull() & F.col(c.name).isNull(),
+                  F.concat(F.lit(f"column '{c.name}': '"), source.cast("string"), F.lit(f"' is not {kind}")))
+
+
+def schema_of(data: DataConfig) -> dict[str, str]:
+    """column -> "type/role", as the model and the manifest record it."""
+    return {c.name: f"{c.type}/{c.role}" for c in data.columns}
+
+
+def with_types_of(cfg: DataConfig, schema: Mapping[str, str]) -> DataConfig:
+    """`cfg` with the types that the training rows resolved (`schema`: column -> "type/role", as
+    the manifest and the model record it) for every feature column it does not type itself. A
+    typed source's later reads (test rows, rows to score, a stream) then read each feature as the
+    model was trained on it, and a value that does not cast is a reject with its reason; Spark's
+    inference from those files alone would make a number column text over one bad value, and the
+    whole file would fail the model's schema check. CSV configs type every column already."""
+    if not cfg.typed or not schema:
+        return cfg
+    columns = list(cfg.columns)
+    where = {c.name: i for i, c in enumerate(columns)}
+    for name, kind in schema.items():
+        type_, _, role = kind.partition("/")
+        if role not in ("numeric", "categorical"):
+            continue
+        if name not in where:
+            columns.append(ColumnSpec(name=name, type=type_, role=role))
+        elif columns[where[name]].type is None:
+            columns[where[name]] = columns[where[name]].model_copy(update={"type": type_})
+    return cfg.model_copy(update={"columns": columns})
 
 
 def resolve_columns(cfg: DataConfig, fields: list[T.StructField], location: str) -> list[ColumnSpec]:
@@ -231,7 +268,8 @@ def resolve_columns(cfg: DataConfig, fields: list[T.StructField], location: str)
     missing = [n for n in dict.fromkeys(c.name for c in cfg.columns) if n not in names and n not in optional]
     if missing:
         raise DataError(f"{location}: column(s) {missing} named in data are not in the source; its columns: "
-                        f"{names[:50]}{' ...' if len(names) > 50 else ''}")
+                        f"{names[:50]}{' ...' if len(names) > 50 else ''}. data.columns names them, or (reading rows "
+                        f"for a trained model) the model was trained on them")
     configured = {c.name: c for c in cfg.columns}
     out, ignored = [], []
     for f in fields:

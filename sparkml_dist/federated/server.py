@@ -14,7 +14,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
@@ -27,6 +27,7 @@ from sparkml_dist.data.features import FEATURES, build_feature_pipeline, feature
 from sparkml_dist.data.ingest import LABEL, WEIGHT, ingest
 from sparkml_dist.data.labels import check_task, encode_labels, fit_target
 from sparkml_dist.data.loader import features_to_numpy
+from sparkml_dist.data.sources import schema_of, with_types_of
 from sparkml_dist.errors import ConfigError
 from sparkml_dist.federated.checkpoints import (RoundsDone, clear_rounds, fingerprint, load_rounds, rounds_dir,
                                                 save_round)
@@ -125,7 +126,7 @@ def run_federated(spark: SparkSession, cfg: JobConfig, sink: RoundSink | None = 
             check_custom_model(spec.input_dim, spec.custom)
         clients, rdd = client_partitions(pipeline, rows, fed.client_column, data.weight_column is not None)
         try:
-            test = _test_arrays(spark, cfg, pipeline, target)
+            test = _test_arrays(spark, cfg, pipeline, target, schema_of(data))
             state, records, received = _run_rounds(spark, cfg, spec, target, clients, rdd, test,
                                                    slow_clients or {}, sink)
         finally:
@@ -296,10 +297,12 @@ def _sample(rng: np.random.Generator, n: int, fraction: float) -> tuple[int, ...
     return tuple(sorted(int(i) for i in rng.choice(n, size=k, replace=False)))
 
 
-def _test_arrays(spark, cfg: JobConfig, pipeline, target: Target) -> tuple[np.ndarray, np.ndarray]:
+def _test_arrays(spark, cfg: JobConfig, pipeline, target: Target,
+                 schema: Mapping[str, str]) -> tuple[np.ndarray, np.ndarray]:
     """The driver's own held-out rows (the test file; rows whose label the target does not know
-    left out), as arrays for per-round evaluation: features and packed (label, weight) targets."""
-    with ingest(spark, cfg.data.test_path, cfg.data) as test_input:
+    left out, read with the training rows' types, `schema`), as arrays for per-round evaluation:
+    features and packed (label, weight) targets."""
+    with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, schema)) as test_input:
         rows = encode_labels(test_input.accepted, target, test_input.data).known
         weighted = test_input.data.weight_column is not None
         table = to_feature_frame(pipeline, rows, extra=(WEIGHT,) if weighted else ()).toArrow()

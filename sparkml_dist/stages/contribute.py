@@ -19,7 +19,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -36,6 +36,7 @@ from sparkml_dist.community.deltas import (
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.dataset import split_frame
 from sparkml_dist.data.ingest import ingest
+from sparkml_dist.data.sources import with_types_of
 from sparkml_dist.models.weights import state_dict_from_bytes, state_dict_to_bytes
 from sparkml_dist.stages.evaluate import evaluate
 from sparkml_dist.tracking.client import RankTracker, RunHandle
@@ -129,7 +130,8 @@ def _check(spark, cfg: JobConfig, run: RunHandle, bundle, blob: bytes, verdict: 
                           bundle.training_schema or {}, bundle.target)
     task = bundle.target.kind
     metric = cfg.tracking.gate.metric or task.default_gate[0]
-    with tempfile.TemporaryDirectory(prefix="sparkml_dist_candidate_") as tmp, _held_out(spark, cfg) as rows:
+    with (tempfile.TemporaryDirectory(prefix="sparkml_dist_candidate_") as tmp,
+          _held_out(spark, cfg, bundle.training_schema or {}) as rows):
         candidate = save_pyfunc_model(tmp, merged.weights, merged.spec, merged.feature_pipeline,
                                       merged.training_schema, merged.target)
         verdict.metric_before = evaluate(spark, cfg, bundle.uri, run.tracking_uri, rows).metrics[metric]
@@ -152,11 +154,12 @@ def _coarse_change(cfg: JobConfig, bundle, verdict: Verdict) -> str:
 
 
 @contextmanager
-def _held_out(spark, cfg: JobConfig) -> Iterator[DataFrame]:
+def _held_out(spark, cfg: JobConfig, schema: Mapping[str, str]) -> Iterator[DataFrame]:
     """The rows a contribution is judged on: `community.validation_path`, else the training file's
-    validation split (the rows preprocess held out: a hash of row id and data.split_seed)."""
+    validation split (the rows preprocess held out: a hash of row id and data.split_seed); read
+    with the types the model was trained on (`schema`)."""
     path = cfg.community.validation_path
-    with ingest(spark, path or cfg.data.train_path, cfg.data) as rows:
+    with ingest(spark, path or cfg.data.train_path, with_types_of(cfg.data, schema)) as rows:
         yield rows.accepted if path else split_frame(rows.accepted, cfg.data.validation_fraction,
                                                      cfg.data.split_seed)[1]
 

@@ -11,6 +11,7 @@ from sparkml_dist import storage
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.ingest import LABEL, ROW_ID, WEIGHT, ingest
 from sparkml_dist.data.labels import encode_labels, model_target
+from sparkml_dist.data.sources import with_types_of
 from sparkml_dist.errors import SparkMLDistError
 from sparkml_dist.inference.udf import score_features
 from sparkml_dist.stages.records import EvaluateRecord, TrainRecord
@@ -30,7 +31,7 @@ def evaluate(spark: SparkSession, cfg: JobConfig, model_uri: str, tracking_uri: 
     are not scored; `metrics["unknown_label_rows"]` counts them."""
     bundle = load_bundle(model_uri, tracking_uri, spark=spark, shared_dir=OutputPaths.of(cfg).models)
     if test_rows is None:
-        with ingest(spark, cfg.data.test_path, cfg.data) as test_input:
+        with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, bundle.training_schema or {})) as test_input:
             return evaluate(spark, cfg, model_uri, tracking_uri, test_input.accepted)
     target = model_target(bundle.target, cfg.data)
     labelled = encode_labels(test_rows, target, cfg.data)

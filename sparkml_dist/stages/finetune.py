@@ -19,11 +19,12 @@ from pyspark.sql import SparkSession
 from sparkml_dist import storage
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.ingest import ingest
+from sparkml_dist.data.sources import schema_of, with_types_of
 from sparkml_dist.errors import ConfigError
 from sparkml_dist.methods.base import TrainRequest, WarmStart, get_method
 from sparkml_dist.stages.evaluate import evaluate
 from sparkml_dist.stages.preprocess import preprocess, select_rows
-from sparkml_dist.stages.score import check_schema, schema_of
+from sparkml_dist.stages.score import check_schema
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tracking.client import EpochLogger, RankTracker, RunHandle
 from sparkml_dist.tracking.models import load_bundle, model_version
@@ -75,7 +76,7 @@ def finetune(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> FinetuneRes
                            storage.join(out, "checkpoints", run.run_id), sink=EpochLogger(run), warm_start=warm)
     model_uri = log_outcome(run, method.run(request), storage.join(out, "plots"))
 
-    with ingest(spark, cfg.data.test_path, cfg.data) as test_input:
+    with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, prep.manifest.schema)) as test_input:
         sets = {"test": test_input.accepted, "subset": select_rows(test_input.accepted, ft.where)}
         base = {k: evaluate(spark, cfg, base_uri, run.tracking_uri, rows).metrics for k, rows in sets.items()}
         new = {k: evaluate(spark, cfg, model_uri, run.tracking_uri, rows).metrics for k, rows in sets.items()}

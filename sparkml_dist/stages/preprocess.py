@@ -26,7 +26,7 @@ from sparkml_dist.data.labels import EncodedRows, check_task, encode_labels, fit
 from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.predicate import checked_predicate
 from sparkml_dist.data.raw_features import RAW_FEATURES_FILE, RawFeatures
-from sparkml_dist.data.sources import fingerprint, resolve_path
+from sparkml_dist.data.sources import fingerprint, resolve_path, schema_of, with_types_of
 from sparkml_dist.tasks.base import Target
 from sparkml_dist.spark.session import job_phase
 from sparkml_dist.storage.hadoop import atomic_dir
@@ -87,8 +87,10 @@ def _ingest_inputs(spark: SparkSession, cfg: JobConfig) -> dict[str, IngestResul
     inputs: dict[str, IngestResult] = {}
     try:
         for name, location in (("train", cfg.data.train_path), ("test", cfg.data.test_path)):
+            # the test rows are read with the types the training rows resolved (a typed source)
+            data = cfg.data if name == "train" else with_types_of(cfg.data, schema_of(inputs["train"].data))
             with job_phase(spark, f"preprocess: ingest {name}"):
-                inputs[name] = ingest(spark, location, cfg.data)
+                inputs[name] = ingest(spark, location, data)
             log.info("ingest %s: %s", name, inputs[name].counts())
     except BaseException:
         for result in inputs.values():
@@ -156,7 +158,7 @@ def _manifest(cfg: JobConfig, data: DataConfig, staging: str, pipeline, train_ro
               inputs: dict[str, IngestResult], labelled: dict[str, EncodedRows], target: Target) -> Manifest:
     classes = len(target.classes)
     splits = {name: describe_split(storage.join(staging, name), classes) for name in ("train", "val", "test")}
-    schema = {c.name: f"{c.type}/{c.role}" for c in data.columns}
+    schema = schema_of(data)
     counts = {name: _counts_after_labels(r, labelled[name]) for name, r in inputs.items()}
     return Manifest(
         feature_dim=encoded.dim,

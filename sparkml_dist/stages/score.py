@@ -15,6 +15,7 @@ from sparkml_dist.config.schema import DataConfig, JobConfig
 from sparkml_dist.data.features import ScoringPipeline
 from sparkml_dist.data.ingest import ROW_ID, IngestResult, ingest
 from sparkml_dist.data.labels import model_target
+from sparkml_dist.data.sources import schema_of, with_types_of
 from sparkml_dist.errors import DataError
 from sparkml_dist.inference.bundle import ModelBundle
 from sparkml_dist.inference.udf import PREDICTION, score_features
@@ -49,7 +50,8 @@ def score(spark: SparkSession, cfg: JobConfig, model_uri: str | None = None, inp
     uri = model_uri or f"models:/{cfg.tracking.registered_model}@champion"
     bundle = load_bundle(uri, resolve_tracking_uri(cfg.tracking), spark=spark,
                          shared_dir=OutputPaths.of(cfg).models)
-    with ingest(spark, input_path or cfg.data.score_path or cfg.data.test_path, cfg.data, require_label=False) as raw:
+    data = with_types_of(cfg.data, bundle.training_schema or {})  # a typed source read as the model was trained
+    with ingest(spark, input_path or cfg.data.score_path or cfg.data.test_path, data, require_label=False) as raw:
         check_schema(schema_of(raw.data), bundle)
         return _score_rows(spark, cfg, uri, bundle, raw, output_path)
 
@@ -91,11 +93,6 @@ def scored_rows(bundle: ModelBundle, pipeline: ScoringPipeline, accepted: DataFr
         scored = scored.withColumn(PREDICTED_LABEL, F.element_at(F.array(*[F.lit(c) for c in classes]),
                                                                  F.col(PREDICTION) + 1))
     return scored
-
-
-def schema_of(data: DataConfig) -> dict[str, str]:
-    """column -> "type/role", as the model and the manifest record it."""
-    return {c.name: f"{c.type}/{c.role}" for c in data.columns}
 
 
 def check_schema(schema: Mapping[str, str], bundle: ModelBundle) -> None:

@@ -23,7 +23,8 @@ from sparkml_dist import storage
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.ingest import checked_rows, split_checked
 from sparkml_dist.errors import DataError, SparkMLDistError
-from sparkml_dist.stages.score import schema_of, scored_rows
+from sparkml_dist.data.sources import schema_of, with_types_of
+from sparkml_dist.stages.score import scored_rows
 from sparkml_dist.storage.hadoop import HadoopFS, OutputLock
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.streaming.follow import ModelFollower
@@ -56,10 +57,12 @@ def stream(spark: SparkSession, cfg: JobConfig, input_path: str, output_path: st
     out = storage.absolute(output_path) if output_path else default_output(cfg)
     checkpoint = storage.absolute(checkpoint) if checkpoint else storage.join(out, "_checkpoint")
     uri = model_uri or cfg.stream.model_uri or f"models:/{cfg.tracking.registered_model}@champion"
-    source = read_stream(spark, input_path, cfg.data, cfg.stream)
-    follower = ModelFollower(uri, resolve_tracking_uri(cfg.tracking), spark, schema_of(source.data),
-                             OutputPaths.of(cfg).models)
-    first = follower.current()  # a model that cannot score this input stops the job before it starts
+    follower = ModelFollower(uri, resolve_tracking_uri(cfg.tracking), spark, OutputPaths.of(cfg).models)
+    first = follower.current()  # a model that does not load stops the job before it starts
+    # a typed source reads each feature with the type the model was trained on (a value that does
+    # not cast is a reject), not the type Spark would infer from the files already there
+    source = read_stream(spark, input_path, with_types_of(cfg.data, first.bundle.training_schema or {}), cfg.stream)
+    follower.expect(schema_of(source.data))  # nor does one that cannot score this input
     log.info("stream: %s -> %s, scoring with %s (version %s), checkpoint %s", input_path, out, uri,
              first.version or "-", checkpoint)
     reports, sink = Reports(), BatchSink(out)

@@ -36,8 +36,10 @@ class ModelFollower:
     model_uri: str  # models:/<name>@<alias>, models:/<name>/<version> or runs:/...
     tracking_uri: str
     spark: SparkSession
-    schema: Mapping[str, str]  # the stream's columns, column -> "type/role"
     shared_dir: str | None = None  # on a cluster: where executors read feature pipelines
+    # the stream's columns, column -> "type/role"; None until the source is read (`expect`), since
+    # a typed source is read with the types of the first version's training rows
+    schema: Mapping[str, str] | None = None
     refused: dict[str, str] = field(default_factory=dict)  # version -> why it was not used
     _model: FollowedModel | None = None
 
@@ -66,11 +68,19 @@ class ModelFollower:
         self._model = candidate
         return candidate
 
+    def expect(self, schema: Mapping[str, str]) -> None:
+        """The stream's columns: the version in use must fit them (the stream does not start
+        otherwise), and every later version is checked against them."""
+        self.schema = schema
+        if self._model is not None:
+            check_schema(schema, self._model.bundle)
+
     def _load(self, version: str) -> FollowedModel:
         uri = self._pinned(version)
         bundle = load_bundle(uri, self.tracking_uri, dst=tempfile.mkdtemp(prefix="sparkml_dist_stream_model_"),
                              spark=self.spark, shared_dir=self.shared_dir)
-        check_schema(self.schema, bundle)
+        if self.schema is not None:
+            check_schema(self.schema, bundle)
         return FollowedModel(version, uri, bundle, load_pipeline(bundle))
 
     def _pinned(self, version: str) -> str:

@@ -16,7 +16,7 @@ from sparkml_dist import storage
 from sparkml_dist.inference.bundle import ModelBundle
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.data.raw_features import RAW_FEATURES_FILE
-from sparkml_dist.errors import SparkMLDistError
+from sparkml_dist.errors import SparkMLDistError, StorageError
 from sparkml_dist.tasks.base import Target
 from sparkml_dist.tracking.client import RunHandle
 from sparkml_dist.train.records import TrainedModel
@@ -163,7 +163,9 @@ def save_pyfunc_model(directory: str, weights: bytes, spec: ModelSpec, feature_p
 
 
 def register(handle: RunHandle, model_uri: str, name: str, tags: dict[str, str]) -> str:
-    """Create a new version of `name` from `model_uri`; return the version number."""
+    """Create a new version of `name` from `model_uri`; return the version number. The version's
+    source and run are those of the run that logged the model, which need not be `handle`'s: a
+    tune job registers its best trial's model (a nested run) from its own run."""
     from mlflow.exceptions import MlflowException
 
     client = handle.client()
@@ -172,9 +174,18 @@ def register(handle: RunHandle, model_uri: str, name: str, tags: dict[str, str])
     except MlflowException as exc:
         if "RESOURCE_ALREADY_EXISTS" not in str(exc.error_code):
             raise
-    source = client.get_run(handle.run_id).info.artifact_uri.rstrip("/") + "/" + model_uri.split("/", 3)[-1]
-    version = client.create_model_version(name, source=source, run_id=handle.run_id, tags=tags)
+    run_id, path = _logged_by(model_uri, handle.run_id)
+    source = client.get_run(run_id).info.artifact_uri.rstrip("/") + "/" + path
+    version = client.create_model_version(name, source=source, run_id=run_id, tags=tags)
     return str(version.version)
+
+
+def _logged_by(model_uri: str, default_run_id: str) -> tuple[str, str]:
+    """(run id, artifact path) of a `runs:/<run id>/<path>` URI; another URI's path under the default run."""
+    if model_uri.startswith("runs:/"):
+        run_id, _, path = model_uri[len("runs:/"):].partition("/")
+        return run_id, path
+    return default_run_id, model_uri.split("/", 3)[-1]
 
 
 def versions_tagged(tracking_uri: str, name: str, tags: dict[str, str]) -> list:
@@ -238,9 +249,17 @@ def load_bundle(model_uri: str, tracking_uri: str, dst: str | None = None, spark
     `shared_dir`, since the download lands on the driver's own disk."""
     import mlflow.artifacts
 
+    from mlflow.exceptions import MlflowException
+
     source = resolve_registry_uri(model_uri, tracking_uri)
-    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, tracking_uri=tracking_uri,
-                                                    dst_path=dst or tempfile.mkdtemp(prefix="sparkml_dist_model_")))
+    try:
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, tracking_uri=tracking_uri,
+                                                        dst_path=dst or tempfile.mkdtemp(prefix="sparkml_dist_model_")))
+    except MlflowException as exc:
+        found = " ".join(line.strip() for line in str(exc).splitlines() if line.strip() and not line.startswith("#"))
+        raise StorageError(f"{model_uri}: its model files at {source} cannot be downloaded ({found[:300]}); check "
+                           f"that the run's artifacts are still there and that this job reads the same tracking "
+                           f"store and artifact location as the job that logged them") from None
     artifacts = local / "artifacts"
     spec = ModelSpec.from_json(json.loads((artifacts / "spec.json").read_text()))
     pipeline = artifacts / "feature_pipeline"

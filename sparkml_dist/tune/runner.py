@@ -15,7 +15,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from pyspark.sql import SparkSession
 
@@ -71,7 +71,7 @@ def run_tune(spark: SparkSession, cfg: JobConfig) -> TuneResult:
         client.set_tag(parent.run_id, "tune.study", ref.name)
         client.set_tag(parent.run_id, "tune.storage", ref.storage_url)
         _optimize(spark, cfg, prep, parent, study, ref, metric)
-        return _finish(spark, cfg, parent, study, ref, metric)
+        return _finish(spark, cfg, parent, study, ref, metric, prep.manifest.schema)
 
 
 def _check_slots(spark: SparkSession, cfg: JobConfig) -> None:
@@ -191,8 +191,12 @@ def _count(study: "optuna.Study", *states: str) -> int:
     return sum(1 for t in study.get_trials(deepcopy=False) if t.state.name in states)
 
 
-def _finish(spark, cfg: JobConfig, parent: RunHandle, study: "optuna.Study", ref: StudyRef, metric: str) -> TuneResult:
+def _finish(spark, cfg: JobConfig, parent: RunHandle, study: "optuna.Study", ref: StudyRef, metric: str,
+            schema: Mapping[str, str]) -> TuneResult:
+    """The best trial's model evaluated on the test rows (read with the training rows' types,
+    `schema`) and registered through the gate."""
     from sparkml_dist.data.ingest import ingest
+    from sparkml_dist.data.sources import with_types_of
     from sparkml_dist.stages.evaluate import evaluate, log_report
     from sparkml_dist.stages.register import register
 
@@ -209,7 +213,7 @@ def _finish(spark, cfg: JobConfig, parent: RunHandle, study: "optuna.Study", ref
         client.set_tag(parent.run_id, key, str(value))
     client.log_metric(parent.run_id, f"best_{metric}", float(best.value))
     plots = _log_plots(cfg, parent, study)
-    with ingest(spark, cfg.data.test_path, cfg.data) as test_input:
+    with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, schema)) as test_input:
         report = evaluate(spark, cfg, model_uri, parent.tracking_uri, test_input.accepted)
         log_report(parent, report, cfg)
         decision = register(spark, cfg, parent, model_uri, report, test_input.accepted)
