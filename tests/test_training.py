@@ -58,3 +58,18 @@ def test_progress_eta_is_paced_by_every_step_not_only_the_logged_ones(caplog, mo
     with caplog.at_level("INFO", logger="sparkml_dist.train"):
         shown.step(0, 49, 0.5, 1000.0)
     assert "step 50/100" in caplog.text and "eta 0:00:15" in caplog.text, "150 steps left at 0.1 s each"
+
+
+def test_a_labelled_runs_progress_lines_say_which_run_they_are(caplog):
+    """Tune trials train at once and their rank 0s print to the same driver log: each line names
+    its trial."""
+    from sparkml_dist.train import progress
+    from sparkml_dist.train.records import EpochRecord
+
+    shown = progress.Progress(True, epochs=2, steps_per_epoch=10, world_size=1, label="trial 3")
+    shown.advance()
+    record = EpochRecord(epoch=0, train_loss=0.5, samples=100, samples_per_s=100.0)
+    with caplog.at_level("INFO", logger="sparkml_dist.train"):
+        shown.step(0, 0, 0.5, 100.0)
+        shown.epoch_end(record)
+    assert [r.getMessage().split(" ", 3)[:3] for r in caplog.records] == [["trial", "3:", "epoch"]] * 2

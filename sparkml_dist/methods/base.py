@@ -62,6 +62,7 @@ class TrainRequest:
     checkpoint_dir: str  # where it may keep checkpoints (a path or URI)
     sink: "EpochSink | None" = None  # give it each epoch's record as it completes (the stage logs them)
     warm_start: WarmStart | None = None
+    label: str = ""  # names the run in its progress lines where several train at once ("trial 3")
 
 
 class TrainMethod(ABC):

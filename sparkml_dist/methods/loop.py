@@ -41,7 +41,7 @@ class LoopMethod(TrainMethod):
         if request.data is None:
             raise ConfigError(f"train.strategy={self.name} trains on the preprocessed splits: run preprocess first")
         job = make_job(request.cfg, request.data, request.checkpoint_dir, placement=self.placement, sink=request.sink,
-                       warm_start=request.warm_start)
+                       warm_start=request.warm_start, label=request.label)
         launched = self.launch(request.spark, job)
         warm = request.warm_start
         chief = launched.results[0]
@@ -66,7 +66,7 @@ class LoopMethod(TrainMethod):
 
 
 def make_job(cfg: JobConfig, data: "PreprocessResult", checkpoint_dir: str, *, placement: Placement | None = None,
-             sink: "EpochSink | None" = None, warm_start: WarmStart | None = None) -> "TrainJob":
+             sink: "EpochSink | None" = None, warm_start: WarmStart | None = None, label: str = "") -> "TrainJob":
     """A rank program's payload for `cfg` on `data`: the model for the data's target (or the
     fine-tuned model's), the target, its class weights."""
     from sparkml_dist.data.layout import FeatureLayout
@@ -99,6 +99,7 @@ def make_job(cfg: JobConfig, data: "PreprocessResult", checkpoint_dir: str, *, p
         weighted=manifest.weighted,
         frame_fed=cfg.train.input == "dataframe",
         checkpoint_key=checkpoint_key(checkpoint_dir),
+        label=label,
     )
 
 

@@ -42,22 +42,23 @@ class TrainResult:
 
 
 def train(spark: SparkSession, cfg: JobConfig, prep: PreprocessResult | None, run: RunHandle,
-          method_name: str | None = None, sink: EpochSink | None = None) -> TrainResult:
+          method_name: str | None = None, sink: EpochSink | None = None, label: str = "") -> TrainResult:
     """Train on `prep` (the preprocess stage's output) with `train.strategy`'s method (or
     `method_name`'s) and log the result under `run`; each epoch's record goes to `sink` (default:
-    the run's metrics)."""
+    the run's metrics); `label` prefixes the run's progress lines (a tune trial's "trial 3")."""
     paths = OutputPaths.of(cfg)
     method = get_method(method_name or cfg.train.strategy)
     if cfg.model.kind == "custom" and cfg.model.factory:
         ship_factory(spark, cfg.model.factory)
     outcome = method.run(TrainRequest(spark, cfg, prep, paths.checkpoints(run.run_id),
-                                      sink=sink or EpochLogger(run)))
+                                      sink=sink or EpochLogger(run), label=label))
     if cfg.evaluate.threshold == "f1":
-        outcome = with_f1_threshold(spark, cfg, outcome, run)
+        outcome = with_f1_threshold(spark, cfg, outcome, run, label)
     return record_outcome(run, cfg, outcome)
 
 
-def with_f1_threshold(spark: SparkSession, cfg: JobConfig, outcome: TrainOutcome, run: RunHandle) -> TrainOutcome:
+def with_f1_threshold(spark: SparkSession, cfg: JobConfig, outcome: TrainOutcome, run: RunHandle,
+                      label: str = "") -> TrainOutcome:
     """`evaluate.threshold: f1`: the probability threshold with the best F1 on the validation
     split (the training rows the model did not learn from), scored through the model's own
     feature pipeline; it goes into the model and decides every later prediction."""
@@ -79,7 +80,7 @@ def with_f1_threshold(spark: SparkSession, cfg: JobConfig, outcome: TrainOutcome
         features, layout = ScoringPipeline.load(model.feature_pipeline).frame(val, with_label=True, extra=extra)
         scored = score_features(features, bundle, passthrough=(ROW_ID, LABEL, *extra), layout=layout)
         threshold, f1 = best_f1_threshold(scored, LABEL, WEIGHT if weighted else None)
-    log.info("evaluate.threshold=f1: %.3f (validation F1 %.4f)", threshold, f1)
+    log.info("%sevaluate.threshold=f1: %.3f (validation F1 %.4f)", f"{label}: " if label else "", threshold, f1)
     RankTracker(run, 0).log({"threshold": threshold, "val_best_f1": f1}, outcome.last.epoch)
     target = replace(model.target, threshold=threshold)
     return replace(outcome, model=replace(model, target=target))

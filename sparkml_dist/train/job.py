@@ -77,6 +77,7 @@ class TrainJob:
     frame_fed: bool = False  # train.input=dataframe: the train rows arrive with the barrier stage
     checkpoint_key: bytes = b""  # signs and verifies sharded checkpoints (train.parallel.signing)
     observe: ObserveConfig = ObserveConfig()  # system metrics, step breakdown, energy (sparkml_dist.observe)
+    label: str = ""  # prefixes rank 0's progress lines where several runs train at once ("trial 3")
 
     def training_columns(self) -> list[str]:
         """What a rank reads of the train split (the columns a dealt DataFrame must carry)."""

@@ -122,7 +122,7 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
     history = [EpochRecord.from_json(h) for h in ckpt.get("history", [])] if ckpt is not None else []
     if ckpt is not None and ctx.is_chief:
         log.info("attempt %d resumes at epoch %d, batch %d", job.attempt, position.epoch + 1, position.step)
-    progress = Progress(ctx.is_chief, cfg.epochs, steps_per_epoch, ctx.world_size)
+    progress = Progress(ctx.is_chief, cfg.epochs, steps_per_epoch, ctx.world_size, job.label)
     heartbeat = Heartbeat(ctx.rank, ctx.world_size)
 
     def checkpoint(epoch: int, step: int, stats: EpochStats) -> None:
@@ -165,7 +165,8 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
             checkpoint(epoch + 1, 0, EpochStats())  # saved as the next epoch's start: valid at any world size
             if _told_to_stop(job, strategy, verdict):
                 if ctx.is_chief:
-                    log.info("stopping after epoch %d: the epoch sink said so (a pruned trial)", epoch + 1)
+                    log.info("%sstopping after epoch %d: the epoch sink said so (a pruned trial)",
+                             progress.prefix, epoch + 1)
                 break
 
     if job.adapt is not None:

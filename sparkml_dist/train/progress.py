@@ -16,8 +16,9 @@ def _clock(seconds: float) -> str:
 
 
 class Progress:
-    def __init__(self, enabled: bool, epochs: int, steps_per_epoch: int, world_size: int):
+    def __init__(self, enabled: bool, epochs: int, steps_per_epoch: int, world_size: int, label: str = ""):
         self.enabled = enabled
+        self.prefix = f"{label}: " if label else ""  # which run, where several train at once (tune trials)
         self.epochs = epochs
         self.steps_per_epoch = max(steps_per_epoch, 1)
         self.world_size = world_size
@@ -35,7 +36,7 @@ class Progress:
         remaining = (self.epochs - epoch - 1) * self.steps_per_epoch + (self.steps_per_epoch - step - 1)
         eta = elapsed / self.steps_done * remaining
         shown = "n/a" if loss != loss else f"{loss:.4f}"  # NaN: a pipeline stage without the loss
-        log.info("epoch %d/%d step %d/%d loss %s %.0f samples/s (x%d ranks) eta %s",
+        log.info("%sepoch %d/%d step %d/%d loss %s %.0f samples/s (x%d ranks) eta %s", self.prefix,
                  epoch + 1, self.epochs, step + 1, self.steps_per_epoch, shown,
                  samples_per_s, self.world_size, _clock(eta))
 
@@ -46,7 +47,8 @@ class Progress:
         if record.evaluation is not None:
             e = record.evaluation
             shown += f" {e.rows}_loss {e.loss:.4f} {e.rows}_{e.metric} {e.value:.4f}"
-        log.info("epoch %d/%d done: %s (%d samples)", record.epoch + 1, self.epochs, shown, record.samples)
+        log.info("%sepoch %d/%d done: %s (%d samples)", self.prefix, record.epoch + 1, self.epochs, shown,
+                 record.samples)
         if record.stragglers:
-            log.warning("epoch %d: straggler rank(s) %s: median step time above the straggler factor x the ranks' "
-                        "median", record.epoch + 1, list(record.stragglers))
+            log.warning("%sepoch %d: straggler rank(s) %s: median step time above the straggler factor x the ranks' "
+                        "median", self.prefix, record.epoch + 1, list(record.stragglers))

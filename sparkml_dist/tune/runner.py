@@ -126,7 +126,7 @@ def _run_trial(spark, cfg: JobConfig, prep: "PreprocessResult", parent: RunHandl
     # the storage id (not the number) is what reopens this trial in rank 0's process
     sink = TrialSink(EpochLogger(run), ref, trial._trial_id, metric)
     try:
-        result = train(spark, trial_cfg, prep, run, sink=sink)
+        result = train(spark, trial_cfg, prep, run, sink=sink, label=f"trial {trial.number}")
     except Exception as exc:
         trial.set_user_attr("error", str(exc)[:1000])
         _close(run, "failed", ok=False, reason=str(exc))
@@ -229,7 +229,9 @@ def _close_interrupted(study: "optuna.Study", tracking_uri: str) -> None:
     import optuna
     from mlflow.tracking import MlflowClient
 
-    optuna.storages.fail_stale_trials(study)
+    with warnings.catch_warnings():  # experimental since Optuna 2.9, and the call this needs
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
     client = MlflowClient(tracking_uri=tracking_uri)
     for trial in study.get_trials(deepcopy=False):
         run_id = trial.user_attrs.get("run_id")
