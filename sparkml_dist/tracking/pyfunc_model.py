@@ -12,6 +12,7 @@ import json
 
 import mlflow.pyfunc
 import numpy as np
+import pandas as pd
 
 
 class TabularTorchModel(mlflow.pyfunc.PythonModel):
@@ -44,9 +45,9 @@ class TabularTorchModel(mlflow.pyfunc.PythonModel):
         self.model.load_state_dict(torch.load(context.artifacts["weights"], map_location="cpu", weights_only=True))
         self.model.eval()
 
-    def predict(self, context, model_input, params=None):
-        import pandas as pd
-
+    # the hint is one MLflow infers no schema from: the model's signature stays the one it is logged
+    # with, and MLflow does not warn at import that predict has no type hints
+    def predict(self, context, model_input: pd.DataFrame, params=None):
         from sparkml_dist.inference.predict import predict, predict_proba
 
         x = self._raw_matrix(model_input) if self.raw is not None else _features_matrix(model_input)
