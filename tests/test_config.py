@@ -143,3 +143,25 @@ def test_the_docs_script_runs_as_the_docs_say_and_changes_nothing_when_up_to_dat
                          check=True).stdout
     assert "wrote" in out and doc.read_text() == before, "docs/configuration.md was stale (now regenerated)"
     assert subprocess.run([sys.executable, "scripts/config_docs.py", "--check"], cwd=root).returncode == 0
+
+
+def test_a_directory_of_part_files_is_read_in_the_format_its_files_name(tmp_path):
+    """Spark writes a Parquet or ORC table as a directory of part files: a path without an
+    extension takes the format of the files in it; a directory whose files name no single format
+    is csv, and a csv config without columns says why it is csv and what to set."""
+    tables = {"orc": ["part-00000-1.snappy.orc", "part-00001-1.snappy.orc", "_SUCCESS", ".part-00000-1.orc.crc"],
+              "parquet": ["part-0.parquet"], "json": ["a.json.gz", "b.json"]}
+    for fmt, names in tables.items():
+        (tmp_path / fmt / "sub").mkdir(parents=True)
+        for name in names:
+            (tmp_path / fmt / "sub" / name).write_bytes(b"")
+        data = {"train_path": str(tmp_path / fmt), "test_path": str(tmp_path / fmt), "label": {"column": "y"}}
+        assert parse_config({"data": data}).data.source_format == fmt
+    (tmp_path / "mixed").mkdir()
+    for name in ("a.parquet", "b.orc"):
+        (tmp_path / "mixed" / name).write_bytes(b"")
+    mixed = {"train_path": str(tmp_path / "mixed"), "test_path": str(tmp_path / "mixed"), "label": {"column": "y"}}
+    with pytest.raises(ConfigError, match=r"a csv source lists every column.*data.format is csv because train_path "
+                                          r"'.*mixed' names no other format.*set data.format"):
+        parse_config({"data": mixed})
+    assert parse_config({"data": {**mixed, "format": "orc"}}).data.source_format == "orc"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import islice
+from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
@@ -55,14 +57,34 @@ class LabelSpec(Section):
 
 
 def format_of(path: str, declared: str | None) -> str:
-    """`data.format`, or the one the path's extension names (csv when it names none)."""
+    """`data.format`, or the one the path's extension names, or for a local directory the one its
+    files' extensions name (Spark writes a Parquet or ORC table as a directory of part files);
+    csv when none names one."""
     if declared:
         return declared
+    return _named_format(path) or _format_of_files_in(path) or "csv"
+
+
+def _named_format(path: str) -> str | None:
     lower = path.lower().rstrip("/")
     for ext, fmt in _EXTENSIONS.items():
         if lower.endswith(ext) or lower.endswith(ext + "/*"):
             return fmt
-    return "csv"
+    return None
+
+
+def _format_of_files_in(path: str, look_at: int = 1000) -> str | None:
+    """The one format that the data files of a local directory name (None: not a local directory,
+    or its files name none or several)."""
+    if "://" in path and not path.startswith("file:"):
+        return None
+    folder = Path(path.removeprefix("file://").removeprefix("file:"))
+    if not folder.is_dir():
+        return None
+    names = (f.name for f in folder.rglob("*") if not f.name.startswith((".", "_")))
+    found = {_named_format(name.removesuffix(".gz").removesuffix(".bz2")) for name in islice(names, look_at)}
+    found.discard(None)
+    return found.pop() if len(found) == 1 else None
 
 
 class DataConfig(Section):
@@ -73,7 +95,8 @@ class DataConfig(Section):
     test_path: str = Field(description="held-out rows for the test metrics and the gate (same format as train_path)")
     score_path: str | None = Field(None, description="raw rows to score; defaults to test_path")
     format: SourceFormat | None = Field(None, description="csv, parquet, orc, json or table (spark.table(<path>)); "
-                                                          "default from the path's extension, else csv")
+                                                          "default from the path's extension, or for a local "
+                                                          "directory from its files' extensions, else csv")
     header: bool = Field(False, description="csv: the first line of each file names the columns (checked against columns)")
     delimiter: str = Field(",", min_length=1, max_length=1, description="csv: field separator")
     null_values: list[str] = Field(["?"], description="csv: raw values read as missing (imputed for numeric features)")
@@ -108,6 +131,8 @@ class DataConfig(Section):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"column names must be unique; repeated: {dupes}")
+        if not self.typed and not self.columns:
+            raise ValueError(self._csv_needs_columns())
         labels = [c.name for c in self.columns if c.role == "label"]
         if labels not in ([self.label.column], [] if self.typed else [self.label.column]):
             raise ValueError(f"the label column is data.label.column ('{self.label.column}'); found role 'label' on "
@@ -123,13 +148,19 @@ class DataConfig(Section):
             return self
         untyped = [c.name for c in self.columns if c.type is None]
         if len(self.columns) < 2 or untyped:
-            raise ValueError("data.columns: a csv source lists every column, in file order, each with a type "
-                             f"(int, double, string, boolean){'; no type on ' + str(untyped) if untyped else ''}")
+            raise ValueError(self._csv_needs_columns(untyped))
         if not any(c.role in ("numeric", "categorical") for c in self.columns):
             raise ValueError("no feature columns: give at least one column role 'numeric' or 'categorical'")
         if self.weight_column is not None and self.weight_column not in weights:
             raise ValueError(f"data.weight_column {self.weight_column!r}: list it in data.columns with role 'weight'")
         return self
+
+    def _csv_needs_columns(self, untyped: list[str] | None = None) -> str:
+        why = (f"; data.format is csv because train_path '{self.train_path}' names no other format (no .parquet, "
+               f".orc or .json extension, nor a local directory of such files): set data.format for a typed source"
+               if self.format is None else "")
+        return ("data.columns: a csv source lists every column, in file order, each with a type (int, double, "
+                f"string, boolean){'; no type on ' + str(untyped) if untyped else ''}{why}")
 
     def names_with_role(self, role: ColumnRole) -> list[str]:
         return [c.name for c in self.columns if c.role == role]
