@@ -60,6 +60,16 @@ def test_a_bad_where_predicate_names_the_key(spark):
         select_rows(rows, "age + 1")
 
 
+def test_a_where_predicate_names_the_label_as_the_source_does(spark):
+    """Ingest renames the label column `label`; a user filters on the name their data gives it."""
+    from sparkml_dist.stages.preprocess import select_rows
+
+    rows = spark.createDataFrame([(30, "3"), (50, "8"), (40, "1")], "age int, label string")
+    kept = select_rows(rows, "target IN (3, 8) AND age < 45", label_column="target")
+    assert kept.columns == ["age", "label"] and [r["label"] for r in kept.collect()] == ["3"]
+    assert select_rows(rows, "label = '1'", label_column="label").count() == 1
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize("where, refused", [
     ("age > (SELECT max(id) FROM range(10))", "ScalarSubquery"),

@@ -379,7 +379,8 @@ class FinetuneConfig(Section):
     base_model: str | None = Field(None, description="models:/<name>@<alias>, models:/<name>/<version> or runs:/<id>/model; "
                                                      "default models:/<tracking.registered_model>@champion")
     where: str | None = Field(None, description="Spark SQL predicate over the raw columns choosing the rows to fine-tune "
-                                                "on (and the subset the result is measured on), e.g. \"age < 30\"")
+                                                "on (and the subset the result is measured on), e.g. \"age < 30\"; "
+                                                "the label by its column name too")
     epochs: int = Field(3, ge=1, description="passes over the fine-tuning rows")
     learning_rate: float = Field(2e-4, gt=0.0, le=1.0, description="usually well below train.learning_rate")
     freeze: list[str] = Field(default_factory=list, description="parameter-name prefixes kept fixed, e.g. [net.0]")

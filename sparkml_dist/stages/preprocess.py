@@ -21,7 +21,7 @@ from sparkml_dist.data.features import (
     raw_features,
     to_feature_frame,
 )
-from sparkml_dist.data.ingest import WEIGHT, IngestResult, ingest
+from sparkml_dist.data.ingest import LABEL, WEIGHT, IngestResult, ingest
 from sparkml_dist.data.labels import EncodedRows, check_task, encode_labels, fit_target
 from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.predicate import checked_predicate
@@ -47,7 +47,7 @@ def preprocess(spark: SparkSession, cfg: JobConfig, fitted: PipelineModel | None
     try:
         data = inputs["train"].data
         check_task(cfg, data)
-        accepted = {name: select_rows(r.accepted, where) for name, r in inputs.items()}
+        accepted = {name: select_rows(r.accepted, where, cfg.data.label.column) for name, r in inputs.items()}
         with job_phase(spark, "preprocess: fit target"):
             target = target or fit_target(cfg, data, accepted["train"])
             labelled = {name: encode_labels(rows, target, data) for name, rows in accepted.items()}
@@ -138,11 +138,16 @@ def _encode(pipeline: PipelineModel, raw: RawFeatures | None, rows: dict[str, Da
     return _Encoded(frames, None, frames["train"].select(F.size(FEATURES)).first()[0])
 
 
-def select_rows(rows: DataFrame, where: str | None) -> DataFrame:
-    """The rows a checked boolean predicate over the raw columns keeps (`data.predicate`)."""
+def select_rows(rows: DataFrame, where: str | None, label_column: str | None = None) -> DataFrame:
+    """The rows a checked boolean predicate over the raw columns keeps (`finetune.where`). The
+    label is there under its source name too (`label_column`), as the user knows it: ingest has
+    renamed it `label`."""
     if not where:
         return rows
-    return rows.where(checked_predicate(rows, where)).select(*rows.columns)
+    named = rows
+    if label_column and label_column not in rows.columns:
+        named = rows.withColumn(label_column, F.col(LABEL))
+    return named.where(checked_predicate(named, where)).select(*rows.columns)
 
 
 def _write_rejects(inputs: dict[str, IngestResult], labelled: dict[str, EncodedRows], path: str) -> None:
