@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import time
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Iterator
 
 from pyspark.ml import PipelineModel
 from pyspark.sql import DataFrame, SparkSession
@@ -53,7 +56,7 @@ def preprocess(spark: SparkSession, cfg: JobConfig, fitted: PipelineModel | None
             labelled = {name: encode_labels(rows, target, data) for name, rows in accepted.items()}
         log.info("task %s: %s", target.task, describe_target(target))
         train_rows, val_rows = split_frame(labelled["train"].known, data.validation_fraction, data.split_seed)
-        with job_phase(spark, "preprocess: fit features"):
+        with job_phase(spark, "preprocess: fit features"), _timed("fit features"):
             pipeline = fitted or build_feature_pipeline(data, cfg.features).fit(train_rows)
             raw = raw_features(pipeline)  # its fitted values, read once: stored features and the saved file
             encoded = _encode(pipeline, raw, {"train": train_rows, "val": val_rows, "test": labelled["test"].known},
@@ -89,9 +92,12 @@ def _ingest_inputs(spark: SparkSession, cfg: JobConfig) -> dict[str, IngestResul
         for name, location in (("train", cfg.data.train_path), ("test", cfg.data.test_path)):
             # the test rows are read with the types the training rows resolved (a typed source)
             data = cfg.data if name == "train" else with_types_of(cfg.data, schema_of(inputs["train"].data))
+            start = time.perf_counter()
             with job_phase(spark, f"preprocess: ingest {name}"):
                 inputs[name] = ingest(spark, location, data)
-            log.info("ingest %s: %s", name, inputs[name].counts())
+            seconds, counts = time.perf_counter() - start, inputs[name].counts()
+            log.info("ingest %s: %s rows in, %s rejected, in %.1f s (%s rows/s)", name, f"{counts['input']:,}",
+                     f"{counts['rejected']:,}", seconds, f"{counts['input'] / max(seconds, 1e-9):,.0f}")
     except BaseException:
         for result in inputs.values():
             result.release()
@@ -112,8 +118,16 @@ def _write_splits(spark: SparkSession, cfg: JobConfig, encoded: "_Encoded", stag
     ranks = cfg.train.num_ranks
     for name, frame in encoded.frames.items():
         files = ranks * cfg.data.files_per_rank if name == "train" else ranks
-        with job_phase(spark, f"preprocess: write {name}"):
+        with job_phase(spark, f"preprocess: write {name}"), _timed(f"write {name} ({files} files)"):
             write_split(frame, f"{staging}/{name}", files, cfg.data.row_group_rows, encoded.row_bytes)
+
+
+@contextmanager
+def _timed(phase: str) -> Iterator[None]:
+    """A progress line per phase: preprocessing a large input is minutes without one."""
+    start = time.perf_counter()
+    yield
+    log.info("%s: %.1f s", phase, time.perf_counter() - start)
 
 
 @dataclass
