@@ -174,6 +174,26 @@ def test_a_typed_label_decides_the_task_and_the_task_checks_the_config(spark, tm
         ingest(spark, path, typed(path, {"column": "price", "task": "regression", "positive": "1", "negative": "0"}))
 
 
+def test_a_typed_true_false_label_is_a_binary_target_with_true_positive(spark, tmp_path):
+    """A boolean label (pandas and Spark write flags as booleans) is binary, not two classes of a
+    multiclass task; positive and negative given in the config still decide."""
+    from sparkml_dist.config import JobConfig
+    from sparkml_dist.data.labels import check_task, fit_target
+
+    path = str(tmp_path / "flags.parquet")
+    spark.createDataFrame([(1.0, True), (2.0, False), (3.0, True)], "size double, sick boolean").write.parquet(path)
+    with ingest(spark, path, typed(path, {"column": "sick"})) as result:
+        label = result.data.label
+        assert (label.task, label.positive, label.negative) == ("binary", "true", "false")
+        cfg = JobConfig.model_validate({"data": {"train_path": path, "test_path": path, "label": {"column": "sick"}}})
+        check_task(cfg, result.data)  # the config's own label names no classes: the source's resolved one does
+        target = fit_target(cfg, result.data, result.accepted)
+        assert target.classes == ("false", "true") and target.counts == (1, 2)
+    flipped = typed(path, {"column": "sick", "positive": "false", "negative": "true"})
+    with ingest(spark, path, flipped) as result:
+        assert (result.data.label.positive, result.data.label.negative) == ("false", "true")
+
+
 def test_a_csv_source_still_lists_every_column_with_its_type():
     with pytest.raises(ConfigError, match="a csv source lists every column, in file order, each with a type"):
         parse_config({"data": {"train_path": "x.csv", "test_path": "x.csv", "label": {"column": "y"},

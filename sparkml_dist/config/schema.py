@@ -47,8 +47,9 @@ class LabelSpec(Section):
 
     column: str = Field(description="the label column")
     task: str | None = Field(None, description="binary, multiclass or regression; default: binary when positive and "
-                                               "negative are given, else regression for a double label and "
-                                               "multiclass for any other")
+                                               "negative are given or a typed source's label is boolean (true "
+                                               "positive), else regression for a double label and multiclass "
+                                               "for any other")
     positive: str | None = Field(None, description="binary: raw value of the positive class")
     negative: str | None = Field(None, description="binary: raw value of the negative class")
     classes: list[str] | None = Field(None, description="multiclass: the classes, in output order (default: every "

@@ -46,7 +46,7 @@ def _shown(classes: tuple[str, ...]) -> str:
 def check_task(cfg: JobConfig, data: DataConfig) -> None:
     """What the config asks of the task the source's label decided (a typed source's label type
     is only known once read): the same checks as at load, naming the keys."""
-    problems = task_problems(cfg, data.label.task)
+    problems = task_problems(cfg.model_copy(update={"data": data}), data.label.task)  # the label as the source resolved it
     if problems:
         raise ConfigError("; ".join(f"{'.'.join(loc)}: {message}" for loc, message in problems))
 

@@ -85,12 +85,17 @@ def with_task(cfg: DataConfig, columns: list[ColumnSpec]) -> DataConfig:
     """`cfg` with these columns and its task resolved from the label's type; the label settings
     are checked against that task."""
     label_type = next((c.type for c in columns if c.name == cfg.label.column), None)
-    task = resolve_task(cfg.label, label_type)
+    label = cfg.label
+    if cfg.typed and label_type == "boolean" and label.task in (None, "binary") and \
+            label.positive is None and label.negative is None:
+        # a typed source's true/false label is a binary target, true the positive class
+        label = label.model_copy(update={"positive": "true", "negative": "false"})
+    task = resolve_task(label, label_type)
     try:
-        TASKS.get(task).check_label(cfg.label)
+        TASKS.get(task).check_label(label)
     except ValueError as exc:
         raise ConfigError(f"data.label: {exc}") from None
-    return cfg.model_copy(update={"columns": columns, "label": cfg.label.model_copy(update={"task": task})})
+    return cfg.model_copy(update={"columns": columns, "label": label.model_copy(update={"task": task})})
 
 
 # ---- csv ---------------------------------------------------------------------------------------
