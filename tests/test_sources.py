@@ -119,6 +119,20 @@ def test_a_value_the_configured_cast_cannot_read_is_a_reject_not_a_missing_value
         assert sorted(r["score"] for r in result.accepted.collect() if r["score"] is not None) == [1.5]
 
 
+def test_a_json_line_that_does_not_parse_is_a_reject_not_a_feature(spark, tmp_path):
+    """Spark's JSON reader keeps such a line in `_corrupt_record`, which inference adds as a string
+    column: it must not become a categorical feature (the test rows, without it, would then fail)."""
+    path = str(tmp_path / "rows.json")
+    with open(path, "w") as f:
+        f.write('{"score": 1.5, "y": "x"}\n{"score": 2.5, "y": "y"}\n{"score": 3.5, "y\n')
+    with ingest(spark, path, typed(path, {"column": "y", "classes": ["x", "y"]})) as result:
+        assert "_corrupt_record" not in [c.name for c in result.data.columns]
+        assert result.counts() == {"input": 3, "accepted": 2, "rejected": 1}
+        [reject] = result.rejects.collect()
+        assert reject["reason"].startswith("malformed record: the source's reader could not parse it")
+        assert reject["raw_line"] == '{"score": 3.5, "y'
+
+
 def test_later_reads_take_the_types_the_training_rows_resolved(spark, tmp_path):
     """A test or scoring file whose number column Spark infers as text (one bad value) is read with
     the training rows' types: the bad value is a reject and the column stays a number."""

@@ -213,20 +213,29 @@ def read_typed(spark: SparkSession, path: str, location: str, cfg: DataConfig) -
 
 def typed_rows(frame: DataFrame, location: str, cfg: DataConfig) -> RawRows:
     """A typed source's rows (a batch or a streaming frame) with the configured roles and casts."""
-    fields = frame.schema.fields
+    # Spark's JSON reader (PERMISSIVE) keeps a line it cannot parse in this column: a reject, not a feature
+    corrupt = frame.sparkSession.conf.get("spark.sql.columnNameOfCorruptRecord", "_corrupt_record")
+    fields = [f for f in frame.schema.fields if f.name != corrupt]
     columns = resolve_columns(cfg, fields, location)
     source_types = {f.name: _type_name(f.dataType) for f in fields}
     typed = [_typed(c, source_types[c.name]) for c in columns]
     # a cast column's source value stays alongside, under a private name, for the raw text
     cast = {c.name: _SOURCE + c.name for c, t in zip(columns, typed) if t != ident(c.name)}
+    malformed = corrupt if corrupt in frame.columns else None
     rows = frame.selectExpr(f"input_file_name() AS {SOURCE_FILE}", f"monotonically_increasing_id() AS {ROW_ID}",
-                            *typed, *[f"{ident(name)} AS {ident(hidden)}" for name, hidden in cast.items()])
+                            *typed, *[f"{ident(name)} AS {ident(hidden)}" for name, hidden in cast.items()],
+                            *([f"{ident(malformed)} AS {ident(_SOURCE + malformed)}"] if malformed else []))
     as_read = ", ".join(f"{ident(cast[f.name])} AS {ident(f.name)}" if f.name in cast else ident(f.name) for f in fields)
+    raw_line = F.expr(raw_json(as_read))
     doubles = [c.name for c in columns if c.role == "numeric" and c.type == "double"]
     problems = [_not_finite(doubles)] if doubles else []
     problems += [_cast_problem(c, F.col(cast[c.name])) for c in columns if c.name in cast
                  and c.role not in ("ignore", "weight")]  # a weight has its own check (ingest)
-    return RawRows(rows, problems, with_task(cfg, columns), _explain_typed, F.expr(raw_json(as_read)))
+    if malformed:
+        text = F.col(_SOURCE + malformed)
+        problems.insert(0, F.when(text.isNotNull(), F.lit("malformed record: the source's reader could not parse it")))
+        raw_line = F.coalesce(text, raw_line)
+    return RawRows(rows, problems, with_task(cfg, columns), _explain_typed, raw_line)
 
 
 def _cast_problem(c: ColumnSpec, source: Column) -> Column:
