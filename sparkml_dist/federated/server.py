@@ -333,7 +333,7 @@ def result_lines(result: FederatedResult, cfg: JobConfig, model_uri: str) -> str
         f"{fed.client_fraction:.0%} sampled per round",
         f"algorithm      : {fed.algorithm}, {fed.rounds} rounds x {fed.local_epochs} local epoch(s), "
         f"clip {fed.clip_norm}, noise multiplier {fed.noise_multiplier}, secure aggregation {fed.secure_aggregation}",
-        f"test {last.evaluation.metric:9s}: " + " ".join(f"{r.evaluation.value:.4f}" for r in result.records),
+        f"test {last.evaluation.metric:10s}: " + " ".join(f"{r.evaluation.value:.4f}" for r in result.records),
         *([f"privacy        : ({last.counters['dp_epsilon']:.2f}, {fed.dp_delta:g})-DP at the client level "
             f"(Opacus RDP accountant)"] if "dp_epsilon" in last.counters else []),
         f"late / skipped : {int(sum(r.counters['late'] for r in result.records))} client-rounds late, "
