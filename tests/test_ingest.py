@@ -79,6 +79,18 @@ def test_missing_input_names_the_path(spark, tmp_path):
         ingest(spark, str(path), small_config(path))
 
 
+def test_preprocess_names_the_key_of_an_input_it_cannot_read(spark, tmp_path):
+    from sparkml_dist.config import JobConfig
+    from sparkml_dist.stages import preprocess
+
+    train = tmp_path / "train.csv"
+    train.write_text("\n".join(LINES[:2]) + "\n")
+    data = small_config(train, tmp_path / "nope.csv").model_dump(mode="json", exclude_unset=True)
+    cfg = JobConfig.model_validate({"data": data, "output": {"root": str(tmp_path / "out")}})
+    with pytest.raises(DataError, match=r"^data.test_path: cannot read input '.*nope.csv'"):
+        preprocess(spark, cfg)
+
+
 def test_real_adult_test_file_quarantines_its_banner_line(spark, make_adult_config):
     cfg = make_adult_config()
     result = ingest(spark, cfg.data.test_path, cfg.data)
