@@ -203,6 +203,10 @@ def test_a_typed_true_false_label_is_a_binary_target_with_true_positive(spark, t
         check_task(cfg, result.data)  # the config's own label names no classes: the source's resolved one does
         target = fit_target(cfg, result.data, result.accepted)
         assert target.classes == ("false", "true") and target.counts == (1, 2)
+    with ingest(spark, path, typed(path, {"column": "sick", "task": "binary"})) as result:
+        assert (result.data.label.positive, result.data.label.negative) == ("true", "false")
+    with pytest.raises(ConfigError, match="data.label: data.label.task=binary needs data.label.positive"):
+        ingest(spark, path, typed(path, {"column": "size", "task": "binary"}))  # a number: which is positive?
     flipped = typed(path, {"column": "sick", "positive": "false", "negative": "true"})
     with ingest(spark, path, flipped) as result:
         assert (result.data.label.positive, result.data.label.negative) == ("false", "true")
