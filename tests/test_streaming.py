@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -239,8 +240,11 @@ def test_a_json_stream_reads_features_as_the_model_was_trained_and_rejects_what_
     os.replace(tmp_path / ".part", incoming / "part-0.json")
     assert dict(spark.read.json(str(incoming)).dtypes)["age"] == "string", "Spark alone infers the column as text"
 
+    downloads = lambda: set(Path(tempfile.gettempdir()).glob("sparkml_dist_stream_model*"))  # noqa: E731
+    before = downloads()
     result = stream(spark, cfg, str(incoming), str(tmp_path / "out"))
     assert (result.total("input_rows"), result.total("rejected_rows"), result.total("scored_rows")) == (300, 1, 299)
+    assert downloads() == before, "the model versions the stream downloaded are removed when it ends"
     rejects = pq.read_table(tmp_path / "out" / "rejects").to_pandas()
     assert list(rejects["reason"]) == ["column 'age': 'forty' is not an int"]
 

@@ -10,6 +10,7 @@ committed micro-batch left off."""
 from __future__ import annotations
 
 import logging
+import tempfile
 import threading
 import time
 import uuid
@@ -54,10 +55,18 @@ class StreamResult:
 def stream(spark: SparkSession, cfg: JobConfig, input_path: str, output_path: str | None = None,
            checkpoint: str | None = None, model_uri: str | None = None,
            stop: threading.Event | None = None) -> StreamResult:
+    # every version the stream loads is downloaded under one folder, removed when the stream ends
+    with tempfile.TemporaryDirectory(prefix="sparkml_dist_stream_models_") as models:
+        return _stream(spark, cfg, input_path, output_path, checkpoint, model_uri, stop, models)
+
+
+def _stream(spark: SparkSession, cfg: JobConfig, input_path: str, output_path: str | None, checkpoint: str | None,
+            model_uri: str | None, stop: threading.Event | None, models: str) -> StreamResult:
     out = storage.absolute(output_path) if output_path else default_output(cfg)
     checkpoint = storage.absolute(checkpoint) if checkpoint else storage.join(out, "_checkpoint")
     uri = model_uri or cfg.stream.model_uri or f"models:/{cfg.tracking.registered_model}@champion"
-    follower = ModelFollower(uri, resolve_tracking_uri(cfg.tracking), spark, OutputPaths.of(cfg).models)
+    follower = ModelFollower(uri, resolve_tracking_uri(cfg.tracking), spark, OutputPaths.of(cfg).models,
+                             downloads=models)
     first = follower.current()  # a model that does not load stops the job before it starts
     # a typed source reads each feature with the type the model was trained on (a value that does
     # not cast is a reject), not the type Spark would infer from the files already there

@@ -37,6 +37,7 @@ class ModelFollower:
     tracking_uri: str
     spark: SparkSession
     shared_dir: str | None = None  # on a cluster: where executors read feature pipelines
+    downloads: str | None = None  # the folder each loaded version is downloaded into (None: the system's temp)
     # the stream's columns, column -> "type/role"; None until the source is read (`expect`), since
     # a typed source is read with the types of the first version's training rows
     schema: Mapping[str, str] | None = None
@@ -77,7 +78,8 @@ class ModelFollower:
 
     def _load(self, version: str) -> FollowedModel:
         uri = self._pinned(version)
-        bundle = load_bundle(uri, self.tracking_uri, dst=tempfile.mkdtemp(prefix="sparkml_dist_stream_model_"),
+        bundle = load_bundle(uri, self.tracking_uri,
+                             dst=tempfile.mkdtemp(prefix="sparkml_dist_stream_model_", dir=self.downloads),
                              spark=self.spark, shared_dir=self.shared_dir)
         if self.schema is not None:
             check_schema(self.schema, bundle)
