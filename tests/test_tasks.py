@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +28,12 @@ DIAMONDS = ".venv/bin/python -m sparkml_dist.cli pipeline --config conf/diamonds
 def run_as_written(command: str, cwd: Path, timeout: int = 900) -> str:
     assert command in (ROOT / "README.md").read_text(), f"the README shows `{command}`"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKML_DIST_", "MLFLOW_TRACKING"))}
+    downloads = lambda: set(Path(tempfile.gettempdir()).glob("sparkml_dist_model*"))  # noqa: E731
+    before = downloads()
     done = subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     assert "Downloading artifacts" not in done.stderr, "a job's log carries no MLflow download progress bars"
+    assert downloads() <= before, "the models the job downloaded (evaluate, register, score) are gone when it ends"
     return done.stdout
 
 

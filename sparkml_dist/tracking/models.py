@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import hashlib
 import json
+import shutil
 import tempfile
 import warnings
 import zipfile
@@ -40,6 +42,16 @@ def _package_source() -> str:
     with zipfile.ZipFile(archive) as zf:
         zf.extractall(target, [m for m in zf.namelist() if m.startswith(f"{inside}/")])
     return str(target / inside)
+
+
+@functools.lru_cache(maxsize=1)
+def _downloads() -> str:
+    """The folder this process downloads models into, removed when it exits: a scheduled job or a
+    notebook loads a model in every evaluate and score, and each download is a megabyte or more
+    that nothing else would remove. (A caller that keeps a model longer passes its own `dst`.)"""
+    root = tempfile.mkdtemp(prefix="sparkml_dist_models_")
+    atexit.register(shutil.rmtree, root, True)
+    return root
 
 
 def _pip_requirements() -> list[str]:
@@ -254,7 +266,7 @@ def load_bundle(model_uri: str, tracking_uri: str, dst: str | None = None, spark
     source = resolve_registry_uri(model_uri, tracking_uri)
     try:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, tracking_uri=tracking_uri,
-                                                        dst_path=dst or tempfile.mkdtemp(prefix="sparkml_dist_model_")))
+                                                        dst_path=dst or tempfile.mkdtemp(dir=_downloads())))
     except MlflowException as exc:
         found = " ".join(line.strip() for line in str(exc).splitlines() if line.strip() and not line.startswith("#"))
         raise StorageError(f"{model_uri}: its model files at {source} cannot be downloaded ({found[:300]}); check "
