@@ -20,7 +20,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.common import alternate, entry, make_bench_importable, record
+from bench.common import alternate, entry, make_bench_importable, record, scratch_dir
 from bench.loader import DIM, write_dataset
 
 ROWS = 60_000
@@ -137,7 +137,7 @@ def rank_loop_launch(spark, job, frame, epoch_seconds: list[float] | None = None
     from sparkml_dist.launch.torch_backend import TorchBackend
     from sparkml_dist.train.loop import train_rank
 
-    job = replace(job, checkpoint_dir=tempfile.mkdtemp(), frame_fed=frame is not None)
+    job = replace(job, checkpoint_dir=scratch_dir(), frame_fed=frame is not None)
     t0 = time.perf_counter()
     results = run_barrier(spark, train_rank, job, 2, TorchBackend(device="cpu"), frame=frame)
     wall = time.perf_counter() - t0

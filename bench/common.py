@@ -8,8 +8,11 @@ bench/results.json (ratio = ours / baseline), and for alternated rows `ours_runs
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
+import shutil
 import platform
 import statistics
 import tempfile
@@ -121,3 +124,16 @@ def make_bench_importable() -> None:
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if root not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, *paths) if p)
+
+
+@functools.lru_cache(maxsize=1)
+def _scratch_root() -> str:
+    root = tempfile.mkdtemp(prefix="sparkml_dist_bench_")
+    atexit.register(shutil.rmtree, root, True)
+    return root
+
+
+def scratch_dir() -> str:
+    """A fresh folder for one measurement's checkpoints, removed when this process exits: a
+    benchmark writes tens of MiB of checkpoints per run, and `make bench` starts dozens of runs."""
+    return tempfile.mkdtemp(dir=_scratch_root())

@@ -13,7 +13,6 @@ itself, and the rest of the operation (fusion-buffer copies).
 from __future__ import annotations
 
 import json
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -79,7 +78,7 @@ def phase_means(trace: list[dict]) -> dict[str, dict[str, float]]:
 
 
 def main(spark=None) -> dict:
-    from bench.common import make_bench_importable
+    from bench.common import make_bench_importable, scratch_dir
     from sparkml_dist.config import SparkConfig
     from sparkml_dist.launch import get_backend, run_barrier
     from sparkml_dist.spark import build_session
@@ -87,7 +86,7 @@ def main(spark=None) -> dict:
     make_bench_importable()
     spark = spark or build_session(SparkConfig(master="local[2]", app_name="bench-horovod-timeline"))
     spark.sparkContext.setLogLevel("ERROR")
-    path = Path(tempfile.mkdtemp()) / "timeline.json"
+    path = Path(scratch_dir()) / "timeline.json"
     run_barrier(spark, timeline_rank, str(path), 2, get_backend("horovod", timeout_s=300, timeline=True))
     text = path.read_text().strip().rstrip(",")
     trace = json.loads(text if text.endswith("]") else text + "]")

@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from bench.common import alternate, entry, record
+from bench.common import alternate, entry, record, scratch_dir
 from bench.loader import DIM, write_dataset
 
 HIDDEN = (256, 256)
@@ -26,7 +26,7 @@ def job(root: Path, groups, observe):
     ddp = get_method("ddp")
     cfg = ddp.config(num_ranks=2, epochs=2, batch_size=256, threads_per_rank=1, device="cpu", log_every_steps=10_000)
     return TrainJob(str(root), tuple(groups), tuple(groups[:1]), ModelSpec("mlp", DIM, 0.0, HIDDEN), cfg,
-                    tempfile.mkdtemp(), placement=ddp.placement, observe=observe)
+                    scratch_dir(), placement=ddp.placement, observe=observe)
 
 
 def throughput(spark, payload) -> float:
@@ -34,7 +34,7 @@ def throughput(spark, payload) -> float:
     from sparkml_dist.launch import TorchBackend, run_barrier
     from sparkml_dist.train.loop import train_rank
 
-    records = run_barrier(spark, train_rank, replace(payload, checkpoint_dir=tempfile.mkdtemp()), 2,
+    records = run_barrier(spark, train_rank, replace(payload, checkpoint_dir=scratch_dir()), 2,
                           TorchBackend())[0].records
     return sum(r.samples for r in records) / sum(r.samples / r.samples_per_s for r in records)
 

@@ -27,7 +27,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.common import Measured, alternate, cold_figures, entry, make_bench_importable, record
+from bench.common import Measured, alternate, cold_figures, entry, make_bench_importable, record, scratch_dir
 from bench.loader import write_dataset
 from bench.scaling import make_job
 
@@ -115,7 +115,7 @@ def one_cold_job(kind: str, epochs: int, rows: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         job = make_job(root, write_dataset(root, rows, row_group=2048), 2, epochs=epochs)
-        job = replace(job, checkpoint_dir=tempfile.mkdtemp())
+        job = replace(job, checkpoint_dir=scratch_dir())
         wall, epoch = ours(spark, job) if kind == "ours" else on_ray(spark, job)
     print(f"WALL {wall:.3f} EPOCH {epoch:.3f}", flush=True)
     spark.stop()

@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.common import Measured, alternate, cold_figures, entry, make_bench_importable, record
+from bench.common import Measured, alternate, cold_figures, entry, make_bench_importable, record, scratch_dir
 from bench.loader import DIM, write_dataset
 
 # 2 ranks train this compute-bound MLP at 22,000-44,000 samples/s on the machines this ran on
@@ -39,7 +39,7 @@ def make_job(root: Path, groups, ranks: int, epochs: int = 1, hidden: tuple[int,
     ddp = get_method("ddp")
     cfg = ddp.config(num_ranks=ranks, epochs=epochs, batch_size=1024, threads_per_rank=1, device="cpu",
                      log_every_steps=10_000, intra_host_allreduce=allreduce)
-    return TrainJob(str(root), tuple(groups), tuple(groups[:1]), compute_bound(hidden), cfg, tempfile.mkdtemp(),
+    return TrainJob(str(root), tuple(groups), tuple(groups[:1]), compute_bound(hidden), cfg, scratch_dir(),
                     placement=ddp.placement)
 
 
@@ -50,7 +50,7 @@ def throughput(spark, job, ranks: int) -> float:
     from sparkml_dist.launch import TorchBackend, run_barrier
     from sparkml_dist.train.loop import train_rank
 
-    job = replace(job, checkpoint_dir=tempfile.mkdtemp())  # a fresh run, not a resume
+    job = replace(job, checkpoint_dir=scratch_dir())  # a fresh run, not a resume
     return run_barrier(spark, train_rank, job, ranks, TorchBackend())[0].records[-1].samples_per_s
 
 
@@ -68,7 +68,7 @@ def no_comm_throughput(spark, job) -> float:
     """Samples/s of two ranks training at once with no communication, summed."""
     from sparkml_dist.launch import TorchBackend, run_barrier
 
-    job = replace(job, checkpoint_dir=tempfile.mkdtemp())
+    job = replace(job, checkpoint_dir=scratch_dir())
     return sum(r.records[-1].samples_per_s for r in run_barrier(spark, independent_rank, job, 2, TorchBackend()))
 
 
@@ -99,7 +99,7 @@ def lockstep_throughput(spark, job) -> float:
     """Samples/s of DDP's two ranks keeping in step without exchanging gradients."""
     from sparkml_dist.launch import TorchBackend, run_barrier
 
-    job = replace(job, checkpoint_dir=tempfile.mkdtemp())
+    job = replace(job, checkpoint_dir=scratch_dir())
     return run_barrier(spark, lockstep_rank, job, 2, TorchBackend())[0].records[-1].samples_per_s
 
 
@@ -108,7 +108,7 @@ def ours_wall(spark, job) -> float:
     from sparkml_dist.train.loop import train_rank
 
     t0 = time.perf_counter()
-    run_barrier(spark, train_rank, replace(job, checkpoint_dir=tempfile.mkdtemp()), 2, TorchBackend())
+    run_barrier(spark, train_rank, replace(job, checkpoint_dir=scratch_dir()), 2, TorchBackend())
     return time.perf_counter() - t0
 
 
@@ -133,7 +133,7 @@ def distributor_wall(job) -> float:
 
     t0 = time.perf_counter()
     TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(
-        distributor_rank, replace(job, checkpoint_dir=tempfile.mkdtemp()))
+        distributor_rank, replace(job, checkpoint_dir=scratch_dir()))
     return time.perf_counter() - t0
 
 
