@@ -182,6 +182,17 @@ def test_files_arriving_are_scored_by_the_version_the_alias_names(spark, registr
     assert sum(m.value for m in history) == 2000, "every micro-batch's rows in, from the listener"
 
 
+def typed_stream(registry, tmp_path: Path, fmt: str):
+    """Version 1 as champion, the config read as `fmt` and drained once, an empty input folder,
+    and the columns a row to score has (all but the label)."""
+    cfg, _, client, name = registry
+    client.set_registered_model_alias(name, "champion", "1")
+    cfg = cfg.with_overrides(f"data.format={fmt}", "stream.trigger=available_now")
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    return cfg, incoming, [c for c in cfg.data.columns if c.role != "label"]
+
+
 def test_a_parquet_stream_is_scored_as_the_batch_path_scores_it(spark, registry, tmp_path):
     """A typed source: the stream's schema from the files already there, rows with no label."""
     import pandas as pd
@@ -189,12 +200,7 @@ def test_a_parquet_stream_is_scored_as_the_batch_path_scores_it(spark, registry,
 
     from sparkml_dist.stages.stream import stream
 
-    cfg, _, client, name = registry
-    client.set_registered_model_alias(name, "champion", "1")
-    cfg = cfg.with_overrides("data.format=parquet", "stream.trigger=available_now")
-    incoming = tmp_path / "incoming"
-    incoming.mkdir()
-    columns = [c for c in cfg.data.columns if c.role != "label"]
+    cfg, incoming, columns = typed_stream(registry, tmp_path, "parquet")
     for part, (start, stop) in enumerate([(0, 700), (700, 1200)]):
         fields = [line.split(",")[:len(columns)] for line in adult_lines(start, stop)]
         frame = pd.DataFrame(fields, columns=[c.name for c in columns])
@@ -224,12 +230,7 @@ def test_a_json_stream_reads_features_as_the_model_was_trained_and_rejects_what_
 
     from sparkml_dist.stages.stream import stream
 
-    cfg, _, client, name = registry
-    client.set_registered_model_alias(name, "champion", "1")
-    cfg = cfg.with_overrides("data.format=json", "stream.trigger=available_now")
-    incoming = tmp_path / "incoming"
-    incoming.mkdir()
-    columns = [c for c in cfg.data.columns if c.role != "label"]
+    cfg, incoming, columns = typed_stream(registry, tmp_path, "json")
     frame = pd.DataFrame([[v.strip() for v in line.split(",")[:len(columns)]] for line in adult_lines(0, 300)],
                          columns=[c.name for c in columns]).replace("?", None)
     for c in columns:

@@ -39,6 +39,7 @@ ROW_ID, SOURCE_FILE, RAW_LINE = "row_id", "source_file", "raw_line"
 _CORRUPT = "_corrupt"
 _SOURCE = "_source_value_of_"
 _CASTS = {"int": "int", "double": "double", "string": "string", "boolean": "boolean"}
+_KINDS = {"int": "an int", "double": "a number", "boolean": "true or false", "string": "text"}  # in reject reasons
 
 
 @dataclass
@@ -134,9 +135,7 @@ def csv_rows(lines: DataFrame, cfg: DataConfig) -> RawRows:
 
 def _parse_problem(c: ColumnSpec, raw: Column) -> Column:
     cast = raw.try_cast(_CASTS[c.type])
-    bad_type = raw.isNotNull() & cast.isNull()
-    kind = {"int": "an int", "double": "a number", "boolean": "true or false"}[c.type]
-    message = F.when(bad_type, F.concat(F.lit(f"column '{c.name}': '"), raw, F.lit(f"' is not {kind}")))
+    message = _not_read_as_type(c, raw, cast)
     if c.type == "double" and c.role != "weight":
         not_finite = cast.isNotNull() & (F.isnan(cast) | (F.abs(cast) == float("inf")))
         message = message.when(not_finite, F.concat(F.lit(f"column '{c.name}': '"), raw,
@@ -229,7 +228,7 @@ def typed_rows(frame: DataFrame, location: str, cfg: DataConfig) -> RawRows:
     raw_line = F.expr(raw_json(as_read))
     doubles = [c.name for c in columns if c.role == "numeric" and c.type == "double"]
     problems = [_not_finite(doubles)] if doubles else []
-    problems += [_cast_problem(c, F.col(cast[c.name])) for c in columns if c.name in cast
+    problems += [_not_read_as_type(c, F.col(cast[c.name]), F.col(c.name)) for c in columns if c.name in cast
                  and c.role not in ("ignore", "weight")]  # a weight has its own check (ingest)
     if malformed:
         text = F.col(_SOURCE + malformed)
@@ -238,12 +237,11 @@ def typed_rows(frame: DataFrame, location: str, cfg: DataConfig) -> RawRows:
     return RawRows(rows, problems, with_task(cfg, columns), _explain_typed, raw_line)
 
 
-def _cast_problem(c: ColumnSpec, source: Column) -> Column:
-    """A value the configured cast turns into null is a reject, as a CSV value that does not parse
-    is; otherwise one bad value would become a missing value, imputed without a word."""
-    kind = {"int": "an int", "double": "a number", "boolean": "true or false", "string": "text"}[c.type]
-    return F.when(source.isNotNull() & F.col(c.name).isNull(),
-                  F.concat(F.lit(f"column '{c.name}': '"), source.cast("string"), F.lit(f"' is not {kind}")))
+def _not_read_as_type(c: ColumnSpec, source: Column, typed: Column) -> Column:
+    """The reason for a value that is there in the source but null once read as the column's type:
+    a reject, in CSV and typed sources alike (imputing it as missing would hide it)."""
+    return F.when(source.isNotNull() & typed.isNull(), F.concat(
+        F.lit(f"column '{c.name}': '"), source.cast("string"), F.lit(f"' is not {_KINDS[c.type]}")))
 
 
 def schema_of(data: DataConfig) -> dict[str, str]:
