@@ -119,6 +119,19 @@ def test_a_value_the_configured_cast_cannot_read_is_a_reject_not_a_missing_value
         assert sorted(r["score"] for r in result.accepted.collect() if r["score"] is not None) == [1.5]
 
 
+def test_a_fraction_read_into_an_int_column_is_a_reject_not_truncated(spark, tmp_path):
+    """The cast from a number to an int truncates: 1.5 would be trained on (or scored) as 1. A
+    whole number still reads, a null stays missing."""
+    path = str(tmp_path / "rows.json")
+    with open(path, "w") as f:
+        f.write('{"visits": 2.0, "y": "x"}\n{"visits": 1.5, "y": "x"}\n{"visits": null, "y": "y"}\n')
+    data = typed(path, {"column": "y", "classes": ["x", "y"]}, columns=[{"name": "visits", "type": "int", "role": "numeric"}])
+    with ingest(spark, path, data) as result:
+        assert result.counts() == {"input": 3, "accepted": 2, "rejected": 1}
+        assert [r["reason"] for r in result.rejects.collect()] == ["column 'visits': '1.5' is not an int"]
+        assert sorted(r["visits"] for r in result.accepted.collect() if r["visits"] is not None) == [2.0]
+
+
 def test_a_json_line_that_does_not_parse_is_a_reject_not_a_feature(spark, tmp_path):
     """Spark's JSON reader keeps such a line in `_corrupt_record`, which inference adds as a string
     column: it must not become a categorical feature (the test rows, without it, would then fail)."""

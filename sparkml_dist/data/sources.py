@@ -228,8 +228,8 @@ def typed_rows(frame: DataFrame, location: str, cfg: DataConfig) -> RawRows:
     raw_line = F.expr(raw_json(as_read))
     doubles = [c.name for c in columns if c.role == "numeric" and c.type == "double"]
     problems = [_not_finite(doubles)] if doubles else []
-    problems += [_not_read_as_type(c, F.col(cast[c.name]), F.col(c.name)) for c in columns if c.name in cast
-                 and c.role not in ("ignore", "weight")]  # a weight has its own check (ingest)
+    problems += [_not_read_as_type(c, F.col(cast[c.name]), F.col(c.name), source_types[c.name]) for c in columns
+                 if c.name in cast and c.role not in ("ignore", "weight")]  # a weight has its own check (ingest)
     if malformed:
         text = F.col(_SOURCE + malformed)
         problems.insert(0, F.when(text.isNotNull(), F.lit("malformed record: the source's reader could not parse it")))
@@ -237,10 +237,14 @@ def typed_rows(frame: DataFrame, location: str, cfg: DataConfig) -> RawRows:
     return RawRows(rows, problems, with_task(cfg, columns), _explain_typed, raw_line)
 
 
-def _not_read_as_type(c: ColumnSpec, source: Column, typed: Column) -> Column:
+def _not_read_as_type(c: ColumnSpec, source: Column, typed: Column, source_type: str | None = None) -> Column:
     """The reason for a value that is there in the source but null once read as the column's type:
-    a reject, in CSV and typed sources alike (imputing it as missing would hide it)."""
-    return F.when(source.isNotNull() & typed.isNull(), F.concat(
+    a reject, in CSV and typed sources alike (imputing it as missing would hide it). A fraction
+    read as an int is one too: the cast truncates, and 1.5 would be trained on or scored as 1."""
+    unread = source.isNotNull() & typed.isNull()
+    if c.type == "int" and source_type == "double":
+        unread = unread | (typed.isNotNull() & (source.cast("double") != typed.cast("double")))
+    return F.when(unread, F.concat(
         F.lit(f"column '{c.name}': '"), source.cast("string"), F.lit(f"' is not {_KINDS[c.type]}")))
 
 
