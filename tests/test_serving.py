@@ -84,6 +84,20 @@ def test_the_logged_model_scores_raw_rows_without_spark_as_spark_scores_them(spa
     assert (abs(by_udf - by_spark["probability"].to_numpy()) < 1e-6).all()
 
 
+def test_rows_to_score_that_cannot_be_read_are_an_error_naming_the_flag_or_key(spark, champion, tmp_path):
+    """A job reads several inputs: the error says which setting named the one it could not read."""
+    from sparkml_dist.errors import DataError
+    from sparkml_dist.stages.score import score
+
+    cfg, uri = champion
+    with pytest.raises(DataError, match=r"^--input: cannot read input '.*nope.csv'"):
+        score(spark, cfg, uri, str(tmp_path / "nope.csv"), str(tmp_path / "out"))
+    missing = cfg.model_copy(update={"data": cfg.data.model_copy(update={"score_path": str(tmp_path / "gone.csv")})})
+    with pytest.raises(DataError, match=r"^data.score_path: cannot read input '.*gone.csv'"):
+        score(spark, missing, uri, None, str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_model_logged_without_a_pipeline_takes_features_and_gives_its_tasks_columns(tmp_path):
     """No raw_features: the `features` array in; a binary model's probability alone, and every
     other task's prediction columns, as before raw rows."""

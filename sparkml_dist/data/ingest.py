@@ -68,8 +68,20 @@ class IngestResult:
         return self.data.label.task
 
 
-def ingest(spark: SparkSession, location: str, cfg: DataConfig, require_label: bool = True) -> IngestResult:
-    """Read `location`, type and check its rows, split into accepted and rejects (cached)."""
+def ingest(spark: SparkSession, location: str, cfg: DataConfig, require_label: bool = True,
+           key: str | None = None) -> IngestResult:
+    """Read `location`, type and check its rows, split into accepted and rejects (cached). `key`
+    is the config key or flag that named `location`: an error about the input starts with it, so
+    the user knows which setting to fix (a job reads several inputs)."""
+    try:
+        return _ingest(spark, location, cfg, require_label)
+    except DataError as exc:
+        if key is None:
+            raise
+        raise DataError(f"{key}: {exc}") from None
+
+
+def _ingest(spark: SparkSession, location: str, cfg: DataConfig, require_label: bool) -> IngestResult:
     raw = read_source(spark, resolve_path(location), location, cfg)
     if require_label:
         _require_label_columns(raw.data, location)

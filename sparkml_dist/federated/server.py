@@ -112,7 +112,7 @@ def run_federated(spark: SparkSession, cfg: JobConfig, sink: RoundSink | None = 
     fed = cfg.federated
     if fed.client_column is None:
         raise ConfigError("federated.client_column: name the column whose values are the clients, e.g. occupation")
-    with ingest(spark, cfg.data.train_path, cfg.data) as train_input:
+    with ingest(spark, cfg.data.train_path, cfg.data, key="data.train_path") as train_input:
         data = train_input.data
         check_task(cfg, data)
         # the target from Spark aggregates over every client (class counts, or the label's scale)
@@ -302,7 +302,7 @@ def _test_arrays(spark, cfg: JobConfig, pipeline, target: Target,
     """The driver's own held-out rows (the test file; rows whose label the target does not know
     left out, read with the training rows' types, `schema`), as arrays for per-round evaluation:
     features and packed (label, weight) targets."""
-    with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, schema)) as test_input:
+    with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, schema), key="data.test_path") as test_input:
         rows = encode_labels(test_input.accepted, target, test_input.data).known
         weighted = test_input.data.weight_column is not None
         table = to_feature_frame(pipeline, rows, extra=(WEIGHT,) if weighted else ()).toArrow()

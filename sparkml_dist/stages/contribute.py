@@ -159,7 +159,8 @@ def _held_out(spark, cfg: JobConfig, schema: Mapping[str, str]) -> Iterator[Data
     validation split (the rows preprocess held out: a hash of row id and data.split_seed); read
     with the types the model was trained on (`schema`)."""
     path = cfg.community.validation_path
-    with ingest(spark, path or cfg.data.train_path, with_types_of(cfg.data, schema)) as rows:
+    with ingest(spark, path or cfg.data.train_path, with_types_of(cfg.data, schema),
+                key="community.validation_path" if path else "data.train_path") as rows:
         yield rows.accepted if path else split_frame(rows.accepted, cfg.data.validation_fraction,
                                                      cfg.data.split_seed)[1]
 

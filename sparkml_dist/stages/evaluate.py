@@ -31,7 +31,8 @@ def evaluate(spark: SparkSession, cfg: JobConfig, model_uri: str, tracking_uri: 
     are not scored; `metrics["unknown_label_rows"]` counts them."""
     bundle = load_bundle(model_uri, tracking_uri, spark=spark, shared_dir=OutputPaths.of(cfg).models)
     if test_rows is None:
-        with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, bundle.training_schema or {})) as test_input:
+        with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, bundle.training_schema or {}),
+                    key="data.test_path") as test_input:
             return evaluate(spark, cfg, model_uri, tracking_uri, test_input.accepted)
     target = model_target(bundle.target, cfg.data)
     labelled = encode_labels(test_rows, target, cfg.data)

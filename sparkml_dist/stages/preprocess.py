@@ -30,7 +30,6 @@ from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.predicate import checked_predicate
 from sparkml_dist.data.raw_features import RAW_FEATURES_FILE, RawFeatures
 from sparkml_dist.data.sources import fingerprint, resolve_path, schema_of, with_types_of
-from sparkml_dist.errors import DataError
 from sparkml_dist.tasks.base import Target
 from sparkml_dist.spark.session import job_phase
 from sparkml_dist.storage.hadoop import atomic_dir
@@ -95,10 +94,7 @@ def _ingest_inputs(spark: SparkSession, cfg: JobConfig) -> dict[str, IngestResul
             data = cfg.data if name == "train" else with_types_of(cfg.data, schema_of(inputs["train"].data))
             start = time.perf_counter()
             with job_phase(spark, f"preprocess: ingest {name}"):
-                try:
-                    inputs[name] = ingest(spark, location, data)
-                except DataError as exc:  # which of the two configured inputs it is
-                    raise DataError(f"data.{name}_path: {exc}") from None
+                inputs[name] = ingest(spark, location, data, key=f"data.{name}_path")
             seconds, counts = time.perf_counter() - start, inputs[name].counts()
             log.info("ingest %s: %s rows in, %s rejected, in %.1f s (%s rows/s)", name, f"{counts['input']:,}",
                      f"{counts['rejected']:,}", seconds, f"{counts['input'] / max(seconds, 1e-9):,.0f}")

@@ -51,7 +51,9 @@ def score(spark: SparkSession, cfg: JobConfig, model_uri: str | None = None, inp
     bundle = load_bundle(uri, resolve_tracking_uri(cfg.tracking), spark=spark,
                          shared_dir=OutputPaths.of(cfg).models)
     data = with_types_of(cfg.data, bundle.training_schema or {})  # a typed source read as the model was trained
-    with ingest(spark, input_path or cfg.data.score_path or cfg.data.test_path, data, require_label=False) as raw:
+    key = "--input" if input_path else "data.score_path" if cfg.data.score_path else "data.test_path"
+    with ingest(spark, input_path or cfg.data.score_path or cfg.data.test_path, data, require_label=False,
+                key=key) as raw:
         check_schema(schema_of(raw.data), bundle)
         return _score_rows(spark, cfg, uri, bundle, raw, output_path)
 

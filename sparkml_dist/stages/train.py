@@ -72,7 +72,7 @@ def with_f1_threshold(spark: SparkSession, cfg: JobConfig, outcome: TrainOutcome
 
     model = outcome.model
     bundle = ModelBundle(model.spec, model.weights, model.feature_pipeline, target=model.target)
-    with ingest(spark, cfg.data.train_path, cfg.data) as rows:
+    with ingest(spark, cfg.data.train_path, cfg.data, key="data.train_path") as rows:
         _, val = split_frame(encode_labels(rows.accepted, model.target, rows.data).known,
                              cfg.data.validation_fraction, cfg.data.split_seed)
         weighted = rows.data.weight_column is not None

@@ -213,7 +213,7 @@ def _finish(spark, cfg: JobConfig, parent: RunHandle, study: "optuna.Study", ref
         client.set_tag(parent.run_id, key, str(value))
     client.log_metric(parent.run_id, f"best_{metric}", float(best.value))
     plots = _log_plots(cfg, parent, study)
-    with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, schema)) as test_input:
+    with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, schema), key="data.test_path") as test_input:
         report = evaluate(spark, cfg, model_uri, parent.tracking_uri, test_input.accepted)
         log_report(parent, report, cfg)
         decision = register(spark, cfg, parent, model_uri, report, test_input.accepted)
