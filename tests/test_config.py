@@ -14,7 +14,11 @@ def test_adult_config_loads_and_overrides_apply(adult_config_path):
 
 
 @pytest.mark.parametrize("override, key, words", [
-    ("train.epochz=3", "train.epochz", "unknown key"),
+    ("train.epochz=3", "train.epochz", "unknown key; did you mean train.epochs?"),
+    ("train.class_weights=balanced", "train.class_weights", "unknown key; did you mean train.class_weight?"),
+    ("data.label.colum=y", "data.label.colum", "unknown key; did you mean data.label.column?"),
+    ("trian.epochs=3", "trian", "unknown key; did you mean train?"),
+    ("zzz.epochs=3", "zzz", "unknown key; check its spelling"),
     ("train.epochs=three", "train.epochs", "integer"),
     ("train.epochs=0", "train.epochs", "greater than or equal to 1"),
     ("train.backend=mpi", "train.backend", "'torch' or 'horovod'"),
@@ -27,6 +31,17 @@ def test_config_errors_name_the_key_and_the_problem(adult_config_path, override,
     assert f"  {key}:" in text
     assert words in text
     assert "adult.yaml" in text
+
+
+def test_a_misspelt_key_in_a_list_item_gets_the_key_it_is_close_to(adult_config_path):
+    import yaml
+
+    from sparkml_dist.config import parse_config
+
+    raw = yaml.safe_load(open(adult_config_path))
+    raw["data"]["columns"][1] = {**raw["data"]["columns"][1], "rol": "numeric"}
+    with pytest.raises(ConfigError, match=r"  data.columns.1.rol: unknown key; did you mean data.columns.1.role\?"):
+        parse_config(raw)
 
 
 def test_set_needs_key_equals_value():

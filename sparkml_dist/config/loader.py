@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Iterable
 
@@ -42,11 +43,23 @@ def _describe(exc: ValidationError, source: str) -> str:
         key = ".".join(str(p) for p in err["loc"]) or "<top level>"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = ("unknown key; check its spelling against docs/configuration.md (keys under train depend on "
-                   "train.strategy)")
+            msg = f"unknown key;{_did_you_mean(err['loc'])} check its spelling against docs/configuration.md"
+            if err["loc"][0] == "train":
+                msg += " (keys under train depend on train.strategy)"
         elif err["type"] == "missing":
             msg = "required key is missing"
         got = err.get("input")
         shown = "" if err["type"] in ("missing",) or isinstance(got, dict) else f" (got {got!r})"
         lines.append(f"  {key}: {msg}{shown}")
     return "\n".join(lines)
+
+
+def _did_you_mean(loc: tuple) -> str:
+    """' did you mean <key>?' for a misspelt key whose section has one close to it, else ''."""
+    from sparkml_dist.config.reference import all_keys  # the schema walk, only once a key is wrong
+
+    parent = "".join("[]" if isinstance(p, int) else f".{p}" for p in loc[:-1]).lstrip(".")
+    keys = all_keys() | set(JobConfig.model_fields)
+    siblings = {k.rpartition(".")[2] for k in keys if k.rpartition(".")[0] == parent}
+    close = difflib.get_close_matches(str(loc[-1]), sorted(siblings), n=1, cutoff=0.6)
+    return f" did you mean {'.'.join(str(p) for p in (*loc[:-1], close[0]))}?" if close else ""

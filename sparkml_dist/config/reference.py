@@ -38,6 +38,17 @@ def config_reference() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def all_keys() -> set[str]:
+    """Every key the schema knows, dotted as in the reference (`data.columns[].role`; the train
+    section's shared keys and every method's own)."""
+    keys = {key for name, field in JobConfig.model_fields.items() if name != "train"
+            for key, _, _ in _walk(name, _model_of(field.annotation), None)}
+    keys.update(key for key, _, _ in _walk("train", TrainConfig, None))
+    for _, method in TRAIN_METHODS:
+        keys.update(key for key, _, _ in _walk("train", method.config, None))
+    return keys
+
+
 def _train_section() -> list[str]:
     lines = ["## `train`", "", *_doc_lines(TrainConfig), *_table("train", TrainConfig)]
     shared = set(TrainConfig.model_fields)
