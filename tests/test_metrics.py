@@ -38,6 +38,27 @@ def test_binary_report_matches_sklearn(spark, weighted):
     assert [name for name, _ in report.plots] == ["roc.png", "confusion_matrix.png"]
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_the_epochs_validation_roc_auc_summed_over_ranks_matches_sklearn(weighted):
+    """Each rank bins its validation batches; the allreduced counts give all rows' AUC."""
+    import torch
+
+    from sparkml_dist.tasks import get_task
+
+    y, p, w = binary_rows()
+    weights = w if weighted else np.ones_like(w)
+    logits = torch.logit(torch.tensor(p).clamp(1e-6, 1 - 1e-6))
+    packed = torch.tensor(np.stack([y, weights], axis=1), dtype=torch.float32)
+    task, target = get_task("binary"), Target("binary", ("no", "yes"))
+    ranks = [slice(0, 1700), slice(1700, 3000), slice(3000, 5000)]  # shards of unequal size, batches within
+    summed = sum(task.held_out_bins(target, logits[r][i:i + 256], packed[r][i:i + 256])
+                 for r in ranks for i in range(0, r.stop - r.start, 256))
+    auc = task.extra_from_bins(target, summed)["roc_auc"]
+    assert auc == pytest.approx(skm.roc_auc_score(y, p, sample_weight=weights), abs=1e-3)
+    inverted = task.extra_from_bins(target, task.held_out_bins(target, -logits, packed))["roc_auc"]
+    assert inverted == pytest.approx(1 - auc, abs=1e-3)
+
+
 def test_the_f1_threshold_is_the_best_one_on_the_rows(spark):
     rng = np.random.default_rng(1)
     y = (rng.random(20000) < 0.06).astype(int)  # 6% positives: 0.5 is far from the best threshold

@@ -62,6 +62,9 @@ def test_adult_pipeline_end_to_end_then_gate_keeps_the_champion(spark, make_adul
     assert run.data.metrics["test_accuracy"] == pytest.approx(summary.test_metrics["accuracy"])
     assert "samples_per_s_rank0" in run.data.metrics and "samples_per_s_rank1" in run.data.metrics
     assert len(client.get_metric_history(summary.run_id, "val_accuracy")) == 8
+    # the epochs' ROC AUC, binned on each rank and summed: the validation rows rank as the test rows do
+    val_auc = [m.value for m in client.get_metric_history(summary.run_id, "val_roc_auc")]
+    assert len(val_auc) == 8 and val_auc[-1] == pytest.approx(summary.test_metrics["roc_auc"], abs=0.03)
     artifacts = {a.path for a in client.list_artifacts(summary.run_id, "plots")}
     assert artifacts == {"plots/loss_curves.png", "plots/roc.png", "plots/confusion_matrix.png",
                          "plots/step_breakdown.png", "plots/system_metrics.png"}

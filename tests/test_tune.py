@@ -50,6 +50,19 @@ def test_the_documented_search_space_loads(adult_config_path):
     assert tune.space["model.hidden"].kind == "choice" and tune.parallel_trials * tune.ranks_per_trial <= 2
 
 
+def test_tune_metric_may_name_an_extra_held_out_metric_of_the_task(adult_config_path):
+    """An imbalanced binary label is tuned on roc_auc (each epoch computes it); a metric the
+    epochs do not compute is refused, naming those they do."""
+    from sparkml_dist.tasks import get_task
+    from sparkml_dist.tune.study import study_ref
+
+    ref, metric = study_ref(load_config(adult_config_path, ["tune.metric=roc_auc"]), get_task("binary"))
+    assert (ref.direction, metric) == ("maximize", "val_roc_auc")
+    with pytest.raises(ConfigError, match=r"tune.metric 'roc_auc': each epoch validates the multiclass model on "
+                                          r"'accuracy', 'loss'; use one of those"):
+        study_ref(load_config(adult_config_path, ["tune.metric=roc_auc"]), get_task("multiclass"))
+
+
 def test_a_trial_that_trails_the_median_is_pruned(tmp_path):
     """The reporter rank 0 runs: a trial whose epoch-0 accuracy trails the finished trials' is stopped."""
     import optuna

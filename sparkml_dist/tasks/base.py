@@ -38,6 +38,13 @@ class Evaluation:
     loss: float
     metric: str
     value: float
+    # the task's other per-epoch metrics (`Task.held_out_extra`), e.g. binary's roc_auc
+    extra: dict[str, float] = field(default_factory=dict, compare=True, hash=False)
+
+    def metrics(self) -> dict[str, float]:
+        """`<rows>_loss`, `<rows>_<metric>` and each extra metric, as the epoch records log them."""
+        return {f"{self.rows}_loss": self.loss, f"{self.rows}_{self.metric}": self.value,
+                **{f"{self.rows}_{name}": value for name, value in self.extra.items()}}
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,7 @@ class Task(ABC):
     name: str
     metrics: Mapping[str, Direction]  # every metric `report` returns, and which way is better
     held_out_metric: str  # the metric the ranks compute on the validation split each epoch
+    held_out_extra: tuple[str, ...] = ()  # more metrics each epoch, from `held_out_bins` (tune.metric can name them)
     default_gate: tuple[str, float]  # a metric and a bound that a constant prediction cannot pass
     classifier: bool = True  # predicts classes (cross-entropy, class weights, a predicted_label column)
     thresholded: bool = False  # decides by a probability threshold (evaluate.threshold)
@@ -125,6 +133,15 @@ class Task(ABC):
     def held_out_sums(self, target: Target, outputs: Any, packed: Any) -> tuple[float, float, float]:
         """For one validation batch (network outputs, packed [label, weight] targets): the weighted
         loss sum, the weighted sum behind `held_out_metric`, and the weight sum."""
+
+    def held_out_bins(self, target: Target, outputs: Any, packed: Any) -> Any:
+        """For one validation batch: a float64 tensor of additive counts (summed over batches and
+        ranks) behind `held_out_extra`; None for a task with no extra metrics."""
+        return None
+
+    def extra_from_bins(self, target: Target, bins: Any) -> dict[str, float]:
+        """`held_out_extra`'s values from the summed `held_out_bins`."""
+        return {}
 
     # ---- numpy: predictions ---------------------------------------------------------------------
     @abstractmethod

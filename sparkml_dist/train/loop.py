@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -360,7 +360,7 @@ def evaluate(model, loader: ShardLoader, strategy: Strategy, device, target: Tar
     """Validation loss and the task's held-out metric over every data shard (sums allreduced)."""
     model.eval()
     task = target.kind
-    loss_sum, metric_sum, weight_sum = 0.0, 0.0, 0.0
+    loss_sum, metric_sum, weight_sum, bins = 0.0, 0.0, 0.0, None
     batches = loader.epoch(0)
     for _ in range(_steps_per_epoch(strategy, loader)):
         batch = next(batches, None)
@@ -373,10 +373,18 @@ def evaluate(model, loader: ShardLoader, strategy: Strategy, device, target: Tar
             continue
         sums = task.held_out_sums(target, logits, yb)
         loss_sum, metric_sum, weight_sum = loss_sum + sums[0], metric_sum + sums[1], weight_sum + sums[2]
+        counts = task.held_out_bins(target, logits.detach().cpu(), yb.cpu())
+        bins = counts if bins is None else bins + counts
+    if task.held_out_extra and bins is None:  # no batch here (a short shard, a pipeline's first stage)
+        bins = task.held_out_bins(target, torch.zeros(0), torch.zeros(0, 2))
     share = strategy.metric_share
-    totals = strategy.allreduce_sum(torch.tensor([loss_sum * share, metric_sum * share, weight_sum * share],
-                                                 dtype=torch.float64)).tolist()
-    return task.held_out(target, *totals)
+    sums = torch.tensor([loss_sum, metric_sum, weight_sum], dtype=torch.float64)
+    # one allreduce: the sums, then the extra metrics' counts (ranks that split one batch count it once)
+    totals = strategy.allreduce_sum(torch.cat([sums, bins]) * share if bins is not None else sums * share)
+    evaluation = task.held_out(target, *totals[:3].tolist())
+    if bins is None:
+        return evaluation
+    return replace(evaluation, extra=task.extra_from_bins(target, totals[3:]))
 
 
 def parameter_checksum(model: nn.Module) -> tuple[float, ...]:

@@ -46,7 +46,7 @@ class Progress:
         shown = f"train_loss {record.train_loss:.4f} samples_per_s {record.samples_per_s:.1f}"
         if record.evaluation is not None:
             e = record.evaluation
-            shown += f" {e.rows}_loss {e.loss:.4f} {e.rows}_{e.metric} {e.value:.4f}"
+            shown += "".join(f" {name} {value:.4f}" for name, value in e.metrics().items())
         log.info("%sepoch %d/%d done: %s (%d samples)", self.prefix, record.epoch + 1, self.epochs, shown,
                  record.samples)
         if record.stragglers:

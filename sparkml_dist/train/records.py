@@ -62,8 +62,7 @@ class EpochRecord:
         out = {"train_loss": self.train_loss, "samples": float(self.samples), "samples_per_s": self.samples_per_s,
                "stragglers": float(len(self.stragglers))}
         if self.evaluation is not None:
-            out[f"{self.evaluation.rows}_loss"] = self.evaluation.loss
-            out[f"{self.evaluation.rows}_{self.evaluation.metric}"] = self.evaluation.value
+            out.update(self.evaluation.metrics())
         for r in self.per_rank:
             out[f"samples_per_s_rank{r.rank}"] = r.samples_per_s
             out[f"step_time_ms_rank{r.rank}"] = r.step_ms

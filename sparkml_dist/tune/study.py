@@ -39,11 +39,12 @@ def study_ref(cfg: JobConfig, task: Task) -> tuple[StudyRef, str]:
     metric = tune.metric or task.held_out_metric
     if metric == "loss":
         direction = "minimize"
-    elif metric == task.held_out_metric:
+    elif metric in (task.held_out_metric, *task.held_out_extra):
         direction = "maximize" if task.metrics[metric] == "higher" else "minimize"
     else:
-        raise ConfigError(f"tune.metric {metric!r}: each epoch validates the {task.name} model on "
-                          f"{task.held_out_metric!r} and 'loss'; use one of those")
+        known = ", ".join(repr(m) for m in (task.held_out_metric, *task.held_out_extra, "loss"))
+        raise ConfigError(f"tune.metric {metric!r}: each epoch validates the {task.name} model on {known}; "
+                          f"use one of those")
     return StudyRef(storage_url(cfg), tune.study_name or f"tune-{cfg.tracking.registered_model}", direction,
                     tune.pruner, tune.pruner_startup_trials), f"val_{metric}"
 
