@@ -91,6 +91,27 @@ def test_preprocess_names_the_key_of_an_input_it_cannot_read(spark, tmp_path):
         preprocess(spark, cfg)
 
 
+def test_a_test_row_of_a_class_the_training_rows_lack_is_quarantined_with_its_file_and_line(spark, tmp_path):
+    """Multiclass classes come from the training rows: a test row of another class cannot be
+    evaluated; its reject names the file and keeps the line as written, like any other reject."""
+    import pyarrow.parquet as pq
+
+    from sparkml_dist.config import JobConfig
+    from sparkml_dist.stages import preprocess
+
+    train, test = tmp_path / "train.csv", tmp_path / "test.csv"
+    species = ["Adelie", "Gentoo", "Chinstrap"]
+    train.write_text("".join(f"{30 + i % 7}, {i / 10}, Dream, {species[i % 3]}\n" for i in range(60)))
+    test.write_text("31, 1.5, Dream, Gentoo\n32, 2.5, Biscoe, Emperor\n33, 0.5, Dream, Adelie\n")
+    data = {"train_path": str(train), "test_path": str(test), "columns": COLUMNS, "label": {"column": "y"}}
+    result = preprocess(spark, JobConfig.model_validate({"data": data, "output": {"root": str(tmp_path / "out")}}))
+    assert result.manifest.inputs["test"] == {"input": 3, "accepted": 2, "rejected": 1}
+    [reject] = pq.read_table(f"{result.path}/rejects").to_pylist()
+    assert reject["input"] == "test" and reject["source_file"].endswith("/test.csv")
+    assert reject["raw_line"] == "32, 2.5, Biscoe, Emperor"
+    assert reject["reason"] == "label 'y': 'Emperor' is not a class of the target (Adelie, Chinstrap, Gentoo)"
+
+
 def test_real_adult_test_file_quarantines_its_banner_line(spark, make_adult_config):
     cfg = make_adult_config()
     result = ingest(spark, cfg.data.test_path, cfg.data)

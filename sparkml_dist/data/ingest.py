@@ -21,7 +21,7 @@ from sparkml_dist.config.schema import DataConfig
 from sparkml_dist.data.sources import RAW_LINE, ROW_ID, SOURCE_FILE, RawRows, read_source, resolve_path
 from sparkml_dist.data.sql import ident
 from sparkml_dist.errors import DataError
-from sparkml_dist.tasks.base import get_task
+from sparkml_dist.tasks.base import Target, get_task
 
 LABEL = "label"
 WEIGHT = "weight"
@@ -69,23 +69,26 @@ class IngestResult:
 
 
 def ingest(spark: SparkSession, location: str, cfg: DataConfig, require_label: bool = True,
-           key: str | None = None) -> IngestResult:
+           key: str | None = None, target: Target | None = None) -> IngestResult:
     """Read `location`, type and check its rows, split into accepted and rejects (cached). `key`
     is the config key or flag that named `location`: an error about the input starts with it, so
-    the user knows which setting to fix (a job reads several inputs)."""
+    the user knows which setting to fix (a job reads several inputs). With a fitted `target`, a
+    label it does not know (a class absent from the training rows) is a reject here, with its
+    file and line like any other."""
     try:
-        return _ingest(spark, location, cfg, require_label)
+        return _ingest(spark, location, cfg, require_label, target)
     except DataError as exc:
         if key is None:
             raise
         raise DataError(f"{key}: {exc}") from None
 
 
-def _ingest(spark: SparkSession, location: str, cfg: DataConfig, require_label: bool) -> IngestResult:
+def _ingest(spark: SparkSession, location: str, cfg: DataConfig, require_label: bool,
+            target: Target | None) -> IngestResult:
     raw = read_source(spark, resolve_path(location), location, cfg)
     if require_label:
         _require_label_columns(raw.data, location)
-    result = split_checked(checked_rows(raw, require_label).cache(), raw.data)
+    result = split_checked(checked_rows(raw, require_label, target).cache(), raw.data)
     if result.input_rows == 0:
         result.release()
         raise DataError(f"{location}: no input rows (the file is empty or holds only blank lines)")
@@ -94,14 +97,14 @@ def _ingest(spark: SparkSession, location: str, cfg: DataConfig, require_label: 
     return result
 
 
-def checked_rows(raw: RawRows, require_label: bool) -> DataFrame:
+def checked_rows(raw: RawRows, require_label: bool, target: Target | None = None) -> DataFrame:
     """The typed columns, and for a row that fails a check its file, raw text and reason (null
     reason: accepted). Works on a batch or a streaming frame alike."""
     typed = _typed_columns(raw.data, require_label)
     # The reason once (a wide source's checks are hundreds of expressions), in its own projection
     # under the one that reads it: the raw text and file are then made only where a row is
     # rejected. The accepted rows' strings would make the cache several times larger and slower.
-    reasoned = raw.rows.withColumn(REASON, _reject_reason(raw, raw.data, require_label))
+    reasoned = raw.rows.withColumn(REASON, _reject_reason(raw, raw.data, require_label, target))
     bad = F.col(REASON).isNotNull()
     return reasoned.select(*typed, F.when(bad, F.col(SOURCE_FILE)).alias(SOURCE_FILE),
                            F.when(bad, raw.raw_line).alias(RAW_LINE), REASON)
@@ -129,16 +132,28 @@ def _require_label_columns(data: DataConfig, location: str) -> None:
                             f"(only scoring reads rows without it)")
 
 
-def _reject_reason(raw: RawRows, data: DataConfig, require_label: bool) -> Column:
+def _reject_reason(raw: RawRows, data: DataConfig, require_label: bool, target: Target | None) -> Column:
     problems: list[Column] = list(raw.problems)
     for c in data.columns:
         if c.role == "label":
             if require_label:
-                problems.append(get_task(data.label.task).label_problem(data.label, F.col(c.name)))
+                task = get_task(data.label.task)
+                problems.append(task.label_problem(data.label, F.col(c.name)))
+                if target is not None:
+                    value = task.label_value(data.label, F.col(c.name))
+                    problems.append(F.when(value.isNotNull() & task.encode(target, value).isNull(),
+                                           unknown_label_reason(target, c.name, F.col(c.name))))
         elif c.role == "weight" and require_label:  # scoring needs no weights
             problems.append(_weight_problem(c.name))
     joined = F.concat_ws("; ", *problems)  # concat_ws skips nulls: "" means no problem
     return F.when(joined == "", F.lit(None).cast("string")).otherwise(joined)
+
+
+def unknown_label_reason(target: Target, label_column: str, value: Column) -> Column:
+    """The reason for a row whose label `target` does not know."""
+    shown = ", ".join(target.classes[:20]) + (" ..." if len(target.classes) > 20 else "")
+    return F.concat(F.lit(f"label '{label_column}': '"), value.cast("string"),
+                    F.lit(f"' is not a class of the target ({shown})"))
 
 
 def _weight_problem(name: str) -> Column:

@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparkml_dist.config.schema import DataConfig, JobConfig, task_problems
-from sparkml_dist.data.ingest import LABEL, RAW_LINE, REASON, ROW_ID, SOURCE_FILE
+from sparkml_dist.data.ingest import LABEL, RAW_LINE, REASON, ROW_ID, SOURCE_FILE, unknown_label_reason
 from sparkml_dist.data.sql import ident, raw_json
 from sparkml_dist.errors import ConfigError, DataError
 from sparkml_dist.tasks.base import Target, get_task
@@ -31,16 +31,11 @@ def encode_labels(rows: DataFrame, target: Target, data: DataConfig) -> EncodedR
     unknown = encoded.where(F.col("_encoded").isNull())
     count = unknown.count()
     known = encoded.where(F.col("_encoded").isNotNull()).withColumn(LABEL, F.col("_encoded")).drop("_encoded")
-    reason = F.concat(F.lit(f"label '{data.label.column}': '"), F.col(LABEL).cast("string"),
-                      F.lit(f"' is not a class of the target ({_shown(target.classes)})"))
+    reason = unknown_label_reason(target, data.label.column, F.col(LABEL))
     rejects = unknown.select(F.lit(None).cast("string").alias(SOURCE_FILE), F.col(ROW_ID),
                              F.expr(raw_json(", ".join(ident(c) for c in rows.columns))).alias(RAW_LINE),
                              reason.alias(REASON))
     return EncodedRows(known.select(*rows.columns), rejects, count)
-
-
-def _shown(classes: tuple[str, ...]) -> str:
-    return ", ".join(classes[:20]) + (" ..." if len(classes) > 20 else "")
 
 
 def check_task(cfg: JobConfig, data: DataConfig) -> None:

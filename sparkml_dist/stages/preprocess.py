@@ -46,13 +46,18 @@ def preprocess(spark: SparkSession, cfg: JobConfig, fitted: PipelineModel | None
     `target`, a model's own, when fine-tuning) and write the splits under `out` (default
     `<output.root>/preprocess`, a path or URI); `where` keeps only the rows it matches."""
     out = storage.absolute(str(out)) if out is not None else OutputPaths.of(cfg).preprocess
-    inputs = _ingest_inputs(spark, cfg)
+    inputs = {"train": _ingest_input(spark, cfg, "train", cfg.data, target)}
     try:
         data = inputs["train"].data
         check_task(cfg, data)
-        accepted = {name: select_rows(r.accepted, where, cfg.data.label.column) for name, r in inputs.items()}
+        accepted = {"train": select_rows(inputs["train"].accepted, where, cfg.data.label.column)}
         with job_phase(spark, "preprocess: fit target"):
             target = target or fit_target(cfg, data, accepted["train"])
+        # the test rows are read with the types the training rows resolved (a typed source), and a
+        # class the target does not know is a reject with its file and line
+        inputs["test"] = _ingest_input(spark, cfg, "test", with_types_of(cfg.data, schema_of(data)), target)
+        accepted["test"] = select_rows(inputs["test"].accepted, where, cfg.data.label.column)
+        with job_phase(spark, "preprocess: encode labels"):
             labelled = {name: encode_labels(rows, target, data) for name, rows in accepted.items()}
         log.info("task %s: %s", target.task, describe_target(target))
         train_rows, val_rows = split_frame(labelled["train"].known, data.validation_fraction, data.split_seed)
@@ -86,23 +91,16 @@ def describe_target(target: Target) -> str:
     return f"label mean {target.mean:.4g}, std {target.std:.4g} (predictions in the label's units)"
 
 
-def _ingest_inputs(spark: SparkSession, cfg: JobConfig) -> dict[str, IngestResult]:
-    inputs: dict[str, IngestResult] = {}
-    try:
-        for name, location in (("train", cfg.data.train_path), ("test", cfg.data.test_path)):
-            # the test rows are read with the types the training rows resolved (a typed source)
-            data = cfg.data if name == "train" else with_types_of(cfg.data, schema_of(inputs["train"].data))
-            start = time.perf_counter()
-            with job_phase(spark, f"preprocess: ingest {name}"):
-                inputs[name] = ingest(spark, location, data, key=f"data.{name}_path")
-            seconds, counts = time.perf_counter() - start, inputs[name].counts()
-            log.info("ingest %s: %s rows in, %s rejected, in %.1f s (%s rows/s)", name, f"{counts['input']:,}",
-                     f"{counts['rejected']:,}", seconds, f"{counts['input'] / max(seconds, 1e-9):,.0f}")
-    except BaseException:
-        for result in inputs.values():
-            result.release()
-        raise
-    return inputs
+def _ingest_input(spark: SparkSession, cfg: JobConfig, name: str, data: DataConfig,
+                  target: Target | None) -> IngestResult:
+    """`data.<name>_path` ingested (with `target`: its unknown labels are rejects), with a progress line."""
+    start = time.perf_counter()
+    with job_phase(spark, f"preprocess: ingest {name}"):
+        result = ingest(spark, getattr(cfg.data, f"{name}_path"), data, key=f"data.{name}_path", target=target)
+    seconds, counts = time.perf_counter() - start, result.counts()
+    log.info("ingest %s: %s rows in, %s rejected, in %.1f s (%s rows/s)", name, f"{counts['input']:,}",
+             f"{counts['rejected']:,}", seconds, f"{counts['input'] / max(seconds, 1e-9):,.0f}")
+    return result
 
 
 def _save_pipeline(spark: SparkSession, pipeline: PipelineModel, raw: RawFeatures | None, path: str) -> None:
