@@ -112,6 +112,29 @@ def test_a_test_row_of_a_class_the_training_rows_lack_is_quarantined_with_its_fi
     assert reject["reason"] == "label 'y': 'Emperor' is not a class of the target (Adelie, Chinstrap, Gentoo)"
 
 
+def test_an_input_mostly_rejected_stops_preprocess_naming_the_reason_and_the_key(spark, tmp_path):
+    """A column typed int that holds fractions rejects nearly every row: that is the config, not
+    dirty rows. Preprocess stops, naming the input's key, the kind of reason and a value, and goes
+    on with the rows that pass only when data.max_reject_fraction allows it."""
+    from sparkml_dist.config import JobConfig
+    from sparkml_dist.stages import preprocess
+
+    train = tmp_path / "train.csv"
+    good = [f"{30 + i}, 1.5, Rome, {'yes' if i % 2 else 'no'}" for i in range(10)]
+    fractions = [f"{30 + i}.5, 2.5, Paris, yes" for i in range(12)]
+    train.write_text("\n".join(good + fractions) + "\n")
+    data = small_config(train).model_dump(mode="json", exclude_unset=True)
+    cfg = {"data": data, "output": {"root": str(tmp_path / "out")}}
+    with pytest.raises(DataError, match=r"^data.train_path: 12 of 22 rows \(54.5%\) were rejected, more than "
+                                        r"data.max_reject_fraction \(0.5\); most often: column 'age': '…' is not an int "
+                                        r"\(12 rows, e.g. '30.5'\)\. Fix the input or data.columns"):
+        preprocess(spark, JobConfig.model_validate(cfg))
+    assert not (tmp_path / "out").exists()
+    cfg["data"]["max_reject_fraction"] = 0.6
+    result = preprocess(spark, JobConfig.model_validate(cfg))
+    assert result.manifest.inputs["train"] == {"input": 22, "accepted": 10, "rejected": 12}
+
+
 def test_real_adult_test_file_quarantines_its_banner_line(spark, make_adult_config):
     cfg = make_adult_config()
     result = ingest(spark, cfg.data.test_path, cfg.data)

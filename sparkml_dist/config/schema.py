@@ -110,6 +110,9 @@ class DataConfig(Section):
     validation_fraction: float = Field(0.1, gt=0.0, lt=0.5, description="share of the training rows held out for "
                                                                         "validation, by a hash of the row id")
     split_seed: int = Field(7, description="seed of the validation split (same input, same split)")
+    max_reject_fraction: float = Field(0.5, ge=0.0, le=1.0, description="preprocess stops, naming the most common "
+                                       "reasons, when more of an input's rows than this are rejected (a wrong type "
+                                       "or delimiter in data.columns, not dirty rows); 1.0 never stops")
     files_per_rank: int = Field(2, ge=1, le=64, description="Parquet files per rank in the training split")
     row_group_rows: int = Field(2048, ge=64, description="about this many rows per Parquet row group (the unit a "
                                                          "rank reads and shuffles)")

@@ -350,9 +350,39 @@ def _not_finite(names: list[str]) -> Column:
 
 
 def _explain_typed(rejects: DataFrame, location: str) -> None:
-    top = rejects.groupBy("reason").count().orderBy(F.desc("count")).first()
-    raise DataError(f"{location}: every row was rejected; the most common reason ({top['count']:,} rows): "
-                    f"{top['reason']}. Rejected rows and reasons: see the rejects output.")
+    raise DataError(f"{location}: every row was rejected; {describe_reasons(common_reasons(rejects))}. "
+                    f"Rejected rows and reasons: see the rejects output.")
+
+
+@dataclass(frozen=True)
+class RejectReason:
+    """One kind of reject reason (its values elided), how many rows have it, and one in full."""
+
+    kind: str
+    rows: int
+    example: str
+
+
+_QUOTED_VALUE = r"(: |value )'[^']*'"  # where a reason quotes the row's own value
+
+
+def common_reasons(rejects: DataFrame, limit: int = 3) -> list[RejectReason]:
+    """The most frequent kinds of reason among `rejects`: each row's reason with its quoted values
+    elided, so 10,000 rows rejected for one column's type are one kind, not 10,000."""
+    kind = F.regexp_replace(F.col("reason"), _QUOTED_VALUE, "$1'…'")
+    top = (rejects.groupBy(kind.alias("kind")).agg(F.count(F.lit(1)).alias("rows"), F.min("reason").alias("example"))
+           .orderBy(F.desc("rows"), "kind").limit(limit).collect())
+    return [RejectReason(r["kind"], r["rows"], r["example"]) for r in top]
+
+
+def describe_reasons(reasons: list[RejectReason]) -> str:
+    """'most often: <reason> (N rows, e.g. <value>)[; then ...]'."""
+    shown = []
+    for r in reasons:
+        values = [m.group(0).removeprefix(m.group(1)) for m in re.finditer(_QUOTED_VALUE, r.example)]
+        example = f", e.g. {', '.join(values)}" if values else ""
+        shown.append(f"{r.kind} ({r.rows:,} row{'s' if r.rows != 1 else ''}{example})")
+    return "most often: " + "; then ".join(shown)
 
 
 SOURCES.register("csv", read_csv)

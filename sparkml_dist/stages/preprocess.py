@@ -29,7 +29,15 @@ from sparkml_dist.data.labels import EncodedRows, check_task, encode_labels, fit
 from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.predicate import checked_predicate
 from sparkml_dist.data.raw_features import RAW_FEATURES_FILE, RawFeatures
-from sparkml_dist.data.sources import fingerprint, resolve_path, schema_of, with_types_of
+from sparkml_dist.data.sources import (
+    common_reasons,
+    describe_reasons,
+    fingerprint,
+    resolve_path,
+    schema_of,
+    with_types_of,
+)
+from sparkml_dist.errors import DataError
 from sparkml_dist.tasks.base import Target
 from sparkml_dist.spark.session import job_phase
 from sparkml_dist.storage.hadoop import atomic_dir
@@ -100,7 +108,24 @@ def _ingest_input(spark: SparkSession, cfg: JobConfig, name: str, data: DataConf
     seconds, counts = time.perf_counter() - start, result.counts()
     log.info("ingest %s: %s rows in, %s rejected, in %.1f s (%s rows/s)", name, f"{counts['input']:,}",
              f"{counts['rejected']:,}", seconds, f"{counts['input'] / max(seconds, 1e-9):,.0f}")
+    if counts["rejected"]:
+        _check_rejects(result, f"data.{name}_path", cfg.data.max_reject_fraction)
     return result
+
+
+def _check_rejects(result: IngestResult, key: str, max_fraction: float) -> None:
+    """Say why rows were rejected; stop when so many were that the config, not the rows, is wrong
+    (a column typed int that holds 181.0 rejects them all but the missing ones, and training on
+    the rest fails later for a reason that hides this one)."""
+    reasons = describe_reasons(common_reasons(result.rejects))
+    log.info("%s: rejected rows, %s", key, reasons)
+    fraction = result.rejected_rows / result.input_rows
+    if fraction > max_fraction:
+        result.release()
+        raise DataError(f"{key}: {result.rejected_rows:,} of {result.input_rows:,} rows ({fraction:.1%}) were "
+                        f"rejected, more than data.max_reject_fraction ({max_fraction:g}); {reasons}. Fix the "
+                        f"input or data.columns (a type, the delimiter, null_values), or raise "
+                        f"data.max_reject_fraction to go on with the rows that pass.")
 
 
 def _save_pipeline(spark: SparkSession, pipeline: PipelineModel, raw: RawFeatures | None, path: str) -> None:
