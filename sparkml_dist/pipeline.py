@@ -64,7 +64,8 @@ def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:
         prep = preprocess(spark, cfg)
     with timer("train"):
         trained = train(spark, cfg, prep, run)
-    with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, prep.manifest.schema), key="data.test_path") as test_input:
+    with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, prep.manifest.schema),
+                key="data.test_path") as test_input:
         with timer("evaluate"):
             report = evaluate(spark, cfg, trained.model_uri, run.tracking_uri, test_input.accepted)
             log_report(run, report, cfg, step=trained.outcome.last.epoch)

@@ -126,8 +126,8 @@ def test_an_input_mostly_rejected_stops_preprocess_naming_the_reason_and_the_key
     data = small_config(train).model_dump(mode="json", exclude_unset=True)
     cfg = {"data": data, "output": {"root": str(tmp_path / "out")}}
     with pytest.raises(DataError, match=r"^data.train_path: 12 of 22 rows \(54.5%\) were rejected, more than "
-                                        r"data.max_reject_fraction \(0.5\); most often: column 'age': '…' is not an int "
-                                        r"\(12 rows, e.g. '30.5'\)\. Fix the input or data.columns"):
+                                        r"data.max_reject_fraction \(0.5\); most often: column 'age': '…' is not "
+                                        r"an int \(12 rows, e.g. '30.5'\)\. Fix the input or data.columns"):
         preprocess(spark, JobConfig.model_validate(cfg))
     assert not (tmp_path / "out").exists()
     cfg["data"]["max_reject_fraction"] = 0.6

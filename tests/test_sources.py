@@ -125,7 +125,8 @@ def test_a_fraction_read_into_an_int_column_is_a_reject_not_truncated(spark, tmp
     path = str(tmp_path / "rows.json")
     with open(path, "w") as f:
         f.write('{"visits": 2.0, "y": "x"}\n{"visits": 1.5, "y": "x"}\n{"visits": null, "y": "y"}\n')
-    data = typed(path, {"column": "y", "classes": ["x", "y"]}, columns=[{"name": "visits", "type": "int", "role": "numeric"}])
+    data = typed(path, {"column": "y", "classes": ["x", "y"]},
+                 columns=[{"name": "visits", "type": "int", "role": "numeric"}])
     with ingest(spark, path, data) as result:
         assert result.counts() == {"input": 3, "accepted": 2, "rejected": 1}
         assert [r["reason"] for r in result.rejects.collect()] == ["column 'visits': '1.5' is not an int"]

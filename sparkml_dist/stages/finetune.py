@@ -76,7 +76,8 @@ def finetune(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> FinetuneRes
                            storage.join(out, "checkpoints", run.run_id), sink=EpochLogger(run), warm_start=warm)
     model_uri = log_outcome(run, method.run(request), storage.join(out, "plots"))
 
-    with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, prep.manifest.schema), key="data.test_path") as test_input:
+    with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, prep.manifest.schema),
+                key="data.test_path") as test_input:
         sets = {"test": test_input.accepted, "subset": select_rows(test_input.accepted, ft.where, cfg.data.label.column)}
         base = {k: evaluate(spark, cfg, base_uri, run.tracking_uri, rows).metrics for k, rows in sets.items()}
         new = {k: evaluate(spark, cfg, model_uri, run.tracking_uri, rows).metrics for k, rows in sets.items()}

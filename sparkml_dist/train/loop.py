@@ -373,8 +373,9 @@ def evaluate(model, loader: ShardLoader, strategy: Strategy, device, target: Tar
             continue
         sums = task.held_out_sums(target, logits, yb)
         loss_sum, metric_sum, weight_sum = loss_sum + sums[0], metric_sum + sums[1], weight_sum + sums[2]
-        counts = task.held_out_bins(target, logits.detach().cpu(), yb.cpu())
-        bins = counts if bins is None else bins + counts
+        if task.held_out_extra:  # counted on the host, as the sums above are
+            counts = task.held_out_bins(target, logits.detach().cpu(), yb.cpu())
+            bins = counts if bins is None else bins + counts
     if task.held_out_extra and bins is None:  # no batch here (a short shard, a pipeline's first stage)
         bins = task.held_out_bins(target, torch.zeros(0), torch.zeros(0, 2))
     share = strategy.metric_share
