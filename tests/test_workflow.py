@@ -55,7 +55,7 @@ def test_airflow_loads_the_dag_built_from_the_workflow_definition(tmp_path, monk
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
     hostile = "spark://127.0.0.1:7077 $(touch pwned); touch pwned"  # a variable's value stays one argument
     monkeypatch.setenv("SPARKML_DIST_MASTER", hostile)
-    from airflow.models.dagbag import DagBag
+    from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(dag_folder=str(ROOT / "conf/workflows"), include_examples=False)
     assert bag.import_errors == {}
@@ -72,7 +72,7 @@ def test_airflow_loads_the_dag_built_from_the_workflow_definition(tmp_path, monk
 def test_airflow_adds_stream_scoring_when_an_input_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
     monkeypatch.setenv("SPARKML_DIST_STREAM_INPUT", "/data/incoming; rm -rf /")
-    from airflow.models.dagbag import DagBag
+    from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(dag_folder=str(ROOT / "conf/workflows"), include_examples=False)
     assert bag.import_errors == {}
