@@ -85,6 +85,29 @@ def test_separated_classes_get_the_threshold_in_the_middle_of_the_gap(spark):
 
 
 @pytest.mark.parametrize("weighted", [False, True])
+def test_the_epochs_validation_macro_f1_summed_over_ranks_matches_sklearn(weighted):
+    """Each rank counts its validation rows' confusion matrix; the allreduced counts give all rows'
+    macro F1 (a class never predicted counts as F1 0, as sklearn's zero_division=0)."""
+    import torch
+
+    from sparkml_dist.tasks import get_task
+
+    rng = np.random.default_rng(5)
+    k, n = 4, 3000
+    y = rng.choice(k, n, p=[0.7, 0.2, 0.08, 0.02])  # imbalanced: the rare class is rarely right
+    logits = rng.normal(size=(n, k)) + 1.5 * np.eye(k)[y]
+    weights = rng.uniform(0.2, 3.0, n) if weighted else np.ones(n)
+    packed = torch.tensor(np.stack([y, weights], axis=1), dtype=torch.float32)
+    task, target = get_task("multiclass"), Target("multiclass", ("a", "b", "c", "d"))
+    outputs = torch.tensor(logits, dtype=torch.float32)
+    shards = [slice(0, 1000), slice(1000, 1100), slice(1100, 3000)]
+    summed = sum(task.held_out_bins(target, outputs[r], packed[r]) for r in shards)
+    summed = summed + task.held_out_bins(target, torch.zeros(0), torch.zeros(0, 2))  # a rank with no rows
+    expected = skm.f1_score(y, logits.argmax(axis=1), average="macro", sample_weight=weights, zero_division=0)
+    assert task.extra_from_bins(target, summed)["macro_f1"] == pytest.approx(expected, abs=1e-9)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
 def test_multiclass_report_matches_sklearn(spark, weighted):
     rng = np.random.default_rng(2)
     k, n = 5, 4000

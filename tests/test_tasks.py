@@ -77,6 +77,9 @@ def test_mnist_digits_reach_the_published_mlp_error(workdir):
 
     client = MlflowClient(summary["tracking_uri"])
     assert client.get_run(summary["run_id"]).data.tags["sparkml_dist.task"] == "multiclass"
+    # each epoch's macro F1 from the ranks' summed confusion counts: the validation rows score as the test rows do
+    val_f1 = [m.value for m in client.get_metric_history(summary["run_id"], "val_macro_f1")]
+    assert val_f1 and val_f1[-1] == pytest.approx(metrics["macro_f1"], abs=0.02)
     table = json.loads(Path(client.download_artifacts(summary["run_id"], "metrics/per_class.json", str(workdir)))
                        .read_text())
     assert len(table) == 10 and all(row["recall"] > 0.9 for row in table), table

@@ -58,8 +58,10 @@ def test_tune_metric_may_name_an_extra_held_out_metric_of_the_task(adult_config_
 
     ref, metric = study_ref(load_config(adult_config_path, ["tune.metric=roc_auc"]), get_task("binary"))
     assert (ref.direction, metric) == ("maximize", "val_roc_auc")
+    ref, metric = study_ref(load_config(adult_config_path, ["tune.metric=macro_f1"]), get_task("multiclass"))
+    assert (ref.direction, metric) == ("maximize", "val_macro_f1")
     with pytest.raises(ConfigError, match=r"tune.metric 'roc_auc': each epoch validates the multiclass model on "
-                                          r"'accuracy', 'loss'; use one of those"):
+                                          r"'accuracy', 'macro_f1', 'loss'; use one of those"):
         study_ref(load_config(adult_config_path, ["tune.metric=roc_auc"]), get_task("multiclass"))
 
 

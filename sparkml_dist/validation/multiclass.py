@@ -28,13 +28,11 @@ def multiclass_report(scored: DataFrame, target: Target, label: str = "label", w
     true_p = F.greatest(F.try_element_at(F.col(PROBABILITIES), y + 1), F.lit(_EPS))
     log_loss = scored.agg((F.sum(-w * F.log(true_p)) / F.sum(w)).alias("ll")).first()["ll"]
     per_class = class_table(matrix, target.classes)
-    support = matrix.sum(axis=1)
-    seen = [r for r, s in zip(per_class, support) if s > 0 or r["predicted"] > 0]
     total = matrix.sum()
     metrics = {
         "rows": float(rows),
         "accuracy": float(np.trace(matrix) / total) if total else 0.0,
-        "macro_f1": float(np.mean([r["f1"] for r in seen])) if seen else 0.0,
+        "macro_f1": macro_f1(per_class),
         "weighted_f1": float(sum(r["f1"] * r["support"] for r in per_class) / total) if total else 0.0,
         "log_loss": float(log_loss or 0.0),
     }
@@ -42,6 +40,12 @@ def multiclass_report(scored: DataFrame, target: Target, label: str = "label", w
     if k <= PLOTTED_CLASSES:
         plots.append(("confusion_matrix.png", lambda path: plot_module().confusion(matrix.tolist(), target.classes, path)))
     return TaskReport(metrics, plots=plots, tables={"per_class.json": per_class})
+
+
+def macro_f1(per_class: list[dict]) -> float:
+    """The mean F1 over the classes that are in the rows or in the predictions (`class_table`)."""
+    seen = [r["f1"] for r in per_class if r["support"] > 0 or r["predicted"] > 0]
+    return float(np.mean(seen)) if seen else 0.0
 
 
 def class_table(matrix: np.ndarray, classes: tuple[str, ...]) -> list[dict]:
