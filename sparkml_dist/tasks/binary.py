@@ -29,20 +29,6 @@ def normalized(label: "LabelSpec", raw: "Column") -> "Column":
 AUC_BINS = 4096
 
 
-def binned_auc(negatives: list[float], positives: list[float]) -> float:
-    """ROC AUC from per-bin (weighted) counts of negatives and positives, bins in score order: the
-    chance that a positive scores above a negative, ties within a bin counted half. NaN when a
-    class is absent."""
-    total_neg, total_pos = sum(negatives), sum(positives)
-    if total_neg <= 0 or total_pos <= 0:
-        return float("nan")
-    below, area = 0.0, 0.0
-    for neg, pos in zip(negatives, positives):
-        area += pos * (below + 0.5 * neg)
-        below += neg
-    return area / (total_neg * total_pos)
-
-
 class Binary(Task):
     name = "binary"
     metrics = {"accuracy": "higher", "roc_auc": "higher", "f1": "higher", "log_loss": "lower",
@@ -113,7 +99,13 @@ class Binary(Task):
         return bins
 
     def extra_from_bins(self, target: Target, bins) -> dict[str, float]:
-        return {"roc_auc": binned_auc(bins[:AUC_BINS].tolist(), bins[AUC_BINS:].tolist())}
+        from sparkml_dist.validation.binary import roc_from_bins
+
+        counts = bins.detach().cpu().double().numpy()
+        neg, pos = counts[:AUC_BINS], counts[AUC_BINS:]
+        if neg.sum() <= 0 or pos.sum() <= 0:  # one class absent from the rows: no AUC
+            return {"roc_auc": float("nan")}
+        return {"roc_auc": roc_from_bins(pos, neg)[2]}
 
     def predict(self, target: Target, outputs: "np.ndarray") -> dict[str, "np.ndarray"]:
         import numpy as np

@@ -61,6 +61,12 @@ def roc_curve(scored: DataFrame, label: str, w, bins: int) -> tuple[list[float],
     for r in rows:
         pos[r["b"]] = r["pos"]
         neg[r["b"]] = r["n"] - r["pos"]
+    return roc_from_bins(pos, neg)
+
+
+def roc_from_bins(pos: np.ndarray, neg: np.ndarray) -> tuple[list[float], list[float], float]:
+    """ROC from (weighted) positive and negative counts per probability bin, bins in increasing
+    probability; AUC by trapezoids (pairs within a bin count as ties)."""
     # thresholds from high to low probability
     tpr = np.concatenate([[0.0], np.cumsum(pos[::-1]) / max(pos.sum(), 1e-12)])
     fpr = np.concatenate([[0.0], np.cumsum(neg[::-1]) / max(neg.sum(), 1e-12)])
