@@ -50,6 +50,35 @@ class JoinFailsAtFirst(TorchBackend):
         super().rank_init(ctx)
 
 
+@dataclass(frozen=True)
+class RecordsPreload(TorchBackend):
+    """Leaves `preload-<rank>` in `marks` when a rank preloads, and `met-<rank>` once the rank is
+    past the all-gather that gives it rank 0's rendezvous port (the first wait on the others)."""
+
+    marks: str = ""
+
+    def preload(self):
+        from pyspark import BarrierTaskContext
+
+        super().preload()
+        open(os.path.join(self.marks, f"preload-{BarrierTaskContext.get().partitionId()}"), "w").close()
+
+    def rendezvous_gateway(self, ctx):
+        open(os.path.join(self.marks, f"met-{ctx.rank}-saw-{len(os.listdir(self.marks))}"), "w").close()
+        return super().rendezvous_gateway(ctx)
+
+
+def test_every_rank_imports_its_backend_before_any_rank_waits_on_another(spark, tmp_path):
+    """Imported behind the rendezvous, cold ranks take turns: each waits for the other's import of
+    torch (about a second each here; docs/benchmarks.md, run_start_vs_torch_distributor)."""
+    run_barrier(spark, allreduce_rank, None, 2, RecordsPreload(timeout_s=60, marks=str(tmp_path)))
+    marks = sorted(os.listdir(tmp_path))
+    assert [m for m in marks if m.startswith("preload")] == ["preload-0", "preload-1"]
+    met = [m for m in marks if m.startswith("met")]
+    assert len(met) == 2 and all(int(m.rsplit("-", 1)[1]) >= 2 for m in met), \
+        f"a rank got past the all-gather before both ranks had preloaded: {marks}"
+
+
 def worker_env(_):
     yield {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
 

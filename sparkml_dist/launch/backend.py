@@ -41,6 +41,11 @@ class Backend(Protocol):
     def rendezvous_env(self, forwarder_port: int) -> dict[str, str]:
         """The rank's environment that points its rendezvous client at its loopback forwarder."""
 
+    def preload(self) -> None:
+        """Import what `rank_init` needs. Every rank calls it first, all at once: a cold import of
+        torch takes about a second, and imported later, behind the rendezvous, the ranks would
+        take turns waiting for each other's."""
+
     def rank_env(self, ctx: RankContext) -> dict[str, str]: ...
 
     def rank_init(self, ctx: RankContext) -> None: ...

@@ -59,6 +59,10 @@ class HorovodBackend:
                      ports: PortRange | None = None) -> DriverHandle:
         return RendezvousHandle(driver_host, secret, ports)
 
+    def preload(self) -> None:
+        # torch only: Horovod itself is imported in the forked child that calls hvd.init()
+        import torch  # noqa: F401
+
     def rendezvous_gateway(self, ctx: RankContext) -> tuple[str, int]:
         return ctx.extra["HOROVOD_GLOO_RENDEZVOUS_ADDR"], int(ctx.extra["HOROVOD_GLOO_RENDEZVOUS_PORT"])
 

@@ -198,6 +198,7 @@ def _frame_rank_main(batches, fn: RankFn, payload: Any, backend: Backend, option
 def _run_rank(fn: RankFn, payload: Any, backend: Backend, options: RankOptions, spill: Spill | None):
     from pyspark import BarrierTaskContext
 
+    backend.preload()  # before any wait on another rank: cold ranks import torch side by side, not in turn
     task = BarrierTaskContext.get()
     rank = task.partitionId()
     addresses = [info.address for info in task.getTaskInfos()]

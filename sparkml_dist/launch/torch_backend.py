@@ -33,6 +33,9 @@ class TorchBackend:
                      ports: PortRange | None = None) -> DriverHandle:
         return DriverHandle()  # the store lives in rank 0's task (launch.rendezvous)
 
+    def preload(self) -> None:
+        import torch.distributed  # noqa: F401
+
     def rendezvous_gateway(self, ctx: RankContext) -> tuple[str, int]:
         return ctx.master_addr, ctx.master_port
 
