@@ -98,6 +98,27 @@ def test_rows_to_score_that_cannot_be_read_are_an_error_naming_the_flag_or_key(s
     assert not (tmp_path / "out").exists()
 
 
+def test_a_model_trained_on_csv_scores_json_lines_and_parquet_in_their_own_format(spark, champion, tmp_path):
+    """Rows to score are read in the format their files name, not the training rows' (the Adult
+    model was trained from CSV), and a column the model was not trained on is not a feature: it
+    is logged and left out, not a schema drift."""
+    from sparkml_dist.stages.score import score
+
+    cfg, uri = champion
+    rows = raw_rows(cfg, 400).assign(delivered_by="nightly-export")
+    expected = _load(cfg, uri).predict(rows.drop(columns="delivered_by"))["probability"].to_numpy()
+    json_dir = tmp_path / "as_json"
+    json_dir.mkdir()
+    rows.to_json(json_dir / "part-0.json", orient="records", lines=True)
+    parquet = tmp_path / "rows.parquet"
+    rows.to_parquet(parquet)
+    for location in (json_dir, parquet):
+        scored = score(spark, cfg, uri, str(location), str(tmp_path / f"out_{location.name}"))
+        assert (scored.scored_rows, scored.rejected_rows) == (400, 0), location
+        by_spark = pq.read_table(scored.path).to_pandas().sort_values("row_id")
+        assert (abs(by_spark["probability"].to_numpy() - expected) < 1e-6).all(), location
+
+
 def test_a_model_logged_without_a_pipeline_takes_features_and_gives_its_tasks_columns(tmp_path):
     """No raw_features: the `features` array in; a binary model's probability alone, and every
     other task's prediction columns, as before raw rows."""

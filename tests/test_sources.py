@@ -230,3 +230,31 @@ def test_a_csv_source_still_lists_every_column_with_its_type():
     with pytest.raises(ConfigError, match="a csv source lists every column, in file order, each with a type"):
         parse_config({"data": {"train_path": "x.csv", "test_path": "x.csv", "label": {"column": "y"},
                                "columns": [{"name": "a", "role": "numeric"}, {"name": "y", "role": "label"}]}})
+
+
+def test_rows_for_a_model_trained_on_a_typed_source_cannot_come_as_csv(spark, tmp_path):
+    """CSV is read by position, and a typed source's config does not list every column in file
+    order: refused, naming the file and what to do, before anything is read."""
+    from sparkml_dist.data.sources import schema_of, with_types_of
+
+    train = str(tmp_path / "train.parquet")
+    spark.createDataFrame([(1.0, "a", "x"), (2.0, "b", "y")], "score double, city string, y string").write.parquet(train)
+    data = typed(train, {"column": "y", "classes": ["x", "y"]})
+    with ingest(spark, train, data) as trained:
+        for_model = with_types_of(data, schema_of(trained.data))
+    rows = tmp_path / "new.csv"
+    rows.write_text("score,city\n3.0,c\n")
+    with pytest.raises(DataError, match=r"new.csv' is CSV, but the training rows are parquet, so data.columns does "
+                                        r"not list every column .* Give these rows as parquet"):
+        ingest(spark, str(rows), for_model, require_label=False, key="--input")
+
+
+def test_a_file_that_is_not_what_its_name_says_is_an_error_with_the_readers_own_reason(spark, tmp_path):
+    """Not Py4J's "An error occurred while calling o95.load": the innermost Java exception's message."""
+    folder = tmp_path / "export"
+    folder.mkdir()
+    (folder / "part-0.parquet").write_text("id,score\n1,2.0\n")
+    data = typed(str(folder), {"column": "y"})
+    with pytest.raises(DataError, match=r"cannot read parquet input '.*export': .*part-0.parquet is not a Parquet "
+                                        r"file"):
+        ingest(spark, str(folder), data)

@@ -6,7 +6,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, ValidationError, field_validator,
+                      model_validator)
 from pydantic_core import PydanticCustomError
 
 from sparkml_dist.config.overrides import apply_overrides
@@ -25,7 +26,7 @@ ColumnType = Literal["int", "double", "string", "boolean"]
 ColumnRole = Literal["numeric", "categorical", "label", "id", "ignore", "weight"]
 SourceFormat = Literal["csv", "parquet", "orc", "json", "table"]
 TYPED_FORMATS = ("parquet", "orc", "json", "table")
-_EXTENSIONS = {".parquet": "parquet", ".pq": "parquet", ".orc": "orc", ".json": "json", ".jsonl": "json"}
+_EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".orc": "orc", ".json": "json", ".jsonl": "json"}
 
 
 class ColumnSpec(Section):
@@ -93,8 +94,9 @@ class DataConfig(Section):
 
     train_path: str = Field(description="training rows: a file, a directory or a glob, or a table name with format "
                                         "table; pkg://<package>/<file> reads a file shipped in an installed package")
-    test_path: str = Field(description="held-out rows for the test metrics and the gate (same format as train_path)")
-    score_path: str | None = Field(None, description="raw rows to score; defaults to test_path")
+    test_path: str = Field(description="held-out rows for the test metrics and the gate; read in the format its "
+                                       "extension or files name, else train_path's")
+    score_path: str | None = Field(None, description="raw rows to score (format: as test_path); defaults to test_path")
     format: SourceFormat | None = Field(None, description="csv, parquet, orc, json or table (spark.table(<path>)); "
                                                           "default from the path's extension, or for a local "
                                                           "directory from its files' extensions, else csv")
@@ -117,9 +119,32 @@ class DataConfig(Section):
     row_group_rows: int = Field(2048, ge=64, description="about this many rows per Parquet row group (the unit a "
                                                          "rank reads and shuffles)")
 
+    # the feature columns of the trained model that rows are read for (with_model_features): a
+    # source column outside them that data.columns does not name is not a feature. None: rows read
+    # to train on, whose columns make the features
+    _model_features: frozenset[str] | None = PrivateAttr(None)
+
+    @property
+    def model_features(self) -> frozenset[str] | None:
+        return self._model_features
+
+    def with_model_features(self, features) -> "DataConfig":
+        copy = self.model_copy()
+        copy._model_features = frozenset(features)
+        return copy
+
     @property
     def source_format(self) -> str:
         return format_of(self.train_path, self.format)
+
+    def format_of_input(self, location: str) -> str:
+        """The format to read `location` in: for a path other than train_path, the one its own
+        extension or files name (a model trained on Parquet scores JSON lines as readily), else
+        data.format or the training rows' format. Table names name no format: with format table
+        every input is a table."""
+        if location == self.train_path or self.format == "table":
+            return self.source_format
+        return _named_format(location) or _format_of_files_in(location) or self.source_format
 
     @property
     def typed(self) -> bool:

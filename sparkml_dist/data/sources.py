@@ -63,7 +63,21 @@ SOURCES: Registry[Reader] = Registry("data.format")
 
 
 def read_source(spark: SparkSession, path: str, location: str, cfg: DataConfig) -> RawRows:
-    return SOURCES.get(cfg.source_format)(spark, path, location, cfg)
+    fmt = cfg.format_of_input(location)
+    return SOURCES.get(fmt)(spark, path, location, read_as(cfg, fmt, location))
+
+
+def read_as(cfg: DataConfig, fmt: str, location: str) -> DataConfig:
+    """`cfg` for reading `location` in `fmt`, which may differ from the training rows' format.
+    Rows trained from a typed source cannot be read from CSV: CSV is read by position, and only
+    data.columns (every column, in file order, with its type) says what each position is."""
+    if fmt == cfg.source_format:
+        return cfg
+    if fmt == "csv" and cfg.typed:
+        raise DataError(f"'{location}' is CSV, but the training rows are {cfg.source_format}, so data.columns does "
+                        f"not list every column in file order with its type, as CSV needs. Give these rows as "
+                        f"{cfg.source_format} (or JSON lines, ORC), or train from CSV with data.columns")
+    return cfg.model_copy(update={"format": fmt})
 
 
 def resolve_path(location: str) -> str:
@@ -206,8 +220,22 @@ def read_typed(spark: SparkSession, path: str, location: str, cfg: DataConfig) -
         frame = spark.table(path) if fmt == "table" else spark.read.format(fmt).load(storage.spark_path(path))
         frame.schema  # resolving the schema is where a missing path or a wrong format fails
     except Exception as exc:  # AnalysisException: no such path or table, not that format
-        raise DataError(f"cannot read {fmt} input '{location}': {str(exc).splitlines()[0]}") from None
+        raise DataError(f"cannot read {fmt} input '{location}': {root_cause(exc)}") from None
     return typed_rows(frame, location, cfg)
+
+
+def root_cause(exc: Exception) -> str:
+    """What went wrong, in one line: the innermost Java exception's message for a Py4J error
+    (whose first line says only which call failed: "An error occurred while calling o95.load"),
+    else the first line."""
+    cause = getattr(exc, "java_exception", None)
+    try:
+        while cause is not None and cause.getCause() is not None:
+            cause = cause.getCause()
+        message = cause.getMessage() if cause is not None else None
+    except Exception:  # noqa: BLE001 - the gateway may be gone; the text is still there
+        message = None
+    return (message or str(exc) or type(exc).__name__).splitlines()[0]
 
 
 def typed_rows(frame: DataFrame, location: str, cfg: DataConfig) -> RawRows:
@@ -254,25 +282,28 @@ def schema_of(data: DataConfig) -> dict[str, str]:
 
 
 def with_types_of(cfg: DataConfig, schema: Mapping[str, str]) -> DataConfig:
-    """`cfg` with the types that the training rows resolved (`schema`: column -> "type/role", as
-    the manifest and the model record it) for every feature column it does not type itself. A
-    typed source's later reads (test rows, rows to score, a stream) then read each feature as the
-    model was trained on it, and a value that does not cast is a reject with its reason; Spark's
-    inference from those files alone would make a number column text over one bad value, and the
-    whole file would fail the model's schema check. CSV configs type every column already."""
-    if not cfg.typed or not schema:
+    """`cfg` for reading rows for the model trained on `schema` (column -> "type/role", as the
+    manifest and the model record it). A typed source's later reads (test rows, rows to score, a
+    stream) then read each feature as the model was trained on it, and a value that does not cast
+    is a reject with its reason; Spark's inference from those files alone would make a number
+    column text over one bad value, and the whole file would fail the model's schema check. CSV
+    configs type every column already. A column the model was not trained on, and that
+    data.columns does not name, is not a feature (an upstream table that gained a column, a date
+    that JSON carries as text)."""
+    if not schema:
         return cfg
-    columns = list(cfg.columns)
-    where = {c.name: i for i, c in enumerate(columns)}
-    for name, kind in schema.items():
-        type_, _, role = kind.partition("/")
-        if role not in ("numeric", "categorical"):
-            continue
-        if name not in where:
-            columns.append(ColumnSpec(name=name, type=type_, role=role))
-        elif columns[where[name]].type is None:
-            columns[where[name]] = columns[where[name]].model_copy(update={"type": type_})
-    return cfg.model_copy(update={"columns": columns})
+    features = {name: kind.partition("/") for name, kind in schema.items()}
+    features = {name: (type_, role) for name, (type_, _, role) in features.items() if role in ("numeric", "categorical")}
+    if cfg.typed:
+        columns = list(cfg.columns)
+        where = {c.name: i for i, c in enumerate(columns)}
+        for name, (type_, role) in features.items():
+            if name not in where:
+                columns.append(ColumnSpec(name=name, type=type_, role=role))
+            elif columns[where[name]].type is None:
+                columns[where[name]] = columns[where[name]].model_copy(update={"type": type_})
+        cfg = cfg.model_copy(update={"columns": columns})
+    return cfg.with_model_features(features)
 
 
 def resolve_columns(cfg: DataConfig, fields: list[T.StructField], location: str) -> list[ColumnSpec]:
@@ -287,7 +318,7 @@ def resolve_columns(cfg: DataConfig, fields: list[T.StructField], location: str)
                         f"{names[:50]}{' ...' if len(names) > 50 else ''}. data.columns names them, or (reading rows "
                         f"for a trained model) the model was trained on them")
     configured = {c.name: c for c in cfg.columns}
-    out, ignored = [], []
+    out, ignored, unused = [], [], []
     for f in fields:
         source_type = _type_name(f.dataType)
         spec = configured.get(f.name)
@@ -298,12 +329,18 @@ def resolve_columns(cfg: DataConfig, fields: list[T.StructField], location: str)
         kind = (spec.type if spec and spec.type else source_type) or "string"
         if role == "ignore" and spec is None and source_type is None:
             ignored.append(f"{f.name} ({f.dataType.simpleString()})")
+        if role in ("numeric", "categorical") and spec is None and cfg.model_features is not None \
+                and f.name not in cfg.model_features:
+            role = "ignore"
+            unused.append(f"{f.name} ({f.dataType.simpleString()})")
         if role in ("numeric", "weight") and kind not in ("int", "double"):
             raise DataError(f"{location}: column '{f.name}' is {f.dataType.simpleString()}, which cannot be role "
                             f"'{role}'; give it role categorical or ignore in data.columns, or a numeric type")
         out.append(ColumnSpec(name=f.name, type=kind, role=role))
     if ignored:
         log.info("%s: columns of other types are not features: %s", location, ", ".join(ignored))
+    if unused:
+        log.info("%s: columns the model was not trained on are not features: %s", location, ", ".join(unused))
     if not any(c.role in ("numeric", "categorical") for c in out):
         raise DataError(f"{location}: no feature columns (numbers, strings or booleans besides the label)")
     return out

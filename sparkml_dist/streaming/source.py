@@ -11,7 +11,8 @@ from pyspark.sql.types import StructType
 
 from sparkml_dist import storage
 from sparkml_dist.config.schema import DataConfig, StreamConfig
-from sparkml_dist.data.sources import RawRows, csv_rows, numbered_lines, resolve_path, typed_rows, with_task
+from sparkml_dist.data.sources import (RawRows, csv_rows, numbered_lines, read_as, resolve_path, typed_rows,
+                                      with_task)
 from sparkml_dist.errors import ConfigError, DataError
 
 
@@ -28,13 +29,15 @@ class StreamSource:
 
 
 def read_stream(spark: SparkSession, location: str, data: DataConfig, stream: StreamConfig) -> StreamSource:
-    """Every file that arrives in `location` (a directory), in `data.format`."""
+    """Every file that arrives in `location` (a directory), in the format of the files already
+    there, else data.format or the training rows' format."""
     path = storage.spark_path(resolve_path(location))
     options = dict(stream.source_options)
     if stream.max_files_per_trigger:
         options["maxFilesPerTrigger"] = str(stream.max_files_per_trigger)
     reader = spark.readStream.options(**options)
-    fmt = data.source_format
+    fmt = data.format_of_input(location)
+    data = read_as(data, fmt, location)
     if fmt == "csv":
         return StreamSource(_opened(lambda: reader.text(path), location), with_task(data, list(data.columns)),
                             lambda batch: csv_rows(numbered_lines(batch, data), data))
