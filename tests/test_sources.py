@@ -238,7 +238,8 @@ def test_rows_for_a_model_trained_on_a_typed_source_cannot_come_as_csv(spark, tm
     from sparkml_dist.data.sources import schema_of, with_types_of
 
     train = str(tmp_path / "train.parquet")
-    spark.createDataFrame([(1.0, "a", "x"), (2.0, "b", "y")], "score double, city string, y string").write.parquet(train)
+    spark.createDataFrame([(1.0, "a", "x"), (2.0, "b", "y")], "score double, city string, y string") \
+        .write.parquet(train)
     data = typed(train, {"column": "y", "classes": ["x", "y"]})
     with ingest(spark, train, data) as trained:
         for_model = with_types_of(data, schema_of(trained.data))

@@ -292,8 +292,8 @@ def with_types_of(cfg: DataConfig, schema: Mapping[str, str]) -> DataConfig:
     that JSON carries as text)."""
     if not schema:
         return cfg
-    features = {name: kind.partition("/") for name, kind in schema.items()}
-    features = {name: (type_, role) for name, (type_, _, role) in features.items() if role in ("numeric", "categorical")}
+    kinds = {name: kind.partition("/") for name, kind in schema.items()}
+    features = {name: (type_, role) for name, (type_, _, role) in kinds.items() if role in ("numeric", "categorical")}
     if cfg.typed:
         columns = list(cfg.columns)
         where = {c.name: i for i, c in enumerate(columns)}
