@@ -87,6 +87,34 @@ def test_a_where_predicate_may_not_reach_past_the_input_rows(spark, where, refus
         select_rows(rows, where)
 
 
+def test_new_rows_to_fine_tune_on_are_read_as_the_model_was_trained(spark, tmp_path):
+    """A model trained from Parquet, fine-tuned on JSON lines that carry a column it never saw:
+    the new rows take the model's columns and types, the extra column is not a feature (else the
+    test rows, which lack it, could not be read, and the schemas would differ)."""
+    import json
+
+    from pyspark.ml import PipelineModel
+
+    from sparkml_dist.config import parse_config
+    from sparkml_dist.stages import preprocess
+
+    rows = [(float(i % 17), ["n", "s", "e"][i % 3], 3.0 * (i % 17) + (i % 3)) for i in range(300)]
+    for name in ("train", "test"):
+        spark.createDataFrame(rows, "size double, side string, price double").write.parquet(str(tmp_path / name))
+    cfg = parse_config({"data": {"train_path": str(tmp_path / "train"), "test_path": str(tmp_path / "test"),
+                                 "label": {"column": "price"}}, "output": {"root": str(tmp_path / "out")}})
+    base = preprocess(spark, cfg)
+    new_rows = tmp_path / "new.jsonl"
+    new_rows.write_text("".join(json.dumps({"size": i % 17, "side": "n", "price": 3.0 * (i % 17), "agent": "acme"})
+                                + "\n" for i in range(60)))
+    again = cfg.with_overrides(f"data.train_path={new_rows}")
+    fitted = PipelineModel.load(base.feature_pipeline)
+    tuned = preprocess(spark, again, fitted=fitted, out=str(tmp_path / "ft"), trained_on=base.manifest.schema)
+    assert tuned.manifest.schema == {**base.manifest.schema, "agent": "string/ignore"}, \
+        "the model's columns and types, the column it never saw not a feature"
+    assert tuned.manifest.inputs["train"] == {"input": 60, "accepted": 60, "rejected": 0}
+
+
 @pytest.fixture(scope="module")
 def tuned(spark, module_adult_config):
     """A champion trained on everyone, then fine-tuned on married women ("Wife")."""

@@ -67,7 +67,8 @@ def finetune(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> FinetuneRes
     out = OutputPaths.of(cfg).under("finetune")
     fitted = PipelineModel.load(storage.spark_path(bundle.pipeline_for_spark))
     # the new rows are encoded the way the base model saw its own: its pipeline, its classes or scale
-    prep = preprocess(spark, cfg, fitted=fitted, where=ft.where, out=storage.join(out, "preprocess"), target=target)
+    prep = preprocess(spark, cfg, fitted=fitted, where=ft.where, out=storage.join(out, "preprocess"), target=target,
+                      trained_on=bundle.training_schema)
     check_schema(prep.manifest.schema, bundle)
     train_cfg = cfg.train.model_copy(update={"epochs": ft.epochs, "learning_rate": ft.learning_rate})
     warm = WarmStart(bundle.spec, bundle.weights, bundle.feature_pipeline_path, bundle.training_schema or {},

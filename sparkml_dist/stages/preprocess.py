@@ -7,7 +7,7 @@ import time
 from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from pyspark.ml import PipelineModel
 from pyspark.sql import DataFrame, SparkSession
@@ -49,12 +49,14 @@ __all__ = ["PreprocessResult", "preprocess", "select_rows"]
 
 
 def preprocess(spark: SparkSession, cfg: JobConfig, fitted: PipelineModel | None = None, where: str | None = None,
-               out: str | None = None, target: Target | None = None) -> PreprocessResult:
+               out: str | None = None, target: Target | None = None,
+               trained_on: Mapping[str, str] | None = None) -> PreprocessResult:
     """Fit the feature pipeline and the target on the training rows (or reuse `fitted` and
-    `target`, a model's own, when fine-tuning) and write the splits under `out` (default
+    `target`, a model's own, when fine-tuning, with `trained_on`, its training schema: the new rows
+    are read as it was trained) and write the splits under `out` (default
     `<output.root>/preprocess`, a path or URI); `where` keeps only the rows it matches."""
     out = storage.absolute(str(out)) if out is not None else OutputPaths.of(cfg).preprocess
-    inputs = {"train": _ingest_input(spark, cfg, "train", cfg.data, target)}
+    inputs = {"train": _ingest_input(spark, cfg, "train", with_types_of(cfg.data, trained_on or {}), target)}
     try:
         data = inputs["train"].data
         check_task(cfg, data)
