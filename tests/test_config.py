@@ -160,6 +160,26 @@ def test_the_docs_script_runs_as_the_docs_say_and_changes_nothing_when_up_to_dat
     assert subprocess.run([sys.executable, "scripts/config_docs.py", "--check"], cwd=root).returncode == 0
 
 
+def test_every_input_but_the_training_rows_is_read_in_the_format_it_names(tmp_path):
+    """Rows to score, test rows and a stream's files take the format their own name or files name,
+    else the training rows'; with format table a name without a '/' is a table, a path a file."""
+    (tmp_path / "exported").mkdir()
+    (tmp_path / "exported" / "part-0.snappy.orc").write_bytes(b"")
+    parquet = parse_config({"data": {"train_path": str(tmp_path / "train.parquet"), "test_path": "t.parquet",
+                                     "label": {"column": "y"}}}).data
+    table = parse_config({"data": {"train_path": "credit.train", "test_path": "credit.test", "format": "table",
+                                   "label": {"column": "y"}}}).data
+    assert parquet.format_of_input(str(tmp_path / "train.parquet")) == "parquet"
+    assert parquet.format_of_input("/in/new_rows.json") == "json"
+    assert parquet.format_of_input("/in/new_rows.csv") == "csv"
+    assert parquet.format_of_input(str(tmp_path / "exported")) == "orc"
+    assert parquet.format_of_input("/in/no_extension") == "parquet", "else the training rows' format"
+    assert table.format_of_input("credit.new_applications") == "table"
+    assert table.format_of_input("credit.json") == "table", "a table named json, not a file"
+    assert table.format_of_input("/landing/applications.json") == "json"
+    assert table.format_of_input(str(tmp_path / "exported")) == "orc"
+
+
 def test_a_directory_of_part_files_is_read_in_the_format_its_files_name(tmp_path):
     """Spark writes a Parquet or ORC table as a directory of part files: a path without an
     extension takes the format of the files in it; a directory whose files name no single format

@@ -140,9 +140,9 @@ class DataConfig(Section):
     def format_of_input(self, location: str) -> str:
         """The format to read `location` in: for a path other than train_path, the one its own
         extension or files name (a model trained on Parquet scores JSON lines as readily), else
-        data.format or the training rows' format. Table names name no format: with format table
-        every input is a table."""
-        if location == self.train_path or self.format == "table":
+        data.format or the training rows' format. With format table, a name without a '/' is a
+        table's (`db.new_rows`, never a file), and a path is read as its own format names."""
+        if location == self.train_path or (self.format == "table" and "/" not in location):
             return self.source_format
         return _named_format(location) or _format_of_files_in(location) or self.source_format
 
