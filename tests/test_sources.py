@@ -259,3 +259,23 @@ def test_a_file_that_is_not_what_its_name_says_is_an_error_with_the_readers_own_
     with pytest.raises(DataError, match=r"cannot read parquet input '.*export': .*part-0.parquet is not a Parquet "
                                         r"file"):
         ingest(spark, str(folder), data)
+
+
+def test_rows_for_a_model_need_no_column_it_ignored_but_training_rows_do(spark, tmp_path):
+    """A scoring feed without the columns the config ignores (a leak of the outcome, a free-text
+    note) is scored; a training input without a column data.columns names is still an error (a
+    misspelt name would otherwise pass unnoticed)."""
+    from sparkml_dist.data.sources import schema_of, with_types_of
+
+    train = str(tmp_path / "train.parquet")
+    spark.createDataFrame([(1.0, "a", "n1", "x"), (2.0, "b", "n2", "y")],
+                          "score double, city string, note string, y string").write.parquet(train)
+    data = typed(train, {"column": "y", "classes": ["x", "y"]}, columns=[{"name": "note", "role": "ignore"}])
+    with ingest(spark, train, data) as trained:
+        for_model = with_types_of(data, schema_of(trained.data))
+    rows = tmp_path / "new.json"
+    rows.write_text('{"score": 3, "city": "c"}\n')
+    with ingest(spark, str(rows), for_model, require_label=False) as scored:
+        assert scored.counts() == {"input": 1, "accepted": 1, "rejected": 0}
+    with pytest.raises(DataError, match=r"column\(s\) \['note'\] named in data are not in the source"):
+        ingest(spark, str(rows), data, require_label=False)

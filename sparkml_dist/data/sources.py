@@ -310,8 +310,11 @@ def resolve_columns(cfg: DataConfig, fields: list[T.StructField], location: str)
     """Every source column with a type (the source's, or the configured cast) and a role (the
     configured one, the label's, the weight's, or the type's)."""
     names = [f.name for f in fields]
-    # rows to score need no label or weight: ingest requires them where it reads them
+    # rows to score need no label or weight: ingest requires them where it reads them; and rows
+    # read for a trained model need no column it ignored
     optional = {cfg.label.column, cfg.weight_column}
+    if cfg.model_features is not None:
+        optional |= {c.name for c in cfg.columns if c.role == "ignore"}
     missing = [n for n in dict.fromkeys(c.name for c in cfg.columns) if n not in names and n not in optional]
     if missing:
         raise DataError(f"{location}: column(s) {missing} named in data are not in the source; its columns: "
