@@ -77,3 +77,30 @@ def test_scoring_config_that_drifted_from_the_training_schema_is_refused(tmp_pat
         check_schema(schema_of(cfg), bundle)
     same = {"age": "int/numeric", "score": "double/numeric", "city": "string/categorical", "y": "string/label"}
     check_schema(schema_of(cfg), ModelBundle(spec=ModelSpec("mlp", 1), weights=b"", training_schema=same))
+
+
+@pytest.mark.spark
+def test_the_evaluate_job_quarantines_the_test_rows_it_cannot_score_and_counts_them(spark, adult_trained, tmp_path):
+    """Evaluating a model on a test file of its own (the evaluate job, --model-uri): a malformed
+    line and a label the model has no class for are rejects with their reasons, written where a
+    person can look and counted in the metrics; the rest are scored. None vanish."""
+    from pathlib import Path
+
+    from sparkml_dist.data.sources import resolve_path
+    from sparkml_dist.stages.evaluate import evaluate
+
+    cfg, _, trained = adult_trained
+    lines = Path(resolve_path(cfg.data.test_path)).read_text().splitlines()
+    good = [line for line in lines[1:] if line.strip()][:300]
+    unknown = good[0].rsplit(",", 1)[0] + ", >100K."
+    rows = tmp_path / "more_test_rows.csv"
+    rows.write_text("\n".join(good + [unknown, "39, State-gov, 77516"]) + "\n")
+    own = cfg.with_overrides(f"data.test_path={rows}", f"output.root={tmp_path / 'out'}")
+    report = evaluate(spark, own, trained.model_uri, cfg.tracking.tracking_uri)
+    assert report.metrics["rows"] == 300 and report.metrics["rejected_rows"] == 2
+    rejects = pq.read_table(tmp_path / "out" / "evaluate" / "rejects").to_pandas()
+    reasons = sorted(rejects["reason"])
+    assert reasons[0] == "label 'income': unknown value '>100K.' (expected '>50K' or '<=50K')", \
+        "one reason, the config's own (positive/negative), not also the target's"
+    assert reasons[1].startswith("malformed line: expected 15 fields"), reasons
+    assert set(rejects["source_file"]) == {rows.as_uri()}

@@ -138,10 +138,11 @@ def _reject_reason(raw: RawRows, data: DataConfig, require_label: bool, target: 
         if c.role == "label":
             if require_label:
                 task = get_task(data.label.task)
-                problems.append(task.label_problem(data.label, F.col(c.name)))
-                if target is not None:
+                problem = task.label_problem(data.label, F.col(c.name))
+                problems.append(problem)
+                if target is not None:  # one reason a row: a label the config already refuses is not also unknown
                     value = task.label_value(data.label, F.col(c.name))
-                    problems.append(F.when(value.isNotNull() & task.encode(target, value).isNull(),
+                    problems.append(F.when(problem.isNull() & value.isNotNull() & task.encode(target, value).isNull(),
                                            unknown_label_reason(target, c.name, F.col(c.name))))
         elif c.role == "weight" and require_label:  # scoring needs no weights
             problems.append(_weight_problem(c.name))

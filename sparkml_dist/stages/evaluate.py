@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 from pyspark import StorageLevel
@@ -9,18 +10,21 @@ from pyspark.sql import DataFrame, SparkSession
 
 from sparkml_dist import storage
 from sparkml_dist.config.schema import JobConfig
-from sparkml_dist.data.ingest import LABEL, ROW_ID, WEIGHT, ingest
+from sparkml_dist.data.ingest import LABEL, ROW_ID, WEIGHT, IngestResult, ingest
 from sparkml_dist.data.labels import encode_labels, model_target
-from sparkml_dist.data.sources import with_types_of
+from sparkml_dist.data.sources import common_reasons, describe_reasons, with_types_of
 from sparkml_dist.errors import SparkMLDistError
 from sparkml_dist.inference.udf import score_features
 from sparkml_dist.stages.records import EvaluateRecord, TrainRecord
 from sparkml_dist.stages.score import load_pipeline
+from sparkml_dist.storage.hadoop import atomic_dir
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tracking.client import RunHandle, resolve_tracking_uri
 from sparkml_dist.tracking.models import load_bundle
 from sparkml_dist.tracking.outcome import log_plot
 from sparkml_dist.tasks.base import Target, TaskReport
+
+log = logging.getLogger(__name__)
 
 
 def evaluate(spark: SparkSession, cfg: JobConfig, model_uri: str, tracking_uri: str,
@@ -28,12 +32,19 @@ def evaluate(spark: SparkSession, cfg: JobConfig, model_uri: str, tracking_uri: 
     """Score `test_rows` (typed raw columns + label, as ingest makes them; default: the config's
     test file) with the model's own feature pipeline, target and weights, and aggregate the task's
     metrics in Spark. Rows whose label the model does not know (a class it was not trained on)
-    are not scored; `metrics["unknown_label_rows"]` counts them."""
+    are not scored; `metrics["unknown_label_rows"]` counts them. Reading the config's test file,
+    such rows are rejects instead, with every other unusable row: `metrics["rejected_rows"]`
+    counts them and `<output.root>/evaluate/rejects` holds them with their reasons."""
     bundle = load_bundle(model_uri, tracking_uri, spark=spark, shared_dir=OutputPaths.of(cfg).models)
     if test_rows is None:
-        with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, bundle.training_schema or {}),
-                    key="data.test_path") as test_input:
-            return evaluate(spark, cfg, model_uri, tracking_uri, test_input.accepted)
+        data = with_types_of(cfg.data, bundle.training_schema or {})
+        with ingest(spark, cfg.data.test_path, data, key="data.test_path",
+                    target=model_target(bundle.target, data)) as test_input:
+            report = evaluate(spark, cfg, model_uri, tracking_uri, test_input.accepted)
+            if test_input.rejected_rows:
+                _quarantine(spark, cfg, test_input)
+                report.metrics["rejected_rows"] = float(test_input.rejected_rows)
+            return report
     target = model_target(bundle.target, cfg.data)
     labelled = encode_labels(test_rows, target, cfg.data)
     weighted = WEIGHT in test_rows.columns
@@ -45,6 +56,15 @@ def evaluate(spark: SparkSession, cfg: JobConfig, model_uri: str, tracking_uri: 
     if labelled.unknown_rows:
         report.metrics["unknown_label_rows"] = float(labelled.unknown_rows)
     return report
+
+
+def _quarantine(spark: SparkSession, cfg: JobConfig, test_input: IngestResult) -> None:
+    """The test rows that could not be evaluated, with their reasons, where a person can look."""
+    out = OutputPaths.of(cfg).under("evaluate", "rejects")
+    with atomic_dir(spark, out) as staging:
+        test_input.rejects.coalesce(1).write.parquet(staging)
+    log.warning("evaluate: %d of %d test rows rejected, not scored (%s); they are in %s", test_input.rejected_rows,
+                test_input.input_rows, describe_reasons(common_reasons(test_input.rejects)), out)
 
 
 def _report_once_scored(scored: DataFrame, target: Target, weight: str | None) -> TaskReport:
