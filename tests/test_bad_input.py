@@ -104,3 +104,9 @@ def test_the_evaluate_job_quarantines_the_test_rows_it_cannot_score_and_counts_t
         "one reason, the config's own (positive/negative), not also the target's"
     assert reasons[1].startswith("malformed line: expected 15 fields"), reasons
     assert set(rejects["source_file"]) == {rows.as_uri()}
+
+    (tmp_path / "clean.csv").write_text("\n".join(good) + "\n")
+    again = evaluate(spark, own.with_overrides(f"data.test_path={tmp_path / 'clean.csv'}"), trained.model_uri,
+                     cfg.tracking.tracking_uri)
+    assert "rejected_rows" not in again.metrics and not (tmp_path / "out" / "evaluate" / "rejects").exists(), \
+        "an earlier evaluation's rejects are not left to look like this one's"

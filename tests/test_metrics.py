@@ -108,6 +108,33 @@ def test_the_epochs_validation_macro_f1_summed_over_ranks_matches_sklearn(weight
 
 
 @pytest.mark.parametrize("weighted", [False, True])
+def test_the_epochs_validation_mae_and_r2_summed_over_ranks_match_sklearn(weighted):
+    """Each rank sums its validation rows' errors and labels (in the label's units, from the
+    standardised outputs); the allreduced sums give all rows' mae and r2."""
+    import torch
+
+    from sparkml_dist.tasks import get_task
+
+    rng = np.random.default_rng(9)
+    n = 3000
+    y = rng.normal(250_000.0, 60_000.0, n)  # prices: a large mean, as the label's sums must survive
+    predicted = y + rng.normal(0.0, 20_000.0, n)
+    weights = rng.uniform(0.2, 3.0, n) if weighted else np.ones(n)
+    task, target = get_task("regression"), Target("regression", mean=240_000.0, std=55_000.0)
+    outputs = torch.tensor((predicted - target.mean) / target.std, dtype=torch.float32).reshape(-1, 1)
+    packed = torch.tensor(np.stack([y, weights], axis=1), dtype=torch.float32)
+    shards = [slice(0, 1000), slice(1000, 1100), slice(1100, 3000)]
+    summed = sum(task.held_out_bins(target, outputs[r], packed[r]) for r in shards)
+    summed = summed + task.held_out_bins(target, torch.zeros(0), torch.zeros(0, 2))  # a rank with no rows
+    # the ranks hold float32 outputs and labels: compare with sklearn on those same values
+    y32, w32 = packed[:, 0].double().numpy(), packed[:, 1].double().numpy()
+    p32 = outputs.double().reshape(-1).numpy() * target.std + target.mean
+    extra = task.extra_from_bins(target, summed)
+    assert extra["mae"] == pytest.approx(skm.mean_absolute_error(y32, p32, sample_weight=w32), rel=1e-9)
+    assert extra["r2"] == pytest.approx(skm.r2_score(y32, p32, sample_weight=w32), abs=1e-9)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
 def test_multiclass_report_matches_sklearn(spark, weighted):
     rng = np.random.default_rng(2)
     k, n = 5, 4000

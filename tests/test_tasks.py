@@ -105,6 +105,15 @@ def test_diamond_prices_beat_least_squares_on_the_same_columns(workdir):
     plots = {p.name for p in Path(summary["outputs"]["plots"]).iterdir()}
     assert {"predicted_vs_actual.png", "residuals.png"} <= plots
 
+    from mlflow.tracking import MlflowClient
+
+    # each epoch's r2 and mae from the ranks' summed errors: the validation rows score as the test rows do
+    client = MlflowClient(summary["tracking_uri"])
+    val_r2, val_mae = ([m.value for m in client.get_metric_history(summary["run_id"], name)]
+                       for name in ("val_r2", "val_mae"))
+    assert len(val_r2) == len(val_mae) == 12 and val_r2[-1] == pytest.approx(metrics["r2"], abs=0.01)
+    assert val_mae[-1] == pytest.approx(metrics["mae"], rel=0.1)
+
 
 def least_squares(folder: Path) -> dict[str, float]:
     import pandas as pd

@@ -72,9 +72,9 @@ class TuneConfig(BaseModel):
     parallel_trials: int = Field(2, ge=1, description="trials running at once, each a barrier job")
     ranks_per_trial: int = Field(1, ge=1, description="train.num_ranks of every trial")
     metric: str | None = Field(None, description="validation metric to optimise: the task's held-out metric "
-                                                 "(default: accuracy, or rmse), 'loss', binary's 'roc_auc' or "
-                                                 "multiclass's 'macro_f1' (imbalanced classes); its direction comes "
-                                                 "from the task")
+                                                 "(default: accuracy, or rmse), 'loss', binary's 'roc_auc', "
+                                                 "multiclass's 'macro_f1' (imbalanced classes) or regression's "
+                                                 "'mae' or 'r2'; its direction comes from the task")
     sampler: Literal["tpe", "random"] = Field("tpe", description="Optuna sampler")
     seed: int = Field(0, description="the sampler's seed")
     pruner: Literal["median", "asha", "none"] = Field("median", description="stop losing trials at an epoch end")

@@ -41,8 +41,8 @@ def evaluate(spark: SparkSession, cfg: JobConfig, model_uri: str, tracking_uri: 
         with ingest(spark, cfg.data.test_path, data, key="data.test_path",
                     target=model_target(bundle.target, data)) as test_input:
             report = evaluate(spark, cfg, model_uri, tracking_uri, test_input.accepted)
+            _quarantine(spark, cfg, test_input)
             if test_input.rejected_rows:
-                _quarantine(spark, cfg, test_input)
                 report.metrics["rejected_rows"] = float(test_input.rejected_rows)
             return report
     target = model_target(bundle.target, cfg.data)
@@ -59,8 +59,12 @@ def evaluate(spark: SparkSession, cfg: JobConfig, model_uri: str, tracking_uri: 
 
 
 def _quarantine(spark: SparkSession, cfg: JobConfig, test_input: IngestResult) -> None:
-    """The test rows that could not be evaluated, with their reasons, where a person can look."""
+    """The test rows that could not be evaluated, with their reasons, where a person can look
+    (none: an earlier evaluation's are removed, so what is there is this one's)."""
     out = OutputPaths.of(cfg).under("evaluate", "rejects")
+    if not test_input.rejected_rows:
+        storage.delete(out)
+        return
     with atomic_dir(spark, out) as staging:
         test_input.rejects.coalesce(1).write.parquet(staging)
     log.warning("evaluate: %d of %d test rows rejected, not scored (%s); they are in %s", test_input.rejected_rows,

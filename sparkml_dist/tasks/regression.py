@@ -19,6 +19,7 @@ class Regression(Task):
     name = "regression"
     metrics = {"rmse": "lower", "mae": "lower", "r2": "higher"}
     held_out_metric = "rmse"
+    held_out_extra = ("mae", "r2")
     default_gate = ("r2", 0.0)  # better than predicting the mean
     classifier = False
 
@@ -66,6 +67,24 @@ class Regression(Task):
     def held_out(self, target: Target, loss_sum: float, metric_sum: float, weight_sum: float, rows: str = "val"):
         n = max(weight_sum, 1e-12)
         return Evaluation(rows, loss=loss_sum / n, metric="rmse", value=(metric_sum / n) ** 0.5)
+
+    def held_out_bins(self, target: Target, outputs, packed):
+        """Weighted sums over one batch, in the label's units: the weight, the absolute and squared
+        errors, and the label and its square. Summed over every rank's shard they give all
+        validation rows' mae and r2 (r2's total sum of squares from the label's sums)."""
+        import torch
+
+        label, weight = packed[:, 0].double(), packed[:, 1].double()
+        error = outputs.double().reshape(-1) * target.std + target.mean - label
+        return torch.stack([weight.sum(), (weight * error.abs()).sum(), (weight * error * error).sum(),
+                            (weight * label).sum(), (weight * label * label).sum()])
+
+    def extra_from_bins(self, target: Target, bins) -> dict[str, float]:
+        total, absolute, squared, label_sum, label_squares = (float(v) for v in bins.detach().cpu().double())
+        if total <= 0:
+            return {"mae": float("nan"), "r2": float("nan")}
+        ss_tot = label_squares - label_sum * label_sum / total
+        return {"mae": absolute / total, "r2": 1.0 - squared / ss_tot if ss_tot > 0 else float("nan")}
 
     def predict(self, target: Target, outputs: "np.ndarray") -> dict[str, "np.ndarray"]:
         import numpy as np
