@@ -37,6 +37,11 @@ TUNE = ".venv/bin/python -m sparkml_dist.cli tune --config conf/adult.yaml --set
     ("{train.epochs: {int: [1, 3], choice: [2]}}", "give exactly one of loguniform, uniform, int, choice"),
     ("{features.one_hot: {choice: [true, false]}}", "tune.space.features.one_hot: trials share one preprocess output"),
     ("{train.num_ranks: {int: [1, 2]}}", "set that instead"),
+    # Optuna's spelling: the forms this schema takes, with Optuna's log range translated
+    ("{train.learning_rate: {low: 1.0e-4, high: 1.0e-2, log: true}}",
+     "tune.space.train.learning_rate.low: unknown key; a range is {loguniform: [low, high]}, {uniform: [low, high]} "
+     "(step: n), {int: [low, high]} (log: true, step: n) or {choice: [values]}; Optuna's suggest_float(name, low, "
+     "high, log=True) is {loguniform: [low, high]}"),
 ])
 def test_a_search_space_outside_the_config_schema_is_refused_at_load(adult_config_path, space, words):
     with pytest.raises(ConfigError) as err:

@@ -37,12 +37,22 @@ def parse_config(raw: dict, source: str = "<config>") -> JobConfig:
         raise ConfigError(_describe(exc, source)) from None
 
 
+# Optuna's and Ray Tune's users write a range the way their library spells it
+_RANGE_FORMS = ("a range is {loguniform: [low, high]}, {uniform: [low, high]} (step: n), {int: [low, high]} "
+                "(log: true, step: n) or {choice: [values]}; Optuna's suggest_float(name, low, high, log=True) is "
+                "{loguniform: [low, high]} (docs/tuning.md)")
+
+
 def _describe(exc: ValidationError, source: str) -> str:
     lines = [f"{source}: {exc.error_count()} invalid config value(s):"]
+    range_forms_shown = False
     for err in exc.errors():
         key = ".".join(str(p) for p in err["loc"]) or "<top level>"
         msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
+        if err["type"] == "extra_forbidden" and err["loc"][:2] == ("tune", "space") and len(err["loc"]) == 4:
+            msg = "unknown key; " + ("see above" if range_forms_shown else _RANGE_FORMS)
+            range_forms_shown = True
+        elif err["type"] == "extra_forbidden":
             msg = f"unknown key;{_did_you_mean(err['loc'])} check its spelling against docs/configuration.md"
             if err["loc"][0] == "train":
                 msg += " (keys under train depend on train.strategy)"
