@@ -238,12 +238,14 @@ def root_cause(exc: Exception) -> str:
     return (message or str(exc) or type(exc).__name__).splitlines()[0]
 
 
-def typed_rows(frame: DataFrame, location: str, cfg: DataConfig) -> RawRows:
-    """A typed source's rows (a batch or a streaming frame) with the configured roles and casts."""
+def typed_rows(frame: DataFrame, location: str, cfg: DataConfig, say_roles: bool = True) -> RawRows:
+    """A typed source's rows (a batch or a streaming frame) with the configured roles and casts.
+    `say_roles=False`: no log line for the columns that are not features (a stream's micro-batches,
+    whose source said it once)."""
     # Spark's JSON reader (PERMISSIVE) keeps a line it cannot parse in this column: a reject, not a feature
     corrupt = frame.sparkSession.conf.get("spark.sql.columnNameOfCorruptRecord", "_corrupt_record")
     fields = [f for f in frame.schema.fields if f.name != corrupt]
-    columns = resolve_columns(cfg, fields, location)
+    columns = resolve_columns(cfg, fields, location, say_roles)
     source_types = {f.name: _type_name(f.dataType) for f in fields}
     typed = [_typed(c, source_types[c.name]) for c in columns]
     # a cast column's source value stays alongside, under a private name, for the raw text
@@ -306,7 +308,8 @@ def with_types_of(cfg: DataConfig, schema: Mapping[str, str]) -> DataConfig:
     return cfg.with_model_features(features)
 
 
-def resolve_columns(cfg: DataConfig, fields: list[T.StructField], location: str) -> list[ColumnSpec]:
+def resolve_columns(cfg: DataConfig, fields: list[T.StructField], location: str,
+                    say_roles: bool = True) -> list[ColumnSpec]:
     """Every source column with a type (the source's, or the configured cast) and a role (the
     configured one, the label's, the weight's, or the type's)."""
     names = [f.name for f in fields]
@@ -340,9 +343,9 @@ def resolve_columns(cfg: DataConfig, fields: list[T.StructField], location: str)
             raise DataError(f"{location}: column '{f.name}' is {f.dataType.simpleString()}, which cannot be role "
                             f"'{role}'; give it role categorical or ignore in data.columns, or a numeric type")
         out.append(ColumnSpec(name=f.name, type=kind, role=role))
-    if ignored:
+    if ignored and say_roles:
         log.info("%s: columns of other types are not features: %s", location, ", ".join(ignored))
-    if unused:
+    if unused and say_roles:
         log.info("%s: columns the model was not trained on are not features: %s", location, ", ".join(unused))
     if not any(c.role in ("numeric", "categorical") for c in out):
         raise DataError(f"{location}: no feature columns (numbers, strings or booleans besides the label)")

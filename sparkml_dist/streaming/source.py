@@ -46,7 +46,8 @@ def read_stream(spark: SparkSession, location: str, data: DataConfig, stream: St
     else:
         schema = _source_schema(spark, path, location, fmt, stream)
         frame = _opened(lambda: reader.schema(schema).format(fmt).load(path), location)
-    return StreamSource(frame, typed_rows(frame, location, data).data, lambda batch: typed_rows(batch, location, data))
+    return StreamSource(frame, typed_rows(frame, location, data).data,
+                        lambda batch: typed_rows(batch, location, data, say_roles=False))
 
 
 def _opened(open_frame: Callable[[], DataFrame], location: str) -> DataFrame:
