@@ -172,6 +172,7 @@ def test_every_input_but_the_training_rows_is_read_in_the_format_it_names(tmp_pa
     assert parquet.format_of_input(str(tmp_path / "train.parquet")) == "parquet"
     assert parquet.format_of_input("/in/new_rows.json") == "json"
     assert parquet.format_of_input("/in/new_rows.csv") == "csv"
+    assert parquet.format_of_input("/in/new_rows.json.gz") == "json", "compressed, as Spark reads it"
     assert parquet.format_of_input(str(tmp_path / "exported")) == "orc"
     assert parquet.format_of_input("/in/no_extension") == "parquet", "else the training rows' format"
     assert table.format_of_input("credit.new_applications") == "table"

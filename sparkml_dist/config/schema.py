@@ -68,7 +68,8 @@ def format_of(path: str, declared: str | None) -> str:
 
 
 def _named_format(path: str) -> str | None:
-    lower = path.lower().rstrip("/")
+    # Spark reads gzip and bzip2 text files as they are: rows.json.gz is JSON lines
+    lower = path.lower().rstrip("/").removesuffix(".gz").removesuffix(".bz2")
     for ext, fmt in _EXTENSIONS.items():
         if lower.endswith(ext) or lower.endswith(ext + "/*"):
             return fmt
@@ -84,7 +85,7 @@ def _format_of_files_in(path: str, look_at: int = 1000) -> str | None:
     if not folder.is_dir():
         return None
     names = (f.name for f in folder.rglob("*") if not f.name.startswith((".", "_")))
-    found = {_named_format(name.removesuffix(".gz").removesuffix(".bz2")) for name in islice(names, look_at)}
+    found = {_named_format(name) for name in islice(names, look_at)}
     found.discard(None)
     return found.pop() if len(found) == 1 else None
 
