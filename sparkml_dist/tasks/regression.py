@@ -80,11 +80,11 @@ class Regression(Task):
                             (weight * label).sum(), (weight * label * label).sum()])
 
     def extra_from_bins(self, target: Target, bins) -> dict[str, float]:
+        from sparkml_dist.validation.regression import metrics_from_sums
+
         total, absolute, squared, label_sum, label_squares = (float(v) for v in bins.detach().cpu().double())
-        if total <= 0:
-            return {"mae": float("nan"), "r2": float("nan")}
-        ss_tot = label_squares - label_sum * label_sum / total
-        return {"mae": absolute / total, "r2": 1.0 - squared / ss_tot if ss_tot > 0 else float("nan")}
+        metrics = metrics_from_sums(total, squared, absolute, label_sum, label_squares, undefined=float("nan"))
+        return {"mae": metrics["mae"], "r2": metrics["r2"]}
 
     def predict(self, target: Target, outputs: "np.ndarray") -> dict[str, "np.ndarray"]:
         import numpy as np

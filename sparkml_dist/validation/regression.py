@@ -14,6 +14,17 @@ from sparkml_dist.validation.common import plot_module, weight_of
 PLOT_POINTS = 5000
 
 
+def metrics_from_sums(total: float, sse: float, sae: float, sy: float, syy: float,
+                      undefined: float) -> dict[str, float]:
+    """rmse, mae and r2 from weighted sums: the weight, the squared and absolute errors, the label
+    and its square (the test report's Spark aggregation, or the ranks' allreduced epoch sums).
+    `undefined`: the value of a metric the rows cannot give (no rows; r2 of a constant label)."""
+    ss_tot = syy - sy * sy / total if total else 0.0
+    return {"rmse": math.sqrt(sse / total) if total else undefined,
+            "mae": sae / total if total else undefined,
+            "r2": 1.0 - sse / ss_tot if ss_tot > 0 else undefined}
+
+
 def regression_report(scored: DataFrame, label: str = "label", weight: str | None = None) -> TaskReport:
     y, p, w = F.col(label).cast("double"), F.col(PREDICTION).cast("double"), weight_of(weight)
     row = scored.agg(
@@ -21,16 +32,9 @@ def regression_report(scored: DataFrame, label: str = "label", weight: str | Non
         F.sum(w * (y - p) * (y - p)).alias("sse"), F.sum(w * F.abs(y - p)).alias("sae"),
         F.sum(w * y).alias("sy"), F.sum(w * y * y).alias("syy"),
     ).first()
-    n, total = int(row["n"] or 0), float(row["w"] or 0.0)
-    sse, sae = float(row["sse"] or 0.0), float(row["sae"] or 0.0)
-    mean = float(row["sy"] or 0.0) / total if total else 0.0
-    ss_tot = float(row["syy"] or 0.0) - total * mean * mean
-    metrics = {
-        "rows": float(n),
-        "rmse": math.sqrt(sse / total) if total else 0.0,
-        "mae": sae / total if total else 0.0,
-        "r2": 1.0 - sse / ss_tot if ss_tot > 0 else 0.0,
-    }
+    n = int(row["n"] or 0)
+    sums = (float(row[k] or 0.0) for k in ("w", "sse", "sae", "sy", "syy"))
+    metrics = {"rows": float(n), **metrics_from_sums(*sums, undefined=0.0)}
     sample = scored.select(y.alias("y"), p.alias("p"))
     if n > PLOT_POINTS:
         sample = sample.sample(fraction=min(1.0, 1.5 * PLOT_POINTS / n), seed=0)
