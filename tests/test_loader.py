@@ -75,3 +75,46 @@ def test_pieces_split_row_groups_at_rank_boundaries():
     groups = [RowGroup("a", 0, 10), RowGroup("a", 1, 10)]
     assert [(p.row_group, p.offset, p.length) for p in shard_pieces(groups, 0, 2)] == [(0, 0, 10)]
     assert [(p.row_group, p.offset, p.length) for p in shard_pieces(groups, 1, 3)] == [(0, 6, 4), (1, 0, 3)]
+
+
+def test_a_wide_one_hot_layout_is_shuffled_compact_and_made_dense_one_batch_at_a_time(tmp_path):
+    """A category with 20,000 values (an airline's tail numbers) is one int column on disk and
+    20,000 slots in the model's input. The loaders keep rows compact through the shuffle and the
+    spill, so the largest allocation is a batch, not a shuffle buffer of dense row groups
+    (4 x 2,048 rows x 20,003 floats = 655 MB); every batch still equals Spark ML's dense rows."""
+    import tracemalloc
+
+    from sparkml_dist.data.layout import ONEHOT, VALUE, FeatureBlock, FeatureLayout
+    from sparkml_dist.data.loader import FrameShardLoader
+
+    layout = FeatureLayout((FeatureBlock("age", VALUE, 1), FeatureBlock("tail", ONEHOT, 20_000),
+                            FeatureBlock("carrier", ONEHOT, 2)))
+    rows = 16_384
+    rng = np.random.default_rng(0)
+    table = pa.table({"age": pa.array(np.arange(rows, dtype=np.float32)),
+                      "tail": pa.array(rng.integers(0, 20_000, rows, dtype=np.int32)),
+                      "carrier": pa.array(rng.integers(0, 2, rows, dtype=np.int32)),
+                      "label": pa.array(np.ones(rows, np.float32))})
+    (tmp_path / "train").mkdir()
+    pq.write_table(table, tmp_path / "train" / "part-0.parquet", row_group_size=2048)
+    groups = [RowGroup("train/part-0.parquet", i, 2048) for i in range(rows // 2048)]
+    spill = tmp_path / "rank0.arrow"
+    with pa.ipc.new_file(spill, table.schema) as writer:
+        writer.write_table(table)
+    expected = layout.to_dense(table)
+    for loader in (ShardLoader(tmp_path, groups, 0, 1, 256, seed=1, layout=layout),
+                   FrameShardLoader(str(spill), 0, 256, seed=1, layout=layout)):
+        loader.prepare()
+        tracemalloc.start()
+        try:
+            seen = sum(len(x) for x, _ in loader.epoch(0))
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert seen == rows
+        assert peak < 3 * 256 * layout.dim * 4, f"{type(loader).__name__} allocated {peak / 2**20:.0f} MiB at once"
+        order = []
+        for x, _ in loader.epoch(1):
+            np.testing.assert_array_equal(x, expected[x[:, 0].astype(int)], "each row is its own dense row")
+            order += x[:, 0].astype(int).tolist()
+        assert sorted(order) == list(range(rows)) and order != list(range(rows)), "every row once, shuffled"

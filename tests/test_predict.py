@@ -39,3 +39,23 @@ def test_multiclass_predictions_are_a_distribution_and_its_best_class():
     np.testing.assert_allclose(out["probabilities"], reference, atol=1e-6)
     assert (out["prediction"] == reference.argmax(axis=1)).all()
     np.testing.assert_allclose(out["probability"], reference.max(axis=1), atol=1e-6)
+
+
+def test_compact_rows_scored_in_dense_chunks_give_the_dense_rows_predictions():
+    """Scoring workers keep a wide layout's rows compact and make `batch_rows` of them dense at a
+    time (inference/udf.py): the predictions are those of the whole dense batch."""
+    import pyarrow as pa
+
+    from sparkml_dist.data.layout import ONEHOT, VALUE, FeatureBlock, FeatureLayout
+
+    layout = FeatureLayout((FeatureBlock("x", VALUE, 1), FeatureBlock("city", ONEHOT, 11)))
+    rng = np.random.default_rng(2)
+    rows = pa.table({"x": pa.array(rng.normal(size=1001).astype(np.float32)),
+                     "city": pa.array(rng.integers(0, 11, 1001, dtype=np.int32))})
+    torch.manual_seed(0)
+    model = build_model(ModelSpec("mlp", 12, 0.0, (32,), output_dim=10)).eval()
+    target = Target("multiclass", tuple("abcdefghij"))
+    whole = predict(model, target, layout.to_dense(rows))
+    chunked = predict(model, target, layout.compact(rows), 64, expand=layout.expand)
+    np.testing.assert_allclose(chunked["probabilities"], whole["probabilities"], rtol=1e-5, atol=1e-6)
+    assert (chunked["prediction"] == whole["prediction"]).all()

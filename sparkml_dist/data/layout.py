@@ -50,19 +50,33 @@ class FeatureLayout:
     def from_json(raw: list[dict] | None) -> "FeatureLayout | None":
         return None if raw is None else FeatureLayout(tuple(FeatureBlock(**b) for b in raw))
 
-    def to_dense(self, table: pa.Table, where: str = "") -> np.ndarray:
+    def to_dense(self, table: pa.Table | pa.RecordBatch, where: str = "") -> np.ndarray:
         """The stored columns -> the float32 [rows, dim] matrix the model was built for."""
-        rows = table.num_rows
+        return self.expand(self.compact(table, where))
+
+    def compact(self, table: pa.Table | pa.RecordBatch, where: str = "") -> np.ndarray:
+        """The stored columns as a float32 [rows, blocks] matrix: a value, or a category's index
+        (exact in float32 below 2**24 slots). Rows are shuffled and batched in this form and made
+        dense one batch at a time: a one-hot block thousands of slots wide (an airline's tail
+        numbers) would otherwise make a shuffle buffer of a few row groups hundreds of MiB."""
+        out = np.empty((table.num_rows, len(self.blocks)), np.float32)
+        for i, block in enumerate(self.blocks):
+            values = table.column(block.column).to_numpy()
+            if block.kind == ONEHOT and len(values) and (values.min() < 0 or values.max() >= block.size):
+                raise DataError(f"{where}: column '{block.column}' holds an index outside [0, {block.size}); "
+                                f"the file does not match its manifest. Re-run the preprocess stage.")
+            out[:, i] = values
+        return out
+
+    def expand(self, compact: np.ndarray) -> np.ndarray:
+        """`compact`'s [rows, blocks] -> the dense float32 [rows, dim] matrix."""
+        rows = len(compact)
         out = np.zeros((rows, self.dim), np.float32)
         offset = 0
-        for block in self.blocks:
-            values = table.column(block.column).to_numpy()
+        for i, block in enumerate(self.blocks):
             if block.kind == ONEHOT:
-                if rows and (values.min() < 0 or values.max() >= block.size):
-                    raise DataError(f"{where}: column '{block.column}' holds an index outside [0, {block.size}); "
-                                    f"the file does not match its manifest. Re-run the preprocess stage.")
-                out[np.arange(rows), offset + values] = 1.0
+                out[np.arange(rows), offset + compact[:, i].astype(np.int64)] = 1.0
             else:
-                out[:, offset] = values
+                out[:, offset] = compact[:, i]
             offset += block.size
         return out

@@ -117,16 +117,20 @@ class ShardLoader:
                     carry_x, carry_y = head_x, head_y
                     continue
                 if emitted >= skip_batches:
-                    yield head_x, head_y
+                    yield self._dense(head_x), head_y
                 emitted += 1
             full = len(x) // self.batch_size * self.batch_size
             for b in range(0, full, self.batch_size):
                 if emitted >= skip_batches:
-                    yield x[b:b + self.batch_size], (y[b:b + self.batch_size] if y is not None else None)
+                    yield self._dense(x[b:b + self.batch_size]), (y[b:b + self.batch_size] if y is not None else None)
                 emitted += 1
             carry_x, carry_y = x[full:], (y[full:] if y is not None else None)
         if carry_x is not None and len(carry_x) and emitted >= skip_batches:
-            yield carry_x, carry_y
+            yield self._dense(carry_x), carry_y
+
+    def _dense(self, x: np.ndarray) -> np.ndarray:
+        """A batch as the model reads it: rows are kept compact (`FeatureLayout.compact`) until here."""
+        return self.layout.expand(x) if self.layout is not None else x
 
     def _read(self, pieces: list[Piece]) -> tuple[np.ndarray, np.ndarray | None]:
         """Decode the pieces' row groups in parallel and stack them."""
@@ -141,7 +145,8 @@ class ShardLoader:
         except (OSError, pa.ArrowException) as exc:
             raise DataError(f"{storage.join(self.root, p.file)}: row group {p.row_group} is unreadable ({exc}); "
                             f"re-run the preprocess stage to rewrite the dataset") from None
-        x = dense_features(table, self.layout, where=f"{storage.join(self.root, p.file)} row group {p.row_group}")
+        where = f"{storage.join(self.root, p.file)} row group {p.row_group}"
+        x = self.layout.compact(table, where) if self.layout is not None else dense_features(table, None, where)
         if "label" not in self.columns:
             return x, None
         y = np.ones((table.num_rows, 2), np.float32)
@@ -196,7 +201,8 @@ def read_split(root: str, split: str) -> tuple[np.ndarray, np.ndarray]:
 class FrameShardLoader:
     """The `ShardLoader` interface over a rank's share of the training split as the barrier task
     spilled it (`train.input: dataframe`): no reads from shared storage. The share is decoded
-    once into dense arrays (its features, float32), then shuffled per epoch like the Parquet path."""
+    once (its features kept compact, as `ShardLoader` keeps them, when the splits have a layout),
+    then shuffled per epoch like the Parquet path and made dense a batch at a time."""
 
     def __init__(self, spill_path: str, rank: int, batch_size: int, seed: int, shuffle: bool = True,
                  layout: FeatureLayout | None = None, weighted: bool = False):
@@ -216,7 +222,8 @@ class FrameShardLoader:
         if not self.path:
             raise DataError(f"rank {self.rank} was dealt no training rows; use fewer ranks than rows")
         table = pa.ipc.open_file(pa.memory_map(self.path)).read_all()
-        self._x = dense_features(table, self.layout, where=f"rank {self.rank}'s share of the training split")
+        where = f"rank {self.rank}'s share of the training split"
+        self._x = self.layout.compact(table, where) if self.layout is not None else dense_features(table, None, where)
         self._y = np.ones((table.num_rows, 2), np.float32)
         self._y[:, 0] = table.column("label").to_numpy()
         if self.weighted:
@@ -233,6 +240,8 @@ class FrameShardLoader:
 
     @property
     def feature_dim(self) -> int:
+        if self.layout is not None:
+            return self.layout.dim
         self.prepare()
         return self._x.shape[1]
 
@@ -243,8 +252,6 @@ class FrameShardLoader:
         for index, start in enumerate(range(0, rows, self.batch_size)):
             if index < skip_batches:
                 continue
-            if order is None:
-                yield self._x[start:start + self.batch_size], self._y[start:start + self.batch_size]
-            else:
-                take = order[start:start + self.batch_size]
-                yield self._x[take], self._y[take]
+            take = slice(start, start + self.batch_size) if order is None else order[start:start + self.batch_size]
+            x = self._x[take]
+            yield (self.layout.expand(x) if self.layout is not None else x), self._y[take]

@@ -78,20 +78,25 @@ MODEL_CACHE = ModelCache()
 
 
 @torch.inference_mode()
-def network_outputs(model: nn.Module, x: np.ndarray, batch_rows: int = 65536) -> np.ndarray:
+def network_outputs(model: nn.Module, x: np.ndarray, batch_rows: int = 65536,
+                    expand: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
     """The network's raw outputs for `x`: [rows] (one output) or [rows, outputs]; the task turns
     them into predictions (`tasks.Task.predict`)."""
-    parts = [model(_as_tensor(x[start:start + batch_rows])).float().numpy() for start in range(0, len(x), batch_rows)]
+    expand = expand or (lambda rows: rows)
+    parts = [model(_as_tensor(expand(x[start:start + batch_rows]))).float().numpy()
+             for start in range(0, len(x), batch_rows)]
     if not parts:
         width = getattr(model, "output_dim", 1)
         return np.empty((0,) if width == 1 else (0, width), np.float32)
     return np.concatenate(parts)
 
 
-def predict(model: nn.Module, target: Target, x: np.ndarray, batch_rows: int = 65536) -> dict[str, np.ndarray]:
+def predict(model: nn.Module, target: Target, x: np.ndarray, batch_rows: int = 65536,
+            expand: Callable[[np.ndarray], np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Features -> the task's prediction columns (probability/prediction, per-class
-    probabilities, or the value in the label's units)."""
-    return target.kind.predict(target, network_outputs(model, x, batch_rows))
+    probabilities, or the value in the label's units). With `expand`, `x` holds compact rows
+    (`FeatureLayout.compact`) made dense `batch_rows` at a time."""
+    return target.kind.predict(target, network_outputs(model, x, batch_rows, expand))
 
 
 def predict_proba(model: nn.Module, x: np.ndarray, batch_rows: int = 65536) -> np.ndarray:

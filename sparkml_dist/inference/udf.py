@@ -18,6 +18,7 @@ from sparkml_dist.tasks.base import PREDICTION, PROBABILITY
 
 __all__ = ["PREDICTION", "PROBABILITY", "score_features"]
 
+DENSE_CHUNK_FLOATS = 1 << 22  # 16 MiB of float32 features per forward pass in a scoring worker
 _ARROW = {"double": pa.float64(), "integer": pa.int32()}
 _SPARK: dict[str, DataType] = {"double": DoubleType(), "integer": IntegerType(), "array<float>": ArrayType(FloatType())}
 
@@ -28,7 +29,8 @@ def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int =
     """(passthrough..., features) -> (passthrough..., the task's prediction columns: probability
     and prediction; prediction, probability and probabilities; or prediction). With a `layout`,
     the features arrive as its per-feature columns (`scoring_frame`) and each Arrow batch is made
-    dense in the worker. `cpu_seconds`, an accumulator, adds up the Python workers' CPU time for
+    dense in the worker, at most `DENSE_CHUNK_FLOATS` values at a time (a layout with a wide one-hot
+    block would otherwise make a 10,000-row Arrow batch hundreds of MiB). `cpu_seconds`, an accumulator, adds up the Python workers' CPU time for
     their tasks (Arrow in and out and the model, torch's threads included): the Python side of
     scoring's energy estimate."""
     spark = df.sparkSession
@@ -47,13 +49,19 @@ def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int =
         from sparkml_dist.data.loader import dense_features
         from sparkml_dist.inference.predict import MODEL_CACHE, predict
 
+        chunk_rows = max(1, DENSE_CHUNK_FLOATS // layout.dim) if layout is not None else 65536
+
         # the worker process serves one task at a time: its CPU time across the task is the task's
         cpu0 = time.process_time()
         torch.set_num_threads(threads_per_worker)
         model = MODEL_CACHE.get(key, spec, lambda: weights.value)
         try:
             for batch in batches:
-                columns = predict(model, target, dense_features(batch, layout, where="a scoring batch"))
+                if layout is None:
+                    columns = predict(model, target, dense_features(batch, None, where="a scoring batch"))
+                else:
+                    columns = predict(model, target, layout.compact(batch, where="a scoring batch"), chunk_rows,
+                                      expand=layout.expand)
                 arrays = [batch.column(c) for c in keep]
                 arrays += [_arrow(columns[name], kind) for name, kind in outputs]
                 yield pa.RecordBatch.from_arrays(arrays, names=names)
