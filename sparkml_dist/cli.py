@@ -68,8 +68,7 @@ def _score(spark, cfg: JobConfig, args) -> str:
     from sparkml_dist.stages.score import score
 
     result = score(spark, cfg, args.model_uri, args.input, args.output)
-    energy = "" if result.joules != result.joules else \
-        f"; {result.joules_per_million_rows:,.1f} J per million rows (estimated from the executors' CPU time)"
+    energy = f"; {result.energy_text()}" if result.energy_text() else ""
     return (f"score: {result.input_rows:,} rows in, {result.scored_rows:,} scored, {result.rejected_rows:,} rejected "
             f"-> {result.path} (model {result.model_uri}){energy}")
 

@@ -120,9 +120,8 @@ def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:
 
 def _energy_line(cost: RunCost, scored: ScoreResult) -> str:
     line = f"training {cost.energy_line()}"
-    if scored.scored_rows and not math.isnan(scored.joules):
-        line += (f"; scoring {scored.joules_per_million_rows:,.1f} J per million rows (estimated from the executors' "
-                 "CPU time)")
+    if scored.energy_text():
+        line += f"; scoring {scored.energy_text()}"
     return line
 
 

@@ -105,3 +105,14 @@ def test_exposed_communication_is_the_wait_after_the_last_bucket_left():
     assert ms["compute"] == pytest.approx(ms["total"] - ms["data"] - ms["comm"], abs=0.01), "compute: the rest"
     assert clock.take() == [], "the clock starts over every step"
     assert not math.isnan(ms["total"])
+
+
+def test_scorings_energy_is_per_million_rows_for_a_large_run_and_the_whole_runs_for_a_small_one():
+    """500 rows cost a job's fixed overhead: "16,600 J per million rows" would misstate them."""
+    from sparkml_dist.stages.score import ScoreResult
+
+    assert ScoreResult("m", "p", 500, 500, 0, joules=8.3).energy_text() == \
+        "8.3 J for 500 rows (estimated from the executors' CPU time)"
+    assert ScoreResult("m", "p", 200_000, 200_000, 0, joules=20.0).energy_text() == \
+        "100.0 J per million rows (estimated from the executors' CPU time)"
+    assert ScoreResult("m", "p", 10, 10, 0).energy_text() == "", "no CPU time read, no figure"

@@ -28,6 +28,7 @@ from sparkml_dist.tracking.models import load_bundle
 
 
 PREDICTED_LABEL = "predicted_label"
+PER_MILLION_FROM = 100_000  # scored rows from which the energy is quoted per million rows
 
 
 @dataclass
@@ -43,6 +44,16 @@ class ScoreResult:
     @property
     def joules_per_million_rows(self) -> float:
         return self.joules / self.scored_rows * 1e6 if self.scored_rows else math.nan
+
+    def energy_text(self) -> str:
+        """The estimate as a person reads it ("" when the CPU time was not readable): per million
+        rows for a large run, the whole run's joules for a small one, whose per-row figure would
+        be mostly the job's fixed cost scaled up."""
+        if math.isnan(self.joules) or not self.scored_rows:
+            return ""
+        amount = (f"{self.joules_per_million_rows:,.1f} J per million rows" if self.scored_rows >= PER_MILLION_FROM
+                  else f"{self.joules:,.1f} J for {self.scored_rows:,} rows")
+        return f"{amount} (estimated from the executors' CPU time)"
 
 
 def score(spark: SparkSession, cfg: JobConfig, model_uri: str | None = None, input_path: str | None = None,
