@@ -183,11 +183,11 @@ def test_files_arriving_are_scored_by_the_version_the_alias_names(spark, registr
 
 
 def typed_stream(registry, tmp_path: Path, fmt: str):
-    """Version 1 as champion, the config read as `fmt` and drained once, an empty input folder,
-    and the columns a row to score has (all but the label)."""
+    """Version 1 (trained on CSV) as champion, a stream of `fmt` files drained once, an empty input
+    folder, and the columns a row to score has (all but the label)."""
     cfg, _, client, name = registry
     client.set_registered_model_alias(name, "champion", "1")
-    cfg = cfg.with_overrides(f"data.format={fmt}", "stream.trigger=available_now")
+    cfg = cfg.with_overrides(f"stream.format={fmt}", "stream.trigger=available_now")
     incoming = tmp_path / "incoming"
     incoming.mkdir()
     return cfg, incoming, [c for c in cfg.data.columns if c.role != "label"]
@@ -219,6 +219,19 @@ def test_a_parquet_stream_is_scored_as_the_batch_path_scores_it(spark, registry,
     expected = batch_probabilities(spark, cfg, incoming, tmp_path)
     assert len(streamed) == len(expected) == 1200
     assert all(abs(streamed[rid] - p) < 1e-6 for rid, p in expected.items())
+
+
+def test_a_stream_into_an_empty_directory_reads_the_format_stream_format_names(registry, spark, tmp_path):
+    """Nothing has arrived yet, so no file names the format: without stream.format the stream
+    would read lines of CSV, as the model's training rows were."""
+    from sparkml_dist.streaming.source import read_stream
+
+    cfg, incoming, columns = typed_stream(registry, tmp_path, "json")
+    ddl = ", ".join(f"{c.name} {'INT' if c.type == 'int' else 'STRING'}" for c in columns)
+    source = read_stream(spark, str(incoming), cfg.data, cfg.stream.model_copy(update={"source_schema": ddl}))
+    assert source.frame.isStreaming and source.frame.schema == spark.createDataFrame([], ddl).schema
+    assert read_stream(spark, str(incoming), cfg.data, cfg.with_overrides("stream.format=null").stream
+                       ).frame.columns == ["value"], "CSV is read as lines"
 
 
 def test_a_json_stream_reads_features_as_the_model_was_trained_and_rejects_what_does_not_cast(

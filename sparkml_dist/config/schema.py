@@ -491,6 +491,10 @@ class StreamConfig(Section):
                                                                        "(default: all that arrived)")
     model_uri: str = Field("", description="the model to follow: default models:/<tracking.registered_model>@champion; "
                                            "an alias is resolved again before every micro-batch")
+    format: Literal["csv", "parquet", "orc", "json"] | None = Field(
+        None, description="the format of the files that arrive; default: the one the files already in the input "
+                          "directory name, else data.format or the training rows' format (an empty directory "
+                          "that JSON lines will arrive in needs format: json and source_schema)")
     source_schema: str | None = Field(None, description="typed formats: the input's schema as Spark DDL, e.g. "
                                                         "'age INT, city STRING'; default: the schema of the files "
                                                         "already in the input directory")

@@ -29,14 +29,14 @@ class StreamSource:
 
 
 def read_stream(spark: SparkSession, location: str, data: DataConfig, stream: StreamConfig) -> StreamSource:
-    """Every file that arrives in `location` (a directory), in the format of the files already
-    there, else data.format or the training rows' format."""
+    """Every file that arrives in `location` (a directory), in stream.format, else the format of
+    the files already there, else data.format or the training rows' format."""
     path = storage.spark_path(resolve_path(location))
     options = dict(stream.source_options)
     if stream.max_files_per_trigger:
         options["maxFilesPerTrigger"] = str(stream.max_files_per_trigger)
     reader = spark.readStream.options(**options)
-    fmt = data.format_of_input(location)
+    fmt = stream.format or data.format_of_input(location)
     data = read_as(data, fmt, location)
     if fmt == "csv":
         return StreamSource(_opened(lambda: reader.text(path), location), with_task(data, list(data.columns)),
