@@ -59,3 +59,30 @@ def test_compact_rows_scored_in_dense_chunks_give_the_dense_rows_predictions():
     chunked = predict(model, target, layout.compact(rows), 64, expand=layout.expand)
     np.testing.assert_allclose(chunked["probabilities"], whole["probabilities"], rtol=1e-5, atol=1e-6)
     assert (chunked["prediction"] == whole["prediction"]).all()
+
+
+def test_the_transformers_token_for_a_wide_one_hot_column_is_its_hot_slots_vector_without_a_slots_by_width_tensor():
+    """A one-hot block of 7,492 slots is one token: the hot slot's vector plus the token's own.
+    The embedding computes it as one product per block; the elementwise form it replaced made a
+    [batch, slots, width] tensor (245 MB at batch 256, width 32) every step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from sparkml_dist.models.transformer import TokenEmbedding
+
+    torch.manual_seed(0)
+    embed = TokenEmbedding([0, 1] + [2] * 7492, 32)
+    hot = torch.arange(256) * 29 % 7492
+    x = torch.zeros(256, 7494)
+    x[:, 0], x[:, 1] = torch.linspace(-2, 2, 256), 0.5
+    x[torch.arange(256), 2 + hot] = 1.0
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        tokens = embed(x)
+        tokens.sum().backward()
+    table = embed.tokens.weight.detach()
+    values = embed.values.detach()
+    torch.testing.assert_close(tokens[:, 0], table[0].expand(256, 32), msg="[CLS] is its table row alone")
+    torch.testing.assert_close(tokens[:, 1], x[:, :1] * values[0] + table[1])
+    torch.testing.assert_close(tokens[:, 2], (0.5 * values[1] + table[2]).expand(256, 32))
+    torch.testing.assert_close(tokens[:, 3], values[2 + hot] + table[3])
+    largest = max(event.cpu_memory_usage for event in prof.events())
+    assert largest < 8 * 2**20, f"one op allocated {largest / 2**20:.0f} MiB"
