@@ -222,3 +222,49 @@ def test_a_rerun_after_the_driver_died_resumes_at_the_next_round(spark, make_adu
         [r.evaluation.value for r in uninterrupted.records], abs=2e-3), "the same rounds as without the crash"
     assert resumed.received.payloads == uninterrupted.received.payloads
     assert not storage.list_files(rounds_dir(cfg))
+
+
+@pytest.mark.spark
+def test_clients_and_the_drivers_test_rows_hold_a_wide_category_compactly(spark, tmp_path):
+    """2,000 cities are 2,001 one-hot slots but one column: clients keep (age, x, city) per row
+    and the driver's test rows likewise, made dense a batch at a time. Before, the test rows were
+    collected as dense vectors (nycflights13's 7,492 slots ran the driver out of heap) and every
+    client row was a Python list of every slot. The dense rows and the evaluation are Spark ML's."""
+    from sparkml_dist.config import parse_config
+    from sparkml_dist.data.features import build_feature_pipeline, to_feature_frame
+    from sparkml_dist.data.ingest import ingest
+    from sparkml_dist.data.labels import encode_labels, fit_target
+    from sparkml_dist.data.loader import features_to_numpy
+    from sparkml_dist.data.sources import schema_of
+    from sparkml_dist.federated.server import HeldOut, _test_arrays, client_partitions, evaluate_arrays
+    from sparkml_dist.models.factory import build_model, model_spec
+    from test_ingest import COLUMNS
+
+    rng = np.random.default_rng(3)
+    path = tmp_path / "rows.csv"
+    path.write_text("".join(f"{30 + i % 4}, {rng.normal():.3f}, city{i * 7 % 2000}, {'yes' if i % 3 else 'no'}\n"
+                            for i in range(4000)))
+    cfg = parse_config({"data": {"train_path": str(path), "test_path": str(path), "columns": COLUMNS,
+                                 "label": {"column": "y", "positive": "yes", "negative": "no"}}})
+    with ingest(spark, str(path), cfg.data) as rows_in:
+        target = fit_target(cfg, rows_in.data, rows_in.accepted)
+        rows = encode_labels(rows_in.accepted, target, rows_in.data).known
+        pipeline = build_feature_pipeline(rows_in.data, cfg.features).fit(rows)
+        clients, rdd, layout = client_partitions(pipeline, rows, "age")
+        try:
+            client_rows = [row for part in rdd.glom().collect() for row in part]
+        finally:
+            rdd.unpersist()
+        test = _test_arrays(spark, cfg, pipeline, target, schema_of(rows_in.data))
+        spark_ml = features_to_numpy(to_feature_frame(pipeline, rows).toArrow().column("features"))
+    assert layout is not None and layout.dim == 2 + 2001 and len(layout.blocks) == 3, "2,000 cities and one unseen"
+    assert sorted(clients.values()) == [1000] * 4 and {len(r[0]) for r in client_rows} == {3}
+    assert test.x.shape == (4000, 3)
+    dense = layout.expand(test.x)
+    by_row = lambda m: m[np.lexsort(m.T[::-1])]  # noqa: E731 - the same rows, in one order
+    np.testing.assert_allclose(by_row(dense), by_row(spark_ml), atol=1e-6)
+    spec = model_spec(cfg.model, layout.dim, [f"f{i}" for i in range(layout.dim)], 1, None)
+    torch.manual_seed(0)
+    state = build_model(spec).state_dict()
+    compact = evaluate_arrays(spec, state, test, target, batch_rows=512)
+    assert compact.value == pytest.approx(evaluate_arrays(spec, state, HeldOut(dense, test.y), target).value, abs=1e-6)

@@ -11,6 +11,7 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
+from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.federated import privacy, secure
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.spec import ModelSpec
@@ -39,10 +40,16 @@ class RoundTask:
     sealed: dict[int, bytes] | None = None  # ... and its private key, sealed so that only it can open it
     round_salt: bytes = b""  # fresh random bytes per round (secure.seal)
     slow_clients: tuple[tuple[int, float], ...] = ()  # tests: (client, seconds of delay per batch)
+    layout: FeatureLayout | None = None  # the rows' features are compact (data/layout.py); None: dense
+
+    def dense(self, x: np.ndarray) -> np.ndarray:
+        """A batch of a client's features as the model reads them."""
+        return self.layout.expand(x) if self.layout is not None else x
 
 
 def client_rows(rows: Iterable) -> tuple[np.ndarray, np.ndarray]:
-    """A client's (features, label, weight) rows -> features [n, d] and packed targets [n, 2]."""
+    """A client's (features, label, weight) rows -> features [n, d] (or [n, blocks], compact) and
+    packed targets [n, 2]."""
     rows = list(rows)
     x = np.asarray([r[0] for r in rows], dtype=np.float32)
     y = np.asarray([(r[1], r[2]) for r in rows], dtype=np.float32).reshape(len(rows), 2)
@@ -100,7 +107,7 @@ def _train_locally(index: int, x: np.ndarray, y: np.ndarray, global_state: dict,
                 return {k: torch.zeros_like(v) for k, v in global_state.items()}, True, 0.0
             time.sleep(delay)
             batch = order[start:start + task.batch_size]
-            loss = loss_fn(model(torch.from_numpy(x[batch])), torch.from_numpy(y[batch]))
+            loss = loss_fn(model(torch.from_numpy(task.dense(x[batch]))), torch.from_numpy(y[batch]))
             if task.proximal_mu:  # FedProx: stay near the global model on skewed clients
                 loss = loss + task.proximal_mu / 2 * sum(((p - anchor[k]) ** 2).sum() for k, p in model.named_parameters())
             optimizer.zero_grad()

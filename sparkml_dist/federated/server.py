@@ -23,10 +23,11 @@ from pyspark.sql import functions as F
 
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.dataset import split_frame
-from sparkml_dist.data.features import FEATURES, build_feature_pipeline, feature_names, to_feature_frame
+from sparkml_dist.data.features import ScoringPipeline, build_feature_pipeline, feature_names
 from sparkml_dist.data.ingest import LABEL, WEIGHT, ingest
 from sparkml_dist.data.labels import check_task, encode_labels, fit_target
-from sparkml_dist.data.loader import features_to_numpy
+from sparkml_dist.data.layout import FeatureLayout
+from sparkml_dist.data.loader import dense_features, feature_columns
 from sparkml_dist.data.sources import schema_of, with_types_of
 from sparkml_dist.errors import ConfigError
 from sparkml_dist.federated.checkpoints import (RoundsDone, clear_rounds, fingerprint, load_rounds, rounds_dir,
@@ -124,10 +125,10 @@ def run_federated(spark: SparkSession, cfg: JobConfig, sink: RoundSink | None = 
         spec = model_spec(cfg.model, len(names), names, target.kind.output_dim(target), task_spec(target))
         if spec.custom is not None:
             check_custom_model(spec.input_dim, spec.custom)
-        clients, rdd = client_partitions(pipeline, rows, fed.client_column, data.weight_column is not None)
+        clients, rdd, layout = client_partitions(pipeline, rows, fed.client_column, data.weight_column is not None)
         try:
             test = _test_arrays(spark, cfg, pipeline, target, schema_of(data))
-            state, records, received = _run_rounds(spark, cfg, spec, target, clients, rdd, test,
+            state, records, received = _run_rounds(spark, cfg, spec, target, clients, rdd, layout, test,
                                                    slow_clients or {}, sink)
         finally:
             rdd.unpersist()
@@ -140,7 +141,7 @@ def run_federated(spark: SparkSession, cfg: JobConfig, sink: RoundSink | None = 
 
 
 def _run_rounds(spark, cfg: JobConfig, spec: ModelSpec, target: Target, clients: dict[str, int], rdd,
-                test: tuple[np.ndarray, np.ndarray], slow_clients: dict[str, float],
+                layout: FeatureLayout | None, test: HeldOut, slow_clients: dict[str, float],
                 sink: RoundSink | None) -> tuple[dict, list[EpochRecord], ReceivedLog]:
     """The rounds from a fresh model, or from the last round an earlier run of this job completed
     (federated.checkpoints): sample clients, aggregate their updates, evaluate on `test`."""
@@ -162,13 +163,14 @@ def _run_rounds(spark, cfg: JobConfig, spec: ModelSpec, target: Target, clients:
     for round_index in range(done.next_round if done else 0, fed.rounds):
         sampled = _sample(rng, len(clients), fed.client_fraction)
         started = time.perf_counter()
-        state, stats = run_round(spark, rdd, cfg, spec, target, state, round_index, sampled, received, delays)
+        state, stats = run_round(spark, rdd, cfg, spec, target, state, round_index, sampled, received, delays,
+                                 layout)
         samples = int(stats.pop("samples"))
         if fed.noise_multiplier > 0:  # what the rounds so far spent, this one included
             stats["dp_epsilon"] = spent_epsilon([*(r.counters for r in records), stats], fed.dp_delta)
         record = EpochRecord(round_index, stats.pop("train_loss"), samples,
                              samples / max(time.perf_counter() - started, 1e-9),
-                             evaluate_arrays(spec, state, *test, target), counters=stats)
+                             evaluate_arrays(spec, state, test, target), counters=stats)
         records.append(record)
         save_round(where, RoundsDone(round_index + 1, state, tuple(records), rng.bit_generator.state,
                                      received.payloads, received.largest_value), config_fingerprint)
@@ -187,24 +189,29 @@ def spent_epsilon(rounds: list[dict[str, float]], delta: float) -> float:
 
 
 def client_partitions(pipeline, rows: DataFrame, column: str, weighted: bool = False):
-    """One partition per client value, cached where it is: (features, label, weight) rows only."""
+    """One partition per client value, cached where it is: (features, label, weight) rows only,
+    the features compact (a value or a category's index per source column) when the pipeline
+    compiles; returns the clients and their row counts, the RDD and the features' layout."""
     keyed = rows.withColumn(CLIENT, F.coalesce(F.col(column).cast("string"), F.lit("__missing__")))
     counts = keyed.groupBy(CLIENT).count().orderBy(F.desc("count"), CLIENT).collect()
     clients = {r[CLIENT]: r["count"] for r in counts}
     index = {c: i for i, c in enumerate(clients)}
     extra = (CLIENT, WEIGHT) if weighted else (CLIENT,)
     weight = F.col(WEIGHT).cast("float") if weighted else F.lit(1.0).cast("float")
-    rdd = (to_feature_frame(pipeline, keyed, extra=extra).select(CLIENT, FEATURES, LABEL, weight).rdd
+    frame, layout = ScoringPipeline.of(pipeline).frame(keyed, extra=extra)
+    features = F.array(*[F.col(c).cast("float") for c in feature_columns(layout)]) if layout is not None \
+        else F.col(feature_columns(None)[0])
+    rdd = (frame.select(CLIENT, features, LABEL, weight).rdd
            .map(lambda r: (r[0], (r[1], r[2], r[3])))
            .partitionBy(len(clients), lambda c: index[c])
            .values()
            .cache())
-    return clients, rdd
+    return clients, rdd, layout
 
 
 def run_round(spark, rdd, cfg: JobConfig, spec: ModelSpec, target: Target, state: dict, round_index: int,
-              sampled: tuple[int, ...],
-              received: ReceivedLog, delays: dict[int, float]) -> tuple[dict, dict[str, float]]:
+              sampled: tuple[int, ...], received: ReceivedLog, delays: dict[int, float],
+              layout: FeatureLayout | None = None) -> tuple[dict, dict[str, float]]:
     fed = cfg.federated
     stats = {"clients": float(len(sampled)), "late": 0.0, "clipped": 0.0, "skipped": 0.0, "update_norm": 0.0,
              "train_loss": float("nan"), "samples": 0.0}
@@ -216,7 +223,7 @@ def run_round(spark, rdd, cfg: JobConfig, spec: ModelSpec, target: Target, state
                      fed.learning_rate, fed.proximal_mu if fed.algorithm == "fedprox" else 0.0, fed.clip_norm,
                      noise_std, fed.round_timeout_s, target=target,
                      class_weights=target.balanced_weights() if cfg.train.class_weight == "balanced" else None,
-                     loss_kind=cfg.train.loss, slow_clients=tuple(delays.items()))
+                     loss_kind=cfg.train.loss, slow_clients=tuple(delays.items()), layout=layout)
     if fed.secure_aggregation:
         task = replace(task, round_salt=os.urandom(16))
         keys = _on_clients(spark, rdd, sampled, public_key, task)
@@ -297,29 +304,44 @@ def _sample(rng: np.random.Generator, n: int, fraction: float) -> tuple[int, ...
     return tuple(sorted(int(i) for i in rng.choice(n, size=k, replace=False)))
 
 
-def _test_arrays(spark, cfg: JobConfig, pipeline, target: Target,
-                 schema: Mapping[str, str]) -> tuple[np.ndarray, np.ndarray]:
+@dataclass(frozen=True)
+class HeldOut:
+    """The driver's test rows as arrays: features (compact when `layout` is set, see
+    data/layout.py) and packed (label, weight) targets."""
+
+    x: np.ndarray
+    y: np.ndarray
+    layout: FeatureLayout | None = None
+
+
+def _test_arrays(spark, cfg: JobConfig, pipeline, target: Target, schema: Mapping[str, str]) -> HeldOut:
     """The driver's own held-out rows (the test file; rows whose label the target does not know
-    left out, read with the training rows' types, `schema`), as arrays for per-round evaluation:
-    features and packed (label, weight) targets."""
+    left out, read with the training rows' types, `schema`), for per-round evaluation."""
     with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, schema), key="data.test_path") as test_input:
         rows = encode_labels(test_input.accepted, target, test_input.data).known
         weighted = test_input.data.weight_column is not None
-        table = to_feature_frame(pipeline, rows, extra=(WEIGHT,) if weighted else ()).toArrow()
+        frame, layout = ScoringPipeline.of(pipeline).frame(rows, extra=(WEIGHT,) if weighted else ())
+        table = frame.toArrow()
     y = np.ones((table.num_rows, 2), np.float32)
     y[:, 0] = table.column(LABEL).to_numpy()
     if weighted:
         y[:, 1] = table.column(WEIGHT).to_numpy()
-    return features_to_numpy(table.column(FEATURES)), y
+    where = f"{cfg.data.test_path} (federated test rows)"
+    x = layout.compact(table, where) if layout is not None else dense_features(table, None, where)
+    return HeldOut(x, y, layout)
 
 
 @torch.no_grad()
-def evaluate_arrays(spec: ModelSpec, state: dict, x: np.ndarray, y: np.ndarray, target: Target) -> Evaluation:
+def evaluate_arrays(spec: ModelSpec, state: dict, test: HeldOut, target: Target,
+                    batch_rows: int = 4096) -> Evaluation:
     model = build_model(spec)
     model.load_state_dict(state)
     model.eval()
-    outputs = model(torch.tensor(x))  # a copy: Arrow's buffers are read-only
-    sums = target.kind.held_out_sums(target, outputs, torch.tensor(y))
+    expand = test.layout.expand if test.layout is not None else np.array  # a copy: Arrow's buffers are read-only
+    outputs = torch.cat([model(torch.from_numpy(expand(test.x[start:start + batch_rows])))
+                         for start in range(0, len(test.x), batch_rows)]) if len(test.x) else \
+        model(torch.zeros((0, spec.input_dim)))
+    sums = target.kind.held_out_sums(target, outputs, torch.tensor(test.y))
     return target.kind.held_out(target, *sums, rows="test")
 
 
