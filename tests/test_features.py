@@ -84,6 +84,31 @@ def test_compact_storage_rebuilds_spark_ml_vectors_exactly(spark, tmp_path, one_
     assert [b.kind for b in layout.blocks] == ["value", "value", "onehot" if one_hot else "value"]
 
 
+@pytest.mark.parametrize("one_hot", [True, False])
+def test_a_category_with_thousands_of_values_compiles_at_once_and_matches_spark_ml(spark, tmp_path, one_hot):
+    """3,000 cities (a title or a tail number column is tens of thousands) are looked up through
+    a map Spark folds from one string, not a literal pair each: building the columns and planning
+    a job over them took minutes at 45,798 values (ggplot2movies' titles). Values with regex
+    metacharacters, a never-seen city and a missing one land where Spark ML puts them."""
+    from sparkml_dist.data.features import compile_features
+
+    cities = [f"c{i}" for i in range(3000)] + ["a.b", "(x|y)", "$ 1000", "[", "\\", "^x*"]
+    train = tmp_path / "train.csv"
+    train.write_text("".join(f"{20 + i % 7}, 1.5, {city}, yes\n" for i, city in enumerate(cities)) + "?, 1.5, ?, no\n")
+    score = tmp_path / "score.csv"
+    score.write_text("35, 1.5, Tokyo, yes\n?, 1.5, (x|y), no\n33, 1.5, ?, no\n40, 2.5, c2999, no\n41, 1.5, ^x*, no\n")
+    cfg = small_config(train)
+    model = build_feature_pipeline(cfg, FeatureConfig(one_hot=one_hot)).fit(ingest(spark, str(train), cfg).accepted)
+    planned = spark.createDataFrame([("Oslo",)], "city string").select(compile_features(model).columns[-1])
+    leaves = planned._jdf.queryExecution().analyzed().expressions().head().collectLeaves().size()
+    assert leaves < 10, f"the city's lookup is {leaves} expressions (it was two literals a city)"
+    for path in (train, score):
+        rows = ingest(spark, str(path), cfg).accepted
+        layout, compact = _dense_from_compact(model, rows)
+        assert np.array_equal(compact, _dense_from_spark_ml(model, rows)), f"{path.name}: differs from Spark ML"
+    assert layout.dim == (2 + len(cities) + 2 if one_hot else 3), "every city, the missing one and the unseen slot"
+
+
 def test_compact_storage_matches_spark_ml_on_adult(spark, make_adult_config):
     cfg = make_adult_config()
     train = ingest(spark, cfg.data.train_path, cfg.data).accepted
@@ -265,3 +290,21 @@ def test_a_saved_pipeline_scores_from_its_plain_data_exactly_as_from_its_stages(
     from_stages = ScoringPipeline.load(str(without))
     assert from_stages.compiled is not None and from_stages.compiled.layout == layout, "compiled from the stages"
     assert from_stages.frame(rows, with_label=False)[0].orderBy("row_id").toPandas().equals(want)
+
+
+def test_a_categorical_column_with_a_value_per_row_is_named_with_what_to_do():
+    """ggplot2movies' `title`, left to its default role, was 45,798 one-hot slots for 52,909 rows;
+    an airline's 4,000 tail numbers over 280,000 flights repeat, and are not flagged."""
+    from sparkml_dist.data.features import identifier_like
+    from sparkml_dist.data.raw_features import CategorySlot, NumericSlot, RawFeatures
+
+    def raw(values: int) -> RawFeatures:
+        return RawFeatures((NumericSlot("year__scaled", "year", 1990.0, 1990.0, 0.1),
+                            CategorySlot("title__index", "title", tuple(f"t{i}" for i in range(values)), True,
+                                         values + 1)))
+
+    (said,) = identifier_like(raw(45_798), 52_909)
+    assert said.startswith("data.columns: 'title' has 45,798 distinct values in 52,909 training rows")
+    assert "45,800 wide" in said and "role id" in said and "ignore" in said
+    assert identifier_like(raw(4_043), 281_373) == [], "tail numbers repeat"
+    assert identifier_like(raw(40), 60) == [], "a few values in a small table are ordinary categories"

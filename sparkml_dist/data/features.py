@@ -245,9 +245,34 @@ def _numeric_sql(slot: NumericSlot) -> Column:
     return F.expr(f"CAST({value} AS FLOAT) AS {ident(slot.name)}")
 
 
+def identifier_like(raw: RawFeatures, rows: int) -> list[str]:
+    """What to say about each categorical column with about as many values as `rows` (the
+    training rows): a title or a key, each value its own one-hot slot, that the model can only
+    memorise. Spark ML indexes them without a word; tail numbers that repeat are not flagged."""
+    return [f"data.columns: '{s.source}' has {len(s.labels):,} distinct values in {rows:,} training rows, so "
+            f"nearly every value is a one-hot slot of its own (the input is {raw.layout.dim:,} wide) that the "
+            f"model can only memorise. If it names the row, give it role id (passed through to the predictions) "
+            f"or ignore"
+            for s in raw.slots if isinstance(s, CategorySlot) and len(s.labels) >= max(1000, rows // 2)]
+
+
+_LABEL_SEPARATOR = "\x1f"  # ASCII unit separator: not a regex metacharacter
+
+
+def _label_positions(labels: tuple[str, ...] | list[str]) -> Column:
+    """label -> its position, as a map. A few labels are a literal pair each; many (ggplot2movies'
+    titles: 45,798) are one string split and one sequence, which Spark folds to the same map
+    constant. A pair each was 90,000 Py4J calls to build the column (60 s) and minutes of
+    analysing the plan that holds it, in every job that read the features."""
+    if len(labels) <= 64 or any(_LABEL_SEPARATOR in label for label in labels):
+        return F.create_map(*[x for i, label in enumerate(labels) for x in (F.lit(label), F.lit(i))])
+    return F.map_from_arrays(F.split(F.lit(_LABEL_SEPARATOR.join(labels)), _LABEL_SEPARATOR, -1),
+                             F.sequence(F.lit(0), F.lit(len(labels) - 1)))
+
+
 def _category_sql(slot: CategorySlot) -> Column:
     """The label's position over the filled column, len(labels) for a value never seen."""
-    lookup = F.create_map(*[x for i, label in enumerate(slot.labels) for x in (F.lit(label), F.lit(i))])
+    lookup = _label_positions(slot.labels)
     value = F.coalesce(F.col(slot.source).cast("string"), F.lit(MISSING_CATEGORY))
     index = F.coalesce(F.try_element_at(lookup, value), F.lit(len(slot.labels)))
     return index.cast("int" if slot.one_hot else "float").alias(slot.name)

@@ -21,6 +21,7 @@ from sparkml_dist.data.features import (
     build_feature_pipeline,
     compiled_from,
     feature_names,
+    identifier_like,
     raw_features,
     to_feature_frame,
 )
@@ -74,6 +75,9 @@ def preprocess(spark: SparkSession, cfg: JobConfig, fitted: PipelineModel | None
         with job_phase(spark, "preprocess: fit features"), _timed("fit features"):
             pipeline = fitted or build_feature_pipeline(data, cfg.features).fit(train_rows)
             raw = raw_features(pipeline)  # its fitted values, read once: stored features and the saved file
+            if fitted is None and raw is not None:
+                for warning in identifier_like(raw, inputs["train"].counts()["accepted"]):
+                    log.warning(warning)
             encoded = _encode(pipeline, raw, {"train": train_rows, "val": val_rows, "test": labelled["test"].known},
                               weighted=data.weight_column is not None)
         with atomic_dir(spark, out) as staging, ThreadPoolExecutor(1, "preprocess-save") as background:
