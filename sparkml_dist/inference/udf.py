@@ -29,10 +29,10 @@ def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int =
     """(passthrough..., features) -> (passthrough..., the task's prediction columns: probability
     and prediction; prediction, probability and probabilities; or prediction). With a `layout`,
     the features arrive as its per-feature columns (`scoring_frame`) and each Arrow batch is made
-    dense in the worker, at most `DENSE_CHUNK_FLOATS` values at a time (a layout with a wide one-hot
-    block would otherwise make a 10,000-row Arrow batch hundreds of MiB). `cpu_seconds`, an accumulator, adds up the Python workers' CPU time for
-    their tasks (Arrow in and out and the model, torch's threads included): the Python side of
-    scoring's energy estimate."""
+    dense in the worker, at most `DENSE_CHUNK_FLOATS` values at a time (a layout with a wide
+    one-hot block would otherwise make a 10,000-row Arrow batch hundreds of MiB). `cpu_seconds`,
+    an accumulator, adds up the Python workers' CPU time for their tasks (Arrow in and out and the
+    model, torch's threads included): the Python side of scoring's energy estimate."""
     spark = df.sparkSession
     weights = spark.sparkContext.broadcast(bundle.weights)
     key, spec, target = bundle.key, bundle.spec, bundle.target

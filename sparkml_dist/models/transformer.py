@@ -73,8 +73,9 @@ class TokenEmbedding(nn.Module):
 
     A one-hot block's token is its slots' values times their vectors, summed: one [B, slots] @
     [slots, d] product. Spelled as a product per block (and one elementwise product over every
-    one-slot token) it needs no [B, slots, d] intermediate, which for a category with thousands of
-    values (an airline's tail numbers: 7,492 slots, batch 256, d 32) is 245 MB a step."""
+    one-slot token) it needs no [B, slots, d] intermediate, which for categories with thousands of
+    values (nycflights13's flight and tail numbers: 7,492 slots in all; batch 256, d 32) is 245 MB
+    a step."""
 
     def __init__(self, layout: list[int], d_model: int):
         super().__init__()
