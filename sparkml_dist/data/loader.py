@@ -129,8 +129,8 @@ class ShardLoader:
             yield self._dense(carry_x), carry_y
 
     def _dense(self, x: np.ndarray) -> np.ndarray:
-        """A batch as the model reads it: rows are kept compact (`FeatureLayout.compact`) until here."""
-        return self.layout.expand(x) if self.layout is not None else x
+        """A batch as the model reads it: rows are kept compact (`stored_features`) until here."""
+        return batch_input(x, self.layout)
 
     def _read(self, pieces: list[Piece]) -> tuple[np.ndarray, np.ndarray | None]:
         """Decode the pieces' row groups in parallel and stack them."""
@@ -145,8 +145,7 @@ class ShardLoader:
         except (OSError, pa.ArrowException) as exc:
             raise DataError(f"{storage.join(self.root, p.file)}: row group {p.row_group} is unreadable ({exc}); "
                             f"re-run the preprocess stage to rewrite the dataset") from None
-        where = f"{storage.join(self.root, p.file)} row group {p.row_group}"
-        x = self.layout.compact(table, where) if self.layout is not None else dense_features(table, None, where)
+        x = stored_features(table, self.layout, where=f"{storage.join(self.root, p.file)} row group {p.row_group}")
         if "label" not in self.columns:
             return x, None
         y = np.ones((table.num_rows, 2), np.float32)
@@ -172,11 +171,20 @@ def feature_columns(layout: FeatureLayout | None) -> list[str]:
     return layout.columns if layout is not None else ["features"]
 
 
+def stored_features(table: pa.Table | pa.RecordBatch, layout: FeatureLayout | None, where: str) -> np.ndarray:
+    """The rows' features as they are kept between reading and batching: compact ([rows, blocks],
+    `FeatureLayout.compact`) with a layout, else the dense `features` column."""
+    return layout.compact(table, where) if layout is not None else features_to_numpy(table.column("features"))
+
+
+def batch_input(x: np.ndarray, layout: FeatureLayout | None) -> np.ndarray:
+    """Rows kept by `stored_features` -> the dense float32 [rows, dim] the model reads."""
+    return layout.expand(x) if layout is not None else x
+
+
 def dense_features(table: pa.Table | pa.RecordBatch, layout: FeatureLayout | None, where: str) -> np.ndarray:
     """The float32 [rows, dim] matrix the model reads, from `feature_columns(layout)`."""
-    if layout is not None:
-        return layout.to_dense(table, where=where)
-    return features_to_numpy(table.column("features"))
+    return batch_input(stored_features(table, layout, where), layout)
 
 
 def features_to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -222,8 +230,7 @@ class FrameShardLoader:
         if not self.path:
             raise DataError(f"rank {self.rank} was dealt no training rows; use fewer ranks than rows")
         table = pa.ipc.open_file(pa.memory_map(self.path)).read_all()
-        where = f"rank {self.rank}'s share of the training split"
-        self._x = self.layout.compact(table, where) if self.layout is not None else dense_features(table, None, where)
+        self._x = stored_features(table, self.layout, where=f"rank {self.rank}'s share of the training split")
         self._y = np.ones((table.num_rows, 2), np.float32)
         self._y[:, 0] = table.column("label").to_numpy()
         if self.weighted:
@@ -253,5 +260,4 @@ class FrameShardLoader:
             if index < skip_batches:
                 continue
             take = slice(start, start + self.batch_size) if order is None else order[start:start + self.batch_size]
-            x = self._x[take]
-            yield (self.layout.expand(x) if self.layout is not None else x), self._y[take]
+            yield batch_input(self._x[take], self.layout), self._y[take]

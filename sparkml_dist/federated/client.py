@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from sparkml_dist.data.layout import FeatureLayout
+from sparkml_dist.data.loader import batch_input
 from sparkml_dist.federated import privacy, secure
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.spec import ModelSpec
@@ -41,10 +42,6 @@ class RoundTask:
     round_salt: bytes = b""  # fresh random bytes per round (secure.seal)
     slow_clients: tuple[tuple[int, float], ...] = ()  # tests: (client, seconds of delay per batch)
     layout: FeatureLayout | None = None  # the rows' features are compact (data/layout.py); None: dense
-
-    def dense(self, x: np.ndarray) -> np.ndarray:
-        """A batch of a client's features as the model reads them."""
-        return self.layout.expand(x) if self.layout is not None else x
 
 
 def client_rows(rows: Iterable) -> tuple[np.ndarray, np.ndarray]:
@@ -107,7 +104,7 @@ def _train_locally(index: int, x: np.ndarray, y: np.ndarray, global_state: dict,
                 return {k: torch.zeros_like(v) for k, v in global_state.items()}, True, 0.0
             time.sleep(delay)
             batch = order[start:start + task.batch_size]
-            loss = loss_fn(model(torch.from_numpy(task.dense(x[batch]))), torch.from_numpy(y[batch]))
+            loss = loss_fn(model(torch.from_numpy(batch_input(x[batch], task.layout))), torch.from_numpy(y[batch]))
             if task.proximal_mu:  # FedProx: stay near the global model on skewed clients
                 loss = loss + task.proximal_mu / 2 * sum(((p - anchor[k]) ** 2).sum() for k, p in model.named_parameters())
             optimizer.zero_grad()

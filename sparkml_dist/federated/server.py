@@ -27,7 +27,7 @@ from sparkml_dist.data.features import ScoringPipeline, build_feature_pipeline, 
 from sparkml_dist.data.ingest import LABEL, WEIGHT, ingest
 from sparkml_dist.data.labels import check_task, encode_labels, fit_target
 from sparkml_dist.data.layout import FeatureLayout
-from sparkml_dist.data.loader import dense_features, feature_columns
+from sparkml_dist.data.loader import feature_columns, stored_features
 from sparkml_dist.data.sources import schema_of, with_types_of
 from sparkml_dist.errors import ConfigError
 from sparkml_dist.federated.checkpoints import (RoundsDone, clear_rounds, fingerprint, load_rounds, rounds_dir,
@@ -35,6 +35,7 @@ from sparkml_dist.federated.checkpoints import (RoundsDone, clear_rounds, finger
 from sparkml_dist.federated import secure
 from sparkml_dist.federated.client import RoundTask, client_update, public_key
 from sparkml_dist.federated.privacy import RoundNoise, effective_multiplier, epsilon
+from sparkml_dist.inference.predict import network_outputs
 from sparkml_dist.models.custom import check_custom_model, task_spec
 from sparkml_dist.models.factory import build_model, model_spec
 from sparkml_dist.models.spec import ModelSpec
@@ -326,21 +327,16 @@ def _test_arrays(spark, cfg: JobConfig, pipeline, target: Target, schema: Mappin
     y[:, 0] = table.column(LABEL).to_numpy()
     if weighted:
         y[:, 1] = table.column(WEIGHT).to_numpy()
-    where = f"{cfg.data.test_path} (federated test rows)"
-    x = layout.compact(table, where) if layout is not None else dense_features(table, None, where)
-    return HeldOut(x, y, layout)
+    return HeldOut(stored_features(table, layout, where=f"{cfg.data.test_path} (federated test rows)"), y, layout)
 
 
-@torch.no_grad()
 def evaluate_arrays(spec: ModelSpec, state: dict, test: HeldOut, target: Target,
                     batch_rows: int = 4096) -> Evaluation:
     model = build_model(spec)
     model.load_state_dict(state)
     model.eval()
-    expand = test.layout.expand if test.layout is not None else np.array  # a copy: Arrow's buffers are read-only
-    outputs = torch.cat([model(torch.from_numpy(expand(test.x[start:start + batch_rows])))
-                         for start in range(0, len(test.x), batch_rows)]) if len(test.x) else \
-        model(torch.zeros((0, spec.input_dim)))
+    expand = test.layout.expand if test.layout is not None else None
+    outputs = torch.from_numpy(network_outputs(model, test.x, batch_rows, expand))
     sums = target.kind.held_out_sums(target, outputs, torch.tensor(test.y))
     return target.kind.held_out(target, *sums, rows="test")
 

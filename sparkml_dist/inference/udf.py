@@ -46,7 +46,7 @@ def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int =
     def score_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import torch
 
-        from sparkml_dist.data.loader import dense_features
+        from sparkml_dist.data.loader import stored_features
         from sparkml_dist.inference.predict import MODEL_CACHE, predict
 
         chunk_rows = max(1, DENSE_CHUNK_FLOATS // layout.dim) if layout is not None else 65536
@@ -57,11 +57,8 @@ def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int =
         model = MODEL_CACHE.get(key, spec, lambda: weights.value)
         try:
             for batch in batches:
-                if layout is None:
-                    columns = predict(model, target, dense_features(batch, None, where="a scoring batch"))
-                else:
-                    columns = predict(model, target, layout.compact(batch, where="a scoring batch"), chunk_rows,
-                                      expand=layout.expand)
+                columns = predict(model, target, stored_features(batch, layout, where="a scoring batch"), chunk_rows,
+                                  expand=layout.expand if layout is not None else None)
                 arrays = [batch.column(c) for c in keep]
                 arrays += [_arrow(columns[name], kind) for name, kind in outputs]
                 yield pa.RecordBatch.from_arrays(arrays, names=names)
