@@ -109,6 +109,41 @@ def test_a_category_with_thousands_of_values_compiles_at_once_and_matches_spark_
     assert layout.dim == (2 + len(cities) + 2 if one_hot else 3), "every city, the missing one and the unseen slot"
 
 
+@pytest.mark.parametrize("one_hot", [True, False])
+def test_max_categories_keeps_the_most_frequent_values_and_the_rest_share_the_unseen_slot(spark, tmp_path, one_hot):
+    """features.max_categories: 3 keeps the three most frequent cities (a tie broken
+    alphabetically, as Spark's frequencyDesc order does); a rarer city, a missing one below the
+    cut and one never seen all take the unseen slot. The compiled columns equal the capped Spark ML
+    pipeline's own vectors, before and after it is saved and loaded, and so does numpy's."""
+    from pyspark.ml import PipelineModel
+
+    counts = {"Rome": 6, "Paris": 5, "Oslo": 4, "Bern": 4, "Kyiv": 2, "Lima": 1}
+    train = tmp_path / "train.csv"
+    train.write_text("".join(f"{20 + i}, 1.5, {city}, yes\n" for city, n in counts.items() for i in range(n))
+                     + "?, 1.5, ?, no\n")
+    score = tmp_path / "score.csv"
+    score.write_text("35, 1.5, Tokyo, yes\n36, 1.5, Lima, no\n33, 1.5, ?, no\n40, 2.5, Oslo, no\n41, 2.5, Bern, no\n")
+    cfg = small_config(train)
+    model = build_feature_pipeline(cfg, FeatureConfig(one_hot=one_hot, max_categories=3)).fit(
+        ingest(spark, str(train), cfg).accepted)
+    (cities,) = [s for s in raw_features(model).slots if s.source == "city"]
+    assert cities.labels == ("Rome", "Paris", "Bern"), "the three most frequent; Bern before Oslo at 4 rows each"
+    model.save(str(tmp_path / "pipeline"))
+    for fitted in (model, PipelineModel.load(str(tmp_path / "pipeline"))):
+        for path in (train, score):
+            rows = ingest(spark, str(path), cfg).accepted
+            layout, compact = _dense_from_compact(fitted, rows)
+            assert np.array_equal(compact, _dense_from_spark_ml(fitted, rows)), f"{path.name}: differs from Spark ML"
+            assert np.array_equal(raw_features(fitted).dense(rows.orderBy("row_id").toPandas()), compact), "numpy"
+    assert layout.dim == (2 + 3 + 1 if one_hot else 3), "three cities and the slot the others share"
+    city = compact[:, 2:]
+    unseen = np.eye(4)[3] if one_hot else np.array([3.0])
+    assert all(np.array_equal(row, unseen) for row in city[[0, 1, 2, 3]]), "Tokyo, Lima, missing and Oslo"
+    assert not np.array_equal(city[4], unseen), "Bern keeps its own slot"
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        FeatureConfig(max_categories=0)
+
+
 def test_compact_storage_matches_spark_ml_on_adult(spark, make_adult_config):
     cfg = make_adult_config()
     train = ingest(spark, cfg.data.train_path, cfg.data).accepted
@@ -305,6 +340,6 @@ def test_a_categorical_column_with_a_value_per_row_is_named_with_what_to_do():
 
     (said,) = identifier_like(raw(45_798), 52_909)
     assert said.startswith("data.columns: 'title' has 45,798 distinct values in 52,909 training rows")
-    assert "45,800 wide" in said and "role id" in said and "ignore" in said
+    assert "45,800 wide" in said and "role id" in said and "ignore" in said and "features.max_categories" in said
     assert identifier_like(raw(4_043), 281_373) == [], "tail numbers repeat"
     assert identifier_like(raw(40), 60) == [], "a few values in a small table are ordinary categories"

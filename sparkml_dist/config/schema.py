@@ -202,6 +202,10 @@ class FeatureConfig(Section):
     impute_strategy: Literal["median", "mean"] = Field("median", description="fills missing numeric values")
     scale_numeric: bool = Field(True, description="standardise numeric features (mean 0, variance 1)")
     one_hot: bool = Field(True, description="one-hot encode categorical features (else their index is one feature)")
+    max_categories: int | None = Field(
+        None, ge=1, description="keep each categorical column's N most frequent training values (ties "
+                                "alphabetical); its rarer values share the slot of values never seen in training. "
+                                "Unset: every value has a slot")
 
 
 class TransformerConfig(Section):

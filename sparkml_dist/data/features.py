@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 from sparkml_dist import storage
 from sparkml_dist.config.schema import DataConfig, FeatureConfig
 from sparkml_dist.data.imputer import ImputedScaler, OnePassImputer
+from sparkml_dist.data.indexer import MostFrequentIndexer
 from sparkml_dist.data.ingest import LABEL, ROW_ID
 from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.raw_features import (
@@ -68,8 +69,9 @@ def build_feature_pipeline(data: DataConfig, feats: FeatureConfig) -> Pipeline:
         stages.append(SQLTransformer(statement=f"SELECT *, {filled} FROM __THIS__"))
         indexed = [f"{c}__index" for c in cats]
         # handleInvalid="keep": a category never seen in training gets its own slot, not an error
-        stages.append(StringIndexer(inputCols=[f"{c}__filled" for c in cats], outputCols=indexed,
-                                    handleInvalid="keep", stringOrderType="frequencyDesc"))
+        indexer = StringIndexer(inputCols=[f"{c}__filled" for c in cats], outputCols=indexed,
+                                handleInvalid="keep", stringOrderType="frequencyDesc")
+        stages.append(indexer if feats.max_categories is None else MostFrequentIndexer(indexer, feats.max_categories))
         if feats.one_hot:
             encoded = [f"{c}__onehot" for c in cats]
             # the indexer already gives unseen categories their own index, so OHE needs no extra slot
@@ -252,7 +254,7 @@ def identifier_like(raw: RawFeatures, rows: int) -> list[str]:
     return [f"data.columns: '{s.source}' has {len(s.labels):,} distinct values in {rows:,} training rows, so "
             f"nearly every value is a one-hot slot of its own (the input is {raw.layout.dim:,} wide) that the "
             f"model can only memorise. If it names the row, give it role id (passed through to the predictions) "
-            f"or ignore"
+            f"or ignore; else keep its most frequent values with features.max_categories"
             for s in raw.slots if isinstance(s, CategorySlot) and len(s.labels) >= max(1000, rows // 2)]
 
 
