@@ -106,7 +106,7 @@ def test_adult_train_stage_with_each_strategy_reaches_the_bar_on_test(spark, adu
 
     base, prep = adult_prep
     cfg = base.with_overrides("model.kind=transformer", f"train.strategy={strategy}", f"train.num_ranks={ranks}",
-                              "train.epochs=3", "train.learning_rate=0.002", f"output.root={tmp_path / 'out'}",
+                              "train.epochs=2", "train.learning_rate=0.002", f"output.root={tmp_path / 'out'}",
                               f"tracking.tracking_uri={fresh_store(tmp_path)}")
     with tracked_run(cfg.tracking, "train", cfg.flat_params()) as run:
         trained = train(spark, cfg, prep, run)
