@@ -21,11 +21,16 @@ $(STAMP): pyproject.toml requirements/constraints.txt requirements/datasets.txt 
 demo: setup
 	$(PY) -m sparkml_dist.cli pipeline --config $(CONFIG)
 
+# Two workers (pytest-xdist), each taking whole files: a file's module fixtures are built once, and
+# the tests that share a fixed port or the emulated hosts' namespaces each sit in one file.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
 test: setup
-	$(PY) -m pytest -q --durations=20
+	$(PYTEST) --durations=20
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 bench: setup
 	$(PY) -m bench.run_all

@@ -72,18 +72,25 @@ def test_async_sgd_reaches_synchronous_ddp_accuracy_and_logs_staleness(spark, ad
 def test_a_slowed_worker_does_not_slow_the_others(spark, adult_prep, tmp_path):
     cfg, prep = adult_prep
     job, _ = async_job(cfg, prep, tmp_path / "even", "epochs=2", "num_ranks=4", "async_ps.stale_policy=downweight")
-    even = {r.stats.rank: r for r in run_barrier(spark, async_rank, job, 4, FRESH)}
+    def even_steps_ms(name: str) -> dict[int, float]:
+        results = run_barrier(spark, async_rank, replace(job, checkpoint_dir=str(tmp_path / name)), 4, FRESH)
+        return {r.stats.rank: r.stats.step_ms for r in results}
+
+    # the even run before and after the slowed one: the machine's other load (the test suite's
+    # second worker) may change between runs, and the slower of the two is the fair reference
+    before = even_steps_ms("even-before")
     slowed_job = replace(job, checkpoint_dir=str(tmp_path / "s"), faults=(Fault(rank=3, kind="slow", seconds=0.05),))
     slowed = {r.stats.rank: r for r in run_barrier(spark, async_rank, slowed_job, 4, FRESH)}
+    after = even_steps_ms("even-after")
     assert slowed[3].stats.step_ms >= 50, "the fault slowed rank 3"
     for rank in (1, 2):
         # median step times. Held to the slow worker's pace (synchronous SGD) a step would take
         # >= 50 ms; on 2 shared cores with 4 ranks and a JVM a fast worker's few-ms step still
-        # varies run to run (2.9 vs 5.1 ms seen), so the bound against the even run is 2x
+        # varies run to run (2.9 vs 5.1 ms seen), so the bound against the even runs is 2x
+        even = max(before[rank], after[rank])
         assert slowed[rank].stats.step_ms < 0.25 * slowed[3].stats.step_ms, "not held to the slow worker's pace"
-        assert slowed[rank].stats.step_ms <= 2 * even[rank].stats.step_ms, (
-            f"rank {rank}: {slowed[rank].stats.step_ms:.1f} ms a step beside a slow peer, "
-            f"{even[rank].stats.step_ms:.1f} without")
+        assert slowed[rank].stats.step_ms <= 2 * even, (
+            f"rank {rank}: {slowed[rank].stats.step_ms:.1f} ms a step beside a slow peer, {even:.1f} without")
     server = slowed[0].counters
     assert server["staleness_max"] >= 1 and server["applied"] + server["dropped"] > 0
 

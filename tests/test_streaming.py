@@ -235,7 +235,7 @@ def test_a_stream_into_an_empty_directory_reads_the_format_stream_format_names(r
 
 
 def test_a_json_stream_reads_features_as_the_model_was_trained_and_rejects_what_does_not_cast(
-        spark, registry, tmp_path):
+        spark, registry, tmp_path, monkeypatch):
     """One text value in a number column makes Spark infer the whole column as text; the stream
     reads each feature with the model's type instead, so that row is a reject with its reason and
     every other row is scored (before, the stream refused to start: schema drift)."""
@@ -254,6 +254,9 @@ def test_a_json_stream_reads_features_as_the_model_was_trained_and_rejects_what_
     os.replace(tmp_path / ".part", incoming / "part-0.json")
     assert dict(spark.read.json(str(incoming)).dtypes)["age"] == "string", "Spark alone infers the column as text"
 
+    # a temp dir of its own: what a stream in another test beside it downloads is not this one's
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     downloads = lambda: set(Path(tempfile.gettempdir()).glob("sparkml_dist_stream_model*"))  # noqa: E731
     before = downloads()
     result = stream(spark, cfg, str(incoming), str(tmp_path / "out"))

@@ -27,8 +27,11 @@ DIAMONDS = ".venv/bin/python -m sparkml_dist.cli pipeline --config conf/diamonds
 
 def run_as_written(command: str, cwd: Path, timeout: int = 900) -> str:
     assert command in (ROOT / "README.md").read_text(), f"the README shows `{command}`"
+    # a temp dir of its own: what another test running beside it downloads is not this job's
+    tmp = Path(tempfile.mkdtemp(prefix="job-tmp-", dir=cwd))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKML_DIST_", "MLFLOW_TRACKING"))}
-    downloads = lambda: set(Path(tempfile.gettempdir()).glob("sparkml_dist_model*"))  # noqa: E731
+    env["TMPDIR"] = str(tmp)
+    downloads = lambda: set(tmp.glob("sparkml_dist_model*"))  # noqa: E731
     before = downloads()
     done = subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
