@@ -20,7 +20,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.common import alternate, entry, make_bench_importable, record, scratch_dir
+from bench.common import Measured, alternate, entry, make_bench_importable, record, scratch_dir
 from bench.loader import DIM, write_dataset
 
 ROWS = 60_000
@@ -131,7 +131,6 @@ def timed(fn) -> float:
 def rank_loop_launch(spark, job, frame, epoch_seconds: list[float] | None = None) -> float:
     """Wall time of one launch; each epoch's time (rows / throughput, from the run's own epoch
     records) is appended to `epoch_seconds`."""
-    import statistics
 
     from sparkml_dist.launch.launcher import run_barrier
     from sparkml_dist.launch.torch_backend import TorchBackend
@@ -168,8 +167,8 @@ def main() -> list[dict]:
         o, b = alternate(lambda: rank_loop_launch(spark, job, frame, fed_epochs),
                          lambda: rank_loop_launch(spark, job, None, parquet_epochs))
         what = f"DDP rank loop, 2 ranks, {EPOCHS} epochs of {ROWS:,} rows, MLP {DIM}-64-1"
-        rows_out.append(entry("dataframe_fed_vs_parquet", statistics.median(fed_epochs),
-                              statistics.median(parquet_epochs), "s/epoch", "lower", 1.2,
+        rows_out.append(entry("dataframe_fed_vs_parquet", Measured(fed_epochs), Measured(parquet_epochs),
+                              "s/epoch", "lower", 1.2,
                               note=f"{what}; epoch time from the runs' epoch records, rows dealt by the barrier "
                                    f"stage (spilled, decoded once) vs read from Parquet by the ranks"))
         rows_out.append(entry("dataframe_fed_launch_vs_parquet", o, b, "s", "lower", None,

@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.common import entry, record
+from bench.common import Measured, entry, record
 
 BASE_ROWS = 200_000
 
@@ -157,33 +157,53 @@ def predict_batch_udf_frame(df, bundle):
     return df.select("row_id", udf(F.col("features")).alias("probability"))
 
 
-def main(spark=None) -> list[dict]:
-    from sparkml_dist.config import SparkConfig
-    from sparkml_dist.spark import build_session
+ROUNDS = 3
 
-    small, big = train_peak(BASE_ROWS), train_peak(10 * BASE_ROWS)
-    rows_out = [entry("memory_stream_train", big, small, "MiB", "lower", 1.2,
+
+def main(spark=None, rounds: int = ROUNDS) -> list[dict]:
+    """`rounds` alternated rounds of each comparison (the order reversed every other round); the
+    scoring peaks each round in a session of its own, so no round's Python workers have been
+    grown by an earlier round's (`spark`, when given, is used for the first round only)."""
+    small, big, plain = [], [], []
+    for i in range(rounds):
+        for kind, peaks in _in_turn(i, [("small", small), ("big", big), ("plain", plain)]):
+            rows = BASE_ROWS if kind == "small" else 10 * BASE_ROWS
+            peaks.append(train_peak(rows, "child-plain-train" if kind == "plain" else "child-train"))
+    rows_out = [entry("memory_stream_train", Measured(big), Measured(small), "MiB", "lower", 1.2,
                       note=f"peak RSS of a rank training one epoch on {10 * BASE_ROWS:,} vs {BASE_ROWS:,} rows "
                            f"(features alone: {10 * BASE_ROWS * 32 * 4 / 2**20:.0f} vs {BASE_ROWS * 32 * 4 / 2**20:.0f} MiB)")]
-    plain = train_peak(10 * BASE_ROWS, "child-plain-train")
-    rows_out.append(entry("memory_train_vs_pandas_dataloader", big, plain, "MiB", "lower", 1.0,
+    rows_out.append(entry("memory_train_vs_pandas_dataloader", Measured(big), Measured(plain), "MiB", "lower", 1.0,
                           note=f"peak RSS of one epoch on {10 * BASE_ROWS:,} rows: our rank vs a torch script that "
                                "reads the Parquet with pandas into a TensorDataset + DataLoader (same model, batch 1024)"))
-    own = spark is None
-    spark = spark or build_session(SparkConfig(master="local[2]", app_name="bench-memory"))
-    spark.sparkContext.setLogLevel("ERROR")
-    one = score_peak(spark, 1_000_000)
-    ten = score_peak(spark, 10_000_000)
-    theirs = score_peak(spark, 10_000_000, "predict_batch_udf")
-    if own:
-        spark.stop()
-    rows_out.append(entry("memory_score_10m", ten, one, "MiB", "lower", 1.2,
+    one, ten, theirs = [], [], []
+    for i in range(rounds):
+        session = spark if (spark is not None and i == 0) else _session()
+        for kind, peaks in _in_turn(i, [("one", one), ("ten", ten), ("theirs", theirs)]):
+            peaks.append(score_peak(session, 1_000_000 if kind == "one" else 10_000_000,
+                                    "predict_batch_udf" if kind == "theirs" else "ours"))
+        if session is not spark:
+            session.stop()
+    rows_out.append(entry("memory_score_10m", Measured(ten), Measured(one), "MiB", "lower", 1.2,
                           note="largest Python worker RSS (sampled) while scoring 10M vs 1M rows x 32 floats"))
-    rows_out.append(entry("memory_score_vs_predict_batch_udf", ten, theirs, "MiB", "lower", 1.0,
+    rows_out.append(entry("memory_score_vs_predict_batch_udf", Measured(ten), Measured(theirs), "MiB", "lower", 1.0,
                           note="largest Python worker RSS (sampled) while scoring 10M rows x 32 floats: ours vs "
                                "predict_batch_udf(batch_size=1024) with the same model"))
     record(rows_out)
     return rows_out
+
+
+def _in_turn(round_index: int, measurements: list) -> list:
+    """The round's order: as listed in even rounds, reversed in odd ones."""
+    return measurements if round_index % 2 == 0 else measurements[::-1]
+
+
+def _session():
+    from sparkml_dist.config import SparkConfig
+    from sparkml_dist.spark import build_session
+
+    spark = build_session(SparkConfig(master="local[2]", app_name="bench-memory"))
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
 
 
 if __name__ == "__main__":

@@ -56,8 +56,7 @@ def main(sizes=(1_000_000,), spark=None) -> list[dict]:
             write_csv(adult_like(spark, rows, seed=1), train, 8)
             write_csv(adult_like(spark, max(rows // 10, 1000), seed=2), test, 2)
             o, b = alternate(lambda: ours(spark, train, test, f"{tmp}/ours"),
-                             lambda: plain_spark_io(spark, train, test, f"{tmp}/plain"),
-                             rounds=3 if rows <= 2_000_000 else 1)
+                             lambda: plain_spark_io(spark, train, test, f"{tmp}/plain"))
         label = f"{rows // 1_000_000}m" if rows >= 1_000_000 else str(rows)
         rows_out.append(entry(f"preprocess_vs_spark_io_{label}", o, b, "rows/s", "higher", 0.5,
                               note=f"{rows:,} train + {max(rows // 10, 1000):,} test Adult-shaped rows"))
