@@ -140,9 +140,12 @@ class _Timer:
         try:
             with job_group(self.spark, f"sparkml_dist:{name}", f"pipeline stage {name}"):
                 yield
-        finally:
-            self.seconds[name] = round(time.perf_counter() - t0, 2)
-            log.info("stage %s: finished in %.1fs", name, self.seconds[name])
+        except BaseException:
+            # a scheduler's log search for "finished" must not find a stage that raised
+            log.error("stage %s: failed after %.1fs", name, time.perf_counter() - t0)
+            raise
+        self.seconds[name] = round(time.perf_counter() - t0, 2)
+        log.info("stage %s: finished in %.1fs", name, self.seconds[name])
 
 
 def format_summary(s: Summary) -> str:

@@ -86,3 +86,18 @@ def test_adult_pipeline_end_to_end_then_gate_keeps_the_champion(spark, make_adul
     # scoring always uses the champion, so the predictions still come from the first model
     again = pq.read_table(second.outputs["predictions"]).to_pandas().sort_values("row_id")
     assert again["probability"].to_numpy() == pytest.approx(predictions.sort_values("row_id")["probability"].to_numpy())
+
+
+def test_a_stage_that_fails_is_logged_as_failed_not_finished(spark, make_adult_config, caplog):
+    """The stage's last log line is what a scheduler's log search or a person reads: a stage that
+    raised says it failed. (Adult's test file has one reject, its banner line; a reject fraction
+    of 1e-5 refuses it, so preprocess stops.)"""
+    from sparkml_dist.errors import DataError
+
+    cfg = make_adult_config("data.max_reject_fraction=0.00001")
+    with caplog.at_level("INFO", logger="sparkml_dist.pipeline"), pytest.raises(DataError, match="^data.test_path: "):
+        run_pipeline(spark, cfg)
+    lines = [r.getMessage() for r in caplog.records if r.name == "sparkml_dist.pipeline"]
+    assert lines[0] == "stage preprocess: started"
+    assert lines[1].startswith("stage preprocess: failed after ") and len(lines) == 2, lines
+    assert not any("finished" in line for line in lines)
