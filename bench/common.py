@@ -33,8 +33,13 @@ class Measured(float):
         return value
 
 
-def alternate(ours: Callable[[], float], baseline: Callable[[], float], rounds: int = 3) -> tuple[Measured, Measured]:
-    """Run baseline and ours alternately `rounds` times; return (median ours, median baseline)."""
+def alternate(ours: Callable[[], float], baseline: Callable[[], float], rounds: int = 3,
+              warm_up: bool = False) -> tuple[Measured, Measured]:
+    """Run baseline and ours alternately `rounds` times; return (median ours, median baseline).
+    `warm_up`: each side runs once first, unrecorded (a Python worker's first task, a model's
+    first load: one-off costs that a second-long measurement would otherwise count once)."""
+    if warm_up:
+        baseline(), ours()
     a, b = [], []
     for i in range(rounds):
         if i % 2 == 0:
