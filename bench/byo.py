@@ -131,7 +131,6 @@ def timed(fn) -> float:
 def rank_loop_launch(spark, job, frame, epoch_seconds: list[float] | None = None) -> float:
     """Wall time of one launch; each epoch's time (rows / throughput, from the run's own epoch
     records) is appended to `epoch_seconds`."""
-
     from sparkml_dist.launch.launcher import run_barrier
     from sparkml_dist.launch.torch_backend import TorchBackend
     from sparkml_dist.train.loop import train_rank

@@ -51,6 +51,12 @@ def alternate(ours: Callable[[], float], baseline: Callable[[], float], rounds: 
     return Measured(a), Measured(b)
 
 
+def in_turn(items: list, round_index: int) -> list:
+    """A round's order of several measurements taken in turn: as listed in even rounds, reversed in
+    odd ones (the machine drifts between rounds; no measurement always goes first)."""
+    return items if round_index % 2 == 0 else items[::-1]
+
+
 def spread(value: float) -> dict[str, float] | None:
     """min, median and max of a `Measured` value's runs (None for a single figure or round)."""
     runs = getattr(value, "runs", None)

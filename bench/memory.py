@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.common import Measured, entry, record
+from bench.common import Measured, entry, in_turn, record
 
 BASE_ROWS = 200_000
 
@@ -166,7 +166,7 @@ def main(spark=None, rounds: int = ROUNDS) -> list[dict]:
     grown by an earlier round's (`spark`, when given, is used for the first round only)."""
     small, big, plain = [], [], []
     for i in range(rounds):
-        for kind, peaks in _in_turn(i, [("small", small), ("big", big), ("plain", plain)]):
+        for kind, peaks in in_turn([("small", small), ("big", big), ("plain", plain)], i):
             rows = BASE_ROWS if kind == "small" else 10 * BASE_ROWS
             peaks.append(train_peak(rows, "child-plain-train" if kind == "plain" else "child-train"))
     rows_out = [entry("memory_stream_train", Measured(big), Measured(small), "MiB", "lower", 1.2,
@@ -178,7 +178,7 @@ def main(spark=None, rounds: int = ROUNDS) -> list[dict]:
     one, ten, theirs = [], [], []
     for i in range(rounds):
         session = spark if (spark is not None and i == 0) else _session()
-        for kind, peaks in _in_turn(i, [("one", one), ("ten", ten), ("theirs", theirs)]):
+        for kind, peaks in in_turn([("one", one), ("ten", ten), ("theirs", theirs)], i):
             peaks.append(score_peak(session, 1_000_000 if kind == "one" else 10_000_000,
                                     "predict_batch_udf" if kind == "theirs" else "ours"))
         if session is not spark:
@@ -190,11 +190,6 @@ def main(spark=None, rounds: int = ROUNDS) -> list[dict]:
                                "predict_batch_udf(batch_size=1024) with the same model"))
     record(rows_out)
     return rows_out
-
-
-def _in_turn(round_index: int, measurements: list) -> list:
-    """The round's order: as listed in even rounds, reversed in odd ones."""
-    return measurements if round_index % 2 == 0 else measurements[::-1]
 
 
 def _session():

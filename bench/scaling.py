@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.common import Measured, alternate, cold_figures, entry, make_bench_importable, record, scratch_dir
+from bench.common import Measured, alternate, cold_figures, entry, in_turn, make_bench_importable, record, scratch_dir
 from bench.loader import DIM, write_dataset
 
 # 2 ranks train this compute-bound MLP at 22,000-44,000 samples/s on the machines this ran on
@@ -191,7 +191,7 @@ def scaling_rows(spark, rows: int, rounds: int = SCALING_ROUNDS) -> list[dict]:
                    "lockstep": lambda: lockstep_throughput(spark, two)}
         runs = {name: [] for name in measure}
         for i in range(rounds):
-            for name in (list(measure) if i % 2 == 0 else list(measure)[::-1]):
+            for name in in_turn(list(measure), i):
                 runs[name].append(measure[name]())
     ddp, gloo, ideal, ceiling, lockstep = (Measured(runs[name]) for name in measure)
     model = f"MLP 32-1024-1024-1, {rows:,} rows, batch 1024 per rank, 1 thread per rank, the second epoch's rate"
