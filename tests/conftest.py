@@ -15,11 +15,12 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYTHONWARNINGS", "ignore::ResourceWarning")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # offline tests; no session-id env churn
-# Every JVM the tests start (sessions, the jobs they run, standalone masters, workers, executors)
-# lives seconds to a minute on a few thousand rows, and the `java` launcher reads this variable.
-# C2's compile threads were a quarter of such a JVM's CPU on this 2-core machine (the Adult
-# pipeline: 73-94 CPU-s against 51-68 with C1 only; a bare session 12-14 against 9-10), and the
-# suite is CPU-bound. Long jobs are not tested here and keep the full JIT (`make bench`, users).
+# The `java` launcher reads this variable, so it reaches every JVM the tests start (sessions, the
+# jobs they run, standalone masters, workers, executors). Most live seconds on a few thousand rows,
+# and C2's compile threads were a quarter of such a JVM's CPU on a 2-core machine (the Adult
+# pipeline: 73-94 CPU-s against 51-68 with C1 only; a bare session 12-14 against 9-10), in a suite
+# that is CPU-bound. MNIST's two-minute job used the same CPU either way. Jobs outside the tests
+# (`make demo`, `make bench`, users') keep the full JIT.
 os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
 # Code under test must use the store its config names; anything that falls back to MLflow's
 # process-global URI lands in this empty store instead of a developer's ./mlflow.db.
