@@ -32,6 +32,11 @@ class TabularMLP(nn.Module):
         out = self.net(x)
         return out.squeeze(-1) if self.output_dim == 1 else out
 
+    def activation_floats_per_row(self) -> int:
+        """The widest tensor a row becomes in the forward pass (the input included), in floats:
+        what scoring sizes its forward chunks by (`inference/predict.py::forward_rows`)."""
+        return max([self.net[0].in_features, *(m.out_features for m in self.net if isinstance(m, nn.Linear))])
+
 
 def model_spec(cfg: ModelConfig, input_dim: int, feature_names: list[str] | None = None,
                output_dim: int = 1, task: TaskSpec | None = None) -> ModelSpec:

@@ -140,6 +140,19 @@ class TabularTransformer(nn.Module):
             h = block(h)
         return self.head(h) if self.head is not None else h
 
+    def activation_floats_per_row(self) -> int:
+        """The widest tensor a row becomes in the forward pass, in floats: its input, or its tokens
+        times the widest of the model width, the MLP's hidden width and the attention scores (one
+        per head and token pair). What scoring sizes its forward chunks by (`inference/predict.py::forward_rows`)."""
+        block = next(iter(self.blocks.values()), None)
+        if self.embed is None or block is None:
+            return 0  # a pipeline stage: not scored on its own
+        tokens = int(self.embed.token_ids.numel())
+        d_model = block.norm1.normalized_shape[0]
+        heads = d_model // block.attn.head_dim
+        slots = self.embed.values.shape[0]  # the input row: a wide one-hot block's slots can be the most
+        return max(slots, tokens * max(d_model, block.mlp.fc1.out_features, heads * tokens))
+
     def keep_stage(self, stage: int, num_stages: int) -> TabularTransformer:
         """Drop what pipeline stage `stage` of `num_stages` does not run (in place; names unchanged)."""
         names = list(self.blocks.keys())
