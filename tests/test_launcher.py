@@ -160,3 +160,30 @@ def test_spark_refusing_a_stage_for_want_of_slots_is_told_apart(spark):
 
     with pytest.raises(_SlotsGone):
         _launch(spark, allreduce_rank, None, 5, TorchBackend(timeout_s=60), False, None, "five ranks on four slots")
+
+
+def _workers_pyspark(_partition):
+    import pyspark
+
+    yield pyspark.__file__
+
+
+def test_this_hosts_python_workers_import_the_installed_pyspark_not_sparks_zip(spark):
+    """A session on this host runs its Python workers through sparkml_dist.pyspark_daemon: they
+    import pyspark's compiled package, not the zip Spark puts first on their path (which every
+    daemon and worker compiled again: 0.64 s against 0.13 s)."""
+    files = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_workers_pyspark).collect()
+    assert files and all(".zip" not in f and f.endswith("__init__.py") for f in files), files
+
+
+def test_only_the_zip_inside_an_installed_pyspark_is_replaced(tmp_path):
+    from sparkml_dist.pyspark_daemon import prefer_installed_pyspark
+
+    site = tmp_path / "site"
+    (site / "pyspark" / "python" / "lib").mkdir(parents=True)
+    (site / "pyspark" / "__init__.py").write_text("")
+    installed_zip = site / "pyspark" / "python" / "lib" / "pyspark.zip"
+    distribution = tmp_path / "spark-4.0.0-bin" / "python" / "lib" / "pyspark.zip"  # SPARK_HOME's: not a package
+    py4j = site / "pyspark" / "python" / "lib" / "py4j-0.10.9.9-src.zip"
+    path = [str(installed_zip), str(py4j), str(distribution), "/usr/lib/python3.11"]
+    assert prefer_installed_pyspark(path) == [str(site), str(py4j), str(distribution), "/usr/lib/python3.11"]

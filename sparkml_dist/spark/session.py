@@ -32,6 +32,10 @@ _LOOPBACK = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.
 # local[*]: the driver is the only executor; Spark's 1g default heap runs out caching a few
 # hundred thousand wide rows (MNIST's 785 columns). A cluster sizes its own (conf/spark/*.conf).
 _LOCAL_CONF = {"spark.driver.memory": "4g"}
+# Executors on this host run this interpreter, which has this package: their Python workers import
+# pyspark's compiled package instead of compiling the zip Spark puts first on their path (0.5 s a
+# daemon and more a worker, sparkml_dist/pyspark_daemon.py). A remote cluster keeps Spark's own.
+_SAME_HOST_CONF = {"spark.python.daemon.module": "sparkml_dist.pyspark_daemon"}
 
 
 def check_java(min_major: int = MIN_JAVA) -> int:
@@ -69,6 +73,8 @@ def build_session(cfg: SparkConfig | None = None, extra_conf: dict[str, str] | N
         # Python workers on this host use this interpreter (the project's venv), not `python3`.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         conf.update(_LOOPBACK)
+        if _workers_run_this_interpreter(cfg.conf):
+            conf.update(_SAME_HOST_CONF)
         if master.startswith("local"):
             conf.update(_LOCAL_CONF)
     conf.update(cfg.conf)
@@ -90,6 +96,14 @@ def _submitted_conf():
     if os.environ.get("PYSPARK_GATEWAY_PORT"):  # launched by spark-submit: the JVM is already there
         SparkContext._ensure_initialized()
     return SparkConf()
+
+
+def _workers_run_this_interpreter(conf: dict[str, str]) -> bool:
+    """Whether this host's Python workers run this interpreter (which has this package): not when
+    PYSPARK_PYTHON or spark.pyspark.python names another."""
+    chosen = conf.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON") or sys.executable
+    # not resolved through symlinks: another virtualenv's python links to the same base interpreter
+    return os.path.abspath(shutil.which(chosen) or chosen) == os.path.abspath(sys.executable)
 
 
 def _is_local_master(master: str) -> bool:
