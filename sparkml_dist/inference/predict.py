@@ -94,8 +94,8 @@ def forward_rows(model: nn.Module, batch_rows: int) -> int:
     if widest <= 0:
         return batch_rows
     fits = FORWARD_CHUNK_BYTES // (4 * widest)
-    rows = 1 << max(fits, 1).bit_length() - 1  # the power of two at or below
-    return max(1, min(batch_rows, max(rows, MIN_FORWARD_ROWS)))
+    rows = 1 << (max(fits, 1).bit_length() - 1)  # the power of two at or below
+    return min(batch_rows, max(rows, MIN_FORWARD_ROWS))
 
 
 @torch.inference_mode()

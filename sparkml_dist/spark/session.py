@@ -33,8 +33,9 @@ _LOOPBACK = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.
 # hundred thousand wide rows (MNIST's 785 columns). A cluster sizes its own (conf/spark/*.conf).
 _LOCAL_CONF = {"spark.driver.memory": "4g"}
 # Executors on this host run this interpreter, which has this package: their Python workers import
-# pyspark's compiled package instead of compiling the zip Spark puts first on their path (0.5 s a
-# daemon and more a worker, sparkml_dist/pyspark_daemon.py). A remote cluster keeps Spark's own.
+# pyspark's compiled package instead of compiling the zip Spark puts first on their path (0.64 s
+# against 0.13 s to import the daemon and the worker, sparkml_dist/pyspark_daemon.py). A remote
+# cluster keeps Spark's own, and so does a session whose conf names another daemon.
 _SAME_HOST_CONF = {"spark.python.daemon.module": "sparkml_dist.pyspark_daemon"}
 
 
@@ -73,12 +74,14 @@ def build_session(cfg: SparkConfig | None = None, extra_conf: dict[str, str] | N
         # Python workers on this host use this interpreter (the project's venv), not `python3`.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         conf.update(_LOOPBACK)
-        if _workers_run_this_interpreter(cfg.conf):
-            conf.update(_SAME_HOST_CONF)
         if master.startswith("local"):
             conf.update(_LOCAL_CONF)
     conf.update(cfg.conf)
     conf.update(extra_conf or {})
+    python = submitted.get("spark.pyspark.python", None) or conf.get("spark.pyspark.python")
+    if _is_local_master(master) and _workers_run_this_interpreter(python):
+        for key, value in _SAME_HOST_CONF.items():
+            conf.setdefault(key, value)
     for key, value in conf.items():
         if not submitted.contains(key):
             builder = builder.config(key, value)
@@ -98,10 +101,10 @@ def _submitted_conf():
     return SparkConf()
 
 
-def _workers_run_this_interpreter(conf: dict[str, str]) -> bool:
+def _workers_run_this_interpreter(configured: str | None) -> bool:
     """Whether this host's Python workers run this interpreter (which has this package): not when
-    PYSPARK_PYTHON or spark.pyspark.python names another."""
-    chosen = conf.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON") or sys.executable
+    spark.pyspark.python (`configured`) or PYSPARK_PYTHON names another."""
+    chosen = configured or os.environ.get("PYSPARK_PYTHON") or sys.executable
     # not resolved through symlinks: another virtualenv's python links to the same base interpreter
     return os.path.abspath(shutil.which(chosen) or chosen) == os.path.abspath(sys.executable)
 
