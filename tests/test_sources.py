@@ -85,14 +85,17 @@ def test_typed_rows_are_checked_like_csv_rows(spark, tmp_path):
 
 def test_a_wide_rows_reason_names_each_column_that_is_not_finite(spark, tmp_path):
     """Over several double columns one check names every column that is NaN or infinite, with its
-    value; a null is missing, not a reject."""
-    rows = [(1.0, float("nan"), 2.0, float("-inf"), "x"), (1.0, None, 2.0, 3.0, "x"), (1.0, 2.0, float("inf"), 4.0, "y")]
+    value; a null is missing, not a reject, and does not hide another column's NaN; a huge finite
+    value is no reject."""
+    rows = [(1.0, float("nan"), 2.0, float("-inf"), "x"), (1.0, None, 2.0, 3.0, "x"),
+            (1.0, 2.0, float("inf"), 4.0, "y"), (None, 1.0, float("nan"), 4.0, "x"), (1.7e308, -3.0e38, -1.7e308, 0.0, "y")]
     path = str(tmp_path / "wide.parquet")
     spark.createDataFrame(rows, "a double, b float, c double, d double, y string").write.parquet(path)
     with ingest(spark, path, typed(path, {"column": "y", "classes": ["x", "y"]})) as result:
-        assert result.counts() == {"input": 3, "accepted": 1, "rejected": 2}
+        assert result.counts() == {"input": 5, "accepted": 2, "rejected": 3}
         reasons = sorted(r["reason"] for r in result.rejects.collect())
-        assert reasons == ["not finite (NaN/inf): 'b' (NaN), 'd' (-Infinity)", "not finite (NaN/inf): 'c' (Infinity)"]
+        assert reasons == ["not finite (NaN/inf): 'b' (NaN), 'd' (-Infinity)", "not finite (NaN/inf): 'c' (Infinity)",
+                           "not finite (NaN/inf): 'c' (NaN)"]
 
 
 def test_a_rejected_rows_text_keeps_a_cast_columns_source_value(spark, tmp_path):

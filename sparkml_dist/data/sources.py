@@ -374,9 +374,11 @@ def _typed(c: ColumnSpec, source_type: str | None) -> str:
 def _not_finite(names: list[str]) -> Column:
     """One check over every double feature, naming the columns that are NaN or infinite. SQL text:
     hundreds of columns would otherwise cost thousands of JVM calls (data/sql.py). Over several
-    columns it is one array and two lambdas, not a CASE per column: the generated code Spark
-    compiles for each plan that reads the rows grows with the expression, and for 784 columns
-    the per-column form cost seconds of compiling and planning (docs/benchmarks.md, MNIST)."""
+    columns, not a CASE per column: the generated code Spark compiles for each plan that reads
+    the rows grows with the expression, and for 784 columns the per-column form cost seconds of
+    compiling and planning (docs/benchmarks.md, MNIST). Whether a row has such a value is plain
+    arithmetic (`_any_not_finite`), which Spark compiles; only such a row evaluates the lambda
+    that names its columns, which Spark interprets value by value."""
     bad = "isnan({0}) OR abs({0}) = double('inf')"
     if len(names) == 1:
         c = ident(names[0])
@@ -388,8 +390,19 @@ def _not_finite(names: list[str]) -> Column:
     # concat_ws skips the nulls zip_with leaves for the finite values
     which = (f"zip_with({labels}, {values}, "
              f"(n, v) -> CASE WHEN {bad.format('v')} THEN concat(n, CAST(v AS STRING), ')') END)")
-    return F.expr(f"CASE WHEN exists({values}, v -> {bad.format('v')}) "
+    return F.expr(f"CASE WHEN {_any_not_finite(names)} "
                   f"THEN concat('not finite (NaN/inf): ', concat_ws(', ', {which})) END")
+
+
+def _any_not_finite(names: list[str]) -> str:
+    """SQL: true when any of the columns is NaN or infinite. x * 0 is 0 for a finite x and NaN for
+    NaN and for either infinity, so the sum of those products is NaN exactly then; a null (a
+    missing value) adds 0. Summed as a balanced tree: a chain of 784 additions would be as deep
+    as it is long for Spark's recursive rules and code generation."""
+    terms = [f"coalesce(CAST({ident(n)} AS DOUBLE) * 0D, 0D)" for n in names]
+    while len(terms) > 1:
+        terms = [f"({a} + {b})" for a, b in zip(terms[::2], terms[1::2])] + (terms[-1:] if len(terms) % 2 else [])
+    return f"isnan({terms[0]})"
 
 
 def _explain_typed(rejects: DataFrame, location: str) -> None:
