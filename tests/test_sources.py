@@ -9,6 +9,7 @@ import pytest
 
 from sparkml_dist.config import parse_config
 from sparkml_dist.data.ingest import LABEL, ingest
+from sparkml_dist.data.sources import common_reasons, describe_reasons
 from sparkml_dist.errors import ConfigError, DataError
 
 pytestmark = pytest.mark.spark
@@ -94,8 +95,10 @@ def test_a_wide_rows_reason_names_each_column_that_is_not_finite(spark, tmp_path
     with ingest(spark, path, typed(path, {"column": "y", "classes": ["x", "y"]})) as result:
         assert result.counts() == {"input": 5, "accepted": 2, "rejected": 3}
         reasons = sorted(r["reason"] for r in result.rejects.collect())
-        assert reasons == ["not finite (NaN/inf): 'b' (NaN), 'd' (-Infinity)", "not finite (NaN/inf): 'c' (Infinity)",
-                           "not finite (NaN/inf): 'c' (NaN)"]
+        assert reasons == ["not finite (NaN/inf) in 'b' (NaN), 'd' (-Infinity)",
+                           "not finite (NaN/inf) in 'c' (Infinity)", "not finite (NaN/inf) in 'c' (NaN)"]
+        summary = describe_reasons(common_reasons(result.rejects))
+        assert "not finite (NaN/inf) in 'c' (Infinity) (1 row)" in summary, "the log names the columns: " + summary
 
 
 def test_a_rejected_rows_text_keeps_a_cast_columns_source_value(spark, tmp_path):

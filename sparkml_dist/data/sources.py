@@ -387,11 +387,12 @@ def _not_finite(names: list[str]) -> Column:
                       f"{literal(chr(39) + ' is not finite (NaN/inf)')}) END")
     values = "array(" + ", ".join(f"CAST({ident(n)} AS DOUBLE)" for n in names) + ")"
     labels = "array(" + ", ".join(literal(f"'{n}' (") for n in names) + ")"
-    # concat_ws skips the nulls zip_with leaves for the finite values
+    # concat_ws skips the nulls zip_with leaves for the finite values; no quote right after ': ',
+    # where common_reasons would take a column's name for the row's own value and elide it
     which = (f"zip_with({labels}, {values}, "
              f"(n, v) -> CASE WHEN {bad.format('v')} THEN concat(n, CAST(v AS STRING), ')') END)")
     return F.expr(f"CASE WHEN {_any_not_finite(names)} "
-                  f"THEN concat('not finite (NaN/inf): ', concat_ws(', ', {which})) END")
+                  f"THEN concat('not finite (NaN/inf) in ', concat_ws(', ', {which})) END")
 
 
 def _any_not_finite(names: list[str]) -> str:
