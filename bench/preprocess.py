@@ -30,11 +30,19 @@ def ours(spark, train_csv: str, test_csv: str, out: str) -> float:
     return sum(v["input"] for v in result.manifest.inputs.values()) / seconds
 
 
-def plain_spark_io(spark, train_csv: str, test_csv: str, out: str) -> float:
+def adult_columns():
     from sparkml_dist.config import load_config
 
-    cols = load_config(CONFIG).data.columns
-    schema = ", ".join(f"`{c.name}` {'int' if c.type == 'int' else 'string'}" for c in cols)
+    return load_config(CONFIG).data.columns
+
+
+def csv_schema(cols) -> str:
+    """The DDL schema both baselines read the CSV with: Spark's own typed parse."""
+    return ", ".join(f"`{c.name}` {'int' if c.type == 'int' else 'string'}" for c in cols)
+
+
+def plain_spark_io(spark, train_csv: str, test_csv: str, out: str) -> float:
+    schema = csv_schema(adult_columns())
     t0 = time.perf_counter()
     rows = 0
     for name, path in (("train", train_csv), ("test", test_csv)):
@@ -55,10 +63,8 @@ def two_pass_floor(spark, train_csv: str, test_csv: str, out: str) -> float:
     pipeline's save, the manifest."""
     from pyspark.sql import functions as F
 
-    from sparkml_dist.config import load_config
-
-    cols = load_config(CONFIG).data.columns
-    schema = ", ".join(f"`{c.name}` {'int' if c.type == 'int' else 'string'}" for c in cols) + ", `_line` string"
+    cols = adult_columns()
+    schema = csv_schema(cols) + ", `_line` string"
     numeric = [c.name for c in cols if c.role == "numeric"]
     categorical = [c.name for c in cols if c.role == "categorical"]
     t0 = time.perf_counter()
