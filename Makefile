@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparkml_dist-installed
 CONFIG ?= conf/adult.yaml
 
-.PHONY: setup demo test test-fast bench clean check-java horovod
+.PHONY: setup demo test test-fast bench gpu-check clean check-java horovod
 
 check-java:
 	@scripts/check_java.sh
@@ -34,6 +34,14 @@ test-fast: setup
 
 bench: setup
 	$(PY) -m bench.run_all
+
+# The GPU check (docs/gpu.md): the training loop and scoring on every visible GPU and the CPU,
+# beside bare ceilings. It needs torch, pyarrow, numpy and pydantic, not Java or Spark: without
+# the venv it runs on $(PYTHON) (a GPU machine's own torch).
+GPU_PY := $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,$(PYTHON))
+GPU_CHECK_OUT ?= output/gpu_check.json
+gpu-check:
+	$(GPU_PY) -m bench.gpu --out $(GPU_CHECK_OUT)
 
 clean:
 	rm -rf output mlflow.db spark-warehouse .pytest_cache

@@ -55,7 +55,9 @@ def no_env_leaks():
     yield
     after = dict(os.environ)
     leaked = {k: after.get(k) for k in set(before) ^ set(after) | {k for k in before if before[k] != after.get(k)}}
-    for owned_by_others in ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"):  # pytest's; torch sets it once per process
+    # pytest's; torch sets the others once per process (the inductor cache; CUDA's lazy module
+    # loading, at the first CUDA call where a GPU is)
+    for owned_by_others in ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "CUDA_MODULE_LOADING"):
         leaked.pop(owned_by_others, None)
     assert not leaked, f"test leaked environment variables: {sorted(leaked)}"
 

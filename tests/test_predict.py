@@ -56,7 +56,7 @@ def test_compact_rows_scored_in_dense_chunks_give_the_dense_rows_predictions():
     model = build_model(ModelSpec("mlp", 12, 0.0, (32,), output_dim=10)).eval()
     target = Target("multiclass", tuple("abcdefghij"))
     whole = predict(model, target, layout.to_dense(rows))
-    chunked = predict(model, target, layout.compact(rows), 64, expand=layout.expand)
+    chunked = predict(model, target, layout.compact(rows), 64, layout=layout)
     np.testing.assert_allclose(chunked["probabilities"], whole["probabilities"], rtol=1e-5, atol=1e-6)
     assert (chunked["prediction"] == whole["prediction"]).all()
 

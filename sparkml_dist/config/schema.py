@@ -260,6 +260,11 @@ class TrainConfig(Section):
     # can it continue at a smaller world size (train.min_ranks)? Data parallelism can; methods that
     # cut the model into a fixed number of pieces, or keep servers, cannot
     elastic: ClassVar[bool] = False
+    # train.precision values it runs: fp16's gradient scaler must see every gradient a step
+    # applies, which only a method whose ranks each hold whole gradients gives it
+    precisions: ClassVar[tuple[str, ...]] = ("fp32", "bf16")
+    # can it capture its step in a CUDA graph (train.cuda_graph=on)?
+    cuda_graphs: ClassVar[bool] = False
 
     strategy: str = Field("ddp", description="the training method; built in: ddp, fsdp, tensor, pipeline, hybrid, "
                                              "async, federated (each adds its own keys below)")
@@ -288,12 +293,28 @@ class TrainConfig(Section):
     max_attempts: int = Field(3, ge=1, description="barrier-stage launches before giving up; each resumes from the last checkpoint")
     straggler_factor: float = Field(1.5, gt=1.0, description="a rank whose median step time exceeds factor x the ranks' median is reported")
     device: Literal["cpu", "cuda", "auto"] = Field("auto", description="auto: the GPU Spark assigned the task, else CPU")
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32", description="the forward pass's precision: bf16 or fp16 autocast (weights, gradients and the "
+                            "optimizer stay fp32; fp16 adds a gradient scaler and needs a GPU; bf16 also runs on CPU)")
+    tf32: bool = Field(True, description="on CUDA: fp32 matmuls on TF32 tensor cores (torch's 'high' matmul "
+                                         "precision) while training; scoring always uses full fp32")
+    cuda_graph: Literal["auto", "on", "off"] = Field(
+        "auto", description="on a GPU, capture the whole training step in a CUDA graph and replay it (a tabular "
+                            "model's step is launch-bound: docs/gpu.md). auto: where the method, backend and "
+                            "precision allow it (ddp on torch.distributed, fp32 or bf16), falling back to eager "
+                            "steps if the model cannot be captured; on: the same, an error if it cannot; off: eager")
     threads_per_rank: int = Field(0, ge=0, description="torch intra-op threads; 0 = cores / ranks")
     log_every_steps: int = Field(50, ge=1, description="rank 0 prints a progress line every N steps")
     loss: Literal["mse", "huber"] | None = Field(None, description="regression: mse (default) or huber on the "
                                                                  "standardised label; classifiers use cross-entropy")
     class_weight: Literal["none", "balanced"] = Field("none", description="classification: balanced weighs each class "
                                                                           "by rows / (classes x its rows) in the loss")
+
+    @field_validator("cuda_graph", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, value: Any) -> Any:
+        # YAML 1.1 reads a bare on/off as a boolean: `cuda_graph: on` means "on"
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
     @model_validator(mode="after")
     def _backend_is_supported(self) -> TrainConfig:
@@ -304,6 +325,18 @@ class TrainConfig(Section):
             raise ValueError(f"train.min_ranks={self.min_ranks}: must be at most train.num_ranks ({self.num_ranks}), "
                              f"and train.strategy={self.strategy} " + ("can" if self.elastic else "cannot") +
                              " change its world size (elastic training: ddp, fsdp)")
+        if self.precision not in self.precisions:
+            raise ValueError(f"train.precision={self.precision} is not available with train.strategy={self.strategy} "
+                             f"(it runs {', '.join(self.precisions)}); fp16's loss scaling needs every rank to hold "
+                             f"whole gradients: use train.precision=bf16, or train.strategy=ddp")
+        if self.precision == "fp16" and self.device == "cpu":
+            raise ValueError("train.precision=fp16 needs a GPU (its gradient scaler is CUDA's); on CPU use "
+                             "train.precision=bf16")
+        if self.cuda_graph == "on" and (not self.cuda_graphs or self.device == "cpu" or self.precision == "fp16"):
+            raise ValueError(f"train.cuda_graph=on captures a data-parallel step on a GPU with torch.distributed, "
+                             f"in fp32 or bf16 (here: train.strategy={self.strategy}, train.backend={self.backend}, "
+                             f"train.device={self.device}, train.precision={self.precision}); set "
+                             f"train.cuda_graph=auto or off")
         if self.input == "dataframe" and not self.dataframe_input:
             raise ValueError(f"train.input=dataframe deals each rank its own rows, but train.strategy={self.strategy} "
                              f"needs ranks that share rows (or a different reader); use train.input=parquet, or "
@@ -482,6 +515,15 @@ class ObserveConfig(Section):
                                                   "process CPU-seconds x this (a server CPU's TDP / its cores)")
 
 
+class ScoreConfig(Section):
+    """Where scoring runs its model: batch scoring, evaluation, the stream and the served model."""
+
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="auto: the GPU Spark assigned the scoring task (spark.task.resource.gpu.amount), else "
+                            "GPU 0 where torch sees one, else the CPU; cuda: the same, an error without a GPU; cpu: "
+                            "always the CPU. On a GPU, rows travel compact and are made dense there, in full fp32")
+
+
 class StreamConfig(Section):
     """`sparkml-dist stream`: continuous scoring with Structured Streaming (docs/streaming.md)."""
 
@@ -532,6 +574,7 @@ class JobConfig(Section):
     federated: FederatedConfig = FederatedConfig()
     tune: TuneConfig = TuneConfig()
     observe: ObserveConfig = ObserveConfig()
+    score: ScoreConfig = ScoreConfig()
     stream: StreamConfig = StreamConfig()
 
     @field_validator("train", mode="wrap")

@@ -13,14 +13,18 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from typing import TYPE_CHECKING
+
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from sparkml_dist import storage
-from sparkml_dist.data.ingest import LABEL
 from sparkml_dist.errors import DataError
 from sparkml_dist.tasks.base import Target
+
+if TYPE_CHECKING:  # Spark is imported where a split is written; ranks read manifests without it
+    from pyspark.sql import DataFrame
+
+LABEL = "label"  # the encoded label's column in every split (data.ingest writes it under this name)
 
 MANIFEST = "manifest.json"
 SPLITS = ("train", "val", "test")
@@ -132,6 +136,8 @@ def describe_split(split_dir: str, classes: int = 2) -> SplitInfo:
 
 def split_frame(df: DataFrame, fraction: float, seed: int) -> tuple[DataFrame, DataFrame]:
     """Deterministic split by a hash of row_id and the seed: same input, same split, any layout."""
+    from pyspark.sql import functions as F
+
     bucket = F.abs(F.xxhash64(F.col("row_id"), F.lit(seed))) % 10_000
     cut = int(round(fraction * 10_000))
     return df.where(bucket >= cut), df.where(bucket < cut)

@@ -19,11 +19,11 @@ from pyspark.sql import functions as F
 
 from sparkml_dist.config.schema import DataConfig
 from sparkml_dist.data.sources import RAW_LINE, ROW_ID, SOURCE_FILE, RawRows, read_source, resolve_path
+from sparkml_dist.data.dataset import LABEL
 from sparkml_dist.data.sql import ident
 from sparkml_dist.errors import DataError
 from sparkml_dist.tasks.base import Target, get_task
 
-LABEL = "label"
 WEIGHT = "weight"
 REASON = "reason"
 

@@ -49,7 +49,7 @@ class ShardLoader:
     def __init__(self, root: str, groups: list[RowGroup], rank: int, world: int,
                  batch_size: int, seed: int, shuffle: bool = True, buffer_row_groups: int = 4,
                  with_label: bool = True, decode_threads: int = 2, layout: FeatureLayout | None = None,
-                 weighted: bool = False):
+                 weighted: bool = False, dense: bool = True):
         self.root = str(root)  # a path or URI (sparkml_dist.storage)
         self.pieces = shard_pieces(groups, rank, world)
         self.rank = rank
@@ -58,6 +58,7 @@ class ShardLoader:
         self.shuffle = shuffle
         self.buffer_row_groups = buffer_row_groups
         self.layout = layout  # None: the files hold a dense `features` list column
+        self.dense = dense  # False: batches stay compact (a GPU makes them dense: data.expand)
         self.columns = [*feature_columns(layout), *(["label"] if with_label else []),
                         *(["weight"] if with_label and weighted else [])]
         self._local = threading.local()  # ParquetFile readers are not thread-safe: one set per thread
@@ -129,8 +130,14 @@ class ShardLoader:
             yield self._dense(carry_x), carry_y
 
     def _dense(self, x: np.ndarray) -> np.ndarray:
-        """A batch as the model reads it: rows are kept compact (`stored_features`) until here."""
-        return batch_input(x, self.layout)
+        """A batch as the model reads it: rows are kept compact (`stored_features`) until here
+        (and after, with `dense=False`)."""
+        return batch_input(x, self.layout) if self.dense else x
+
+    @property
+    def batch_width(self) -> int:
+        """Floats per row of the batches `epoch` yields: the dense width, or one per block."""
+        return self.feature_dim if self.dense or self.layout is None else len(self.layout.blocks)
 
     def _read(self, pieces: list[Piece]) -> tuple[np.ndarray, np.ndarray | None]:
         """Decode the pieces' row groups in parallel and stack them."""
@@ -213,8 +220,9 @@ class FrameShardLoader:
     then shuffled per epoch like the Parquet path and made dense a batch at a time."""
 
     def __init__(self, spill_path: str, rank: int, batch_size: int, seed: int, shuffle: bool = True,
-                 layout: FeatureLayout | None = None, weighted: bool = False):
+                 layout: FeatureLayout | None = None, weighted: bool = False, dense: bool = True):
         self.path = spill_path
+        self.dense = dense
         self.rank = rank
         self.batch_size = batch_size
         self.seed = seed
@@ -260,4 +268,8 @@ class FrameShardLoader:
             if index < skip_batches:
                 continue
             take = slice(start, start + self.batch_size) if order is None else order[start:start + self.batch_size]
-            yield batch_input(self._x[take], self.layout), self._y[take]
+            yield (batch_input(self._x[take], self.layout) if self.dense else self._x[take]), self._y[take]
+
+    @property
+    def batch_width(self) -> int:
+        return self.feature_dim if self.dense or self.layout is None else len(self.layout.blocks)

@@ -18,6 +18,7 @@ from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.models.weights import state_dict_from_bytes
 from sparkml_dist.tasks.base import Target
+from sparkml_dist.train.precision import Precision
 
 @dataclass(frozen=True)
 class RoundTask:
@@ -42,6 +43,7 @@ class RoundTask:
     round_salt: bytes = b""  # fresh random bytes per round (secure.seal)
     slow_clients: tuple[tuple[int, float], ...] = ()  # tests: (client, seconds of delay per batch)
     layout: FeatureLayout | None = None  # the rows' features are compact (data/layout.py); None: dense
+    precision: str = "fp32"  # train.precision: clients train on CPU, so fp32 or bf16 (autocast)
 
 
 def client_rows(rows: Iterable) -> tuple[np.ndarray, np.ndarray]:
@@ -90,6 +92,7 @@ def _train_locally(index: int, x: np.ndarray, y: np.ndarray, global_state: dict,
     anchor = {k: v.detach().clone() for k, v in model.named_parameters()}
     optimizer = torch.optim.AdamW(model.parameters(), lr=task.learning_rate)  # fresh state each round
     loss_fn = task.target.kind.loss(task.target, task.class_weights, task.loss_kind)
+    precision = Precision(task.precision, "cpu")
     delay = dict(task.slow_clients).get(index, 0.0)
     # from this client's own start: Spark starts clients as slots free up, and waiting in that
     # queue is not the client's lateness
@@ -104,7 +107,9 @@ def _train_locally(index: int, x: np.ndarray, y: np.ndarray, global_state: dict,
                 return {k: torch.zeros_like(v) for k, v in global_state.items()}, True, 0.0
             time.sleep(delay)
             batch = order[start:start + task.batch_size]
-            loss = loss_fn(model(torch.from_numpy(batch_input(x[batch], task.layout))), torch.from_numpy(y[batch]))
+            with precision.autocast():
+                outputs = model(torch.from_numpy(batch_input(x[batch], task.layout)))
+            loss = loss_fn(outputs.float(), torch.from_numpy(y[batch]))
             if task.proximal_mu:  # FedProx: stay near the global model on skewed clients
                 loss = loss + task.proximal_mu / 2 * sum(((p - anchor[k]) ** 2).sum() for k, p in model.named_parameters())
             optimizer.zero_grad()

@@ -224,7 +224,8 @@ def run_round(spark, rdd, cfg: JobConfig, spec: ModelSpec, target: Target, state
                      fed.learning_rate, fed.proximal_mu if fed.algorithm == "fedprox" else 0.0, fed.clip_norm,
                      noise_std, fed.round_timeout_s, target=target,
                      class_weights=target.balanced_weights() if cfg.train.class_weight == "balanced" else None,
-                     loss_kind=cfg.train.loss, slow_clients=tuple(delays.items()), layout=layout)
+                     loss_kind=cfg.train.loss, slow_clients=tuple(delays.items()), layout=layout,
+                     precision=cfg.train.precision)
     if fed.secure_aggregation:
         task = replace(task, round_salt=os.urandom(16))
         keys = _on_clients(spark, rdd, sampled, public_key, task)
@@ -335,10 +336,9 @@ def evaluate_arrays(spec: ModelSpec, state: dict, test: HeldOut, target: Target,
     model = build_model(spec)
     model.load_state_dict(state)
     model.eval()
-    expand = test.layout.expand if test.layout is not None else None
-    outputs = torch.from_numpy(network_outputs(model, test.x, batch_rows, expand))
+    outputs = torch.from_numpy(network_outputs(model, test.x, batch_rows, test.layout))
     sums = target.kind.held_out_sums(target, outputs, torch.tensor(test.y))
-    return target.kind.held_out(target, *sums, rows="test")
+    return target.kind.held_out(target, *(float(v) for v in sums), rows="test")
 
 
 def result_lines(result: FederatedResult, cfg: JobConfig, model_uri: str) -> str:

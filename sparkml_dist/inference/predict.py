@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.models.weights import state_dict_from_bytes
@@ -17,22 +18,25 @@ from sparkml_dist.tasks.base import PROBABILITY, Target
 
 
 class ModelCache:
-    """One model per key per Python worker process (as pyspark's predict_batch_udf does):
-    Spark reuses Python workers across tasks, so the load happens once, not per batch/task."""
+    """One model per key per device per Python worker process (as pyspark's predict_batch_udf
+    does): Spark reuses Python workers across tasks, so the load happens once, not per batch/task."""
 
     def __init__(self) -> None:
-        self._models: dict[str, nn.Module] = {}
+        self._models: dict[tuple[str, str], nn.Module] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: str, spec: ModelSpec, weights: Callable[[], bytes]) -> nn.Module:
+    def get(self, key: str, spec: ModelSpec, weights: Callable[[], bytes],
+            device: torch.device | str = "cpu") -> nn.Module:
+        slot = (key, str(torch.device(device)))
         with self._lock:
-            if key not in self._models:
+            if slot not in self._models:
                 model = build_model(spec)
                 model.load_state_dict(state_dict_from_bytes(weights()))
                 model.eval()
                 # a custom network's last Linear need not be its output layer: left as it is
-                self._models[key] = model if spec.custom is not None else pad_output_layer(model, spec.output_dim)
-            return self._models[key]
+                model = model if spec.custom is not None else pad_output_layer(model, spec.output_dim)
+                self._models[slot] = model.to(device)
+            return self._models[slot]
 
     def __len__(self) -> int:
         return len(self._models)
@@ -100,26 +104,74 @@ def forward_rows(model: nn.Module, batch_rows: int) -> int:
 
 @torch.inference_mode()
 def network_outputs(model: nn.Module, x: np.ndarray, batch_rows: int = 65536,
-                    expand: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+                    layout: FeatureLayout | None = None) -> np.ndarray:
     """The network's raw outputs for `x`: [rows] (one output) or [rows, outputs]; the task turns
-    them into predictions (`tasks.Task.predict`). At most `batch_rows` rows are made dense and
-    run at a time, fewer when the model's activations would spill from cache (`forward_rows`)."""
-    expand = expand or (lambda rows: rows)
+    them into predictions (`tasks.Task.predict`). With a `layout`, `x` holds compact rows
+    (`FeatureLayout.compact`), made dense a chunk at a time. On CPU at most `batch_rows` rows run
+    at a time, fewer when the model's activations would spill from cache (`forward_rows`); on a
+    GPU `batch_rows` at a time, made dense on the device, in full fp32 (no TF32)."""
+    device = model_device(model)
+    if device.type == "cuda":
+        return _device_outputs(model, x, batch_rows, layout, device)
     step = forward_rows(model, batch_rows)
-    parts = [model(_as_tensor(expand(x[start:start + step]))).float().numpy()
+    dense = layout.expand if layout is not None else (lambda rows: rows)
+    parts = [model(_as_tensor(dense(x[start:start + step]))).float().numpy()
              for start in range(0, len(x), step)]
+    return _joined(parts, model)
+
+
+def _device_outputs(model: nn.Module, x: np.ndarray, batch_rows: int, layout: FeatureLayout | None,
+                    device: torch.device) -> np.ndarray:
+    from sparkml_dist.data.expand import DeviceExpander
+    from sparkml_dist.train.precision import matmul_precision
+
+    expand = DeviceExpander(layout, device, layout.dim if layout is not None else x.shape[1])
+    staging = _pinned_rows(min(batch_rows, len(x)), x.shape[1] if x.ndim == 2 else 0)
+    parts = []
+    with matmul_precision(device, tf32=False):
+        for start in range(0, len(x), batch_rows):
+            chunk = _as_tensor(x[start:start + batch_rows])
+            host = staging[:len(chunk)]
+            host.copy_(chunk)
+            on_device = host.to(device, non_blocking=True)
+            out = model(expand(on_device)).float().cpu()  # waits for the forward: `host` is free after
+            parts.append(out.numpy())
+    return _joined(parts, model)
+
+
+def _pinned_rows(rows: int, width: int) -> torch.Tensor:
+    """A pinned host buffer for `rows` x `width` floats, kept per thread and grown as needed:
+    pinned memory is slow to allocate and copies from it at full bus speed, without a bounce."""
+    held = getattr(_PINNED, "buffer", None)
+    if held is None or held.shape[1] != width or held.shape[0] < rows:
+        held = torch.empty(max(rows, 1), width, pin_memory=True)
+        _PINNED.buffer = held
+    return held
+
+
+_PINNED = threading.local()
+
+
+def _joined(parts: list[np.ndarray], model: nn.Module) -> np.ndarray:
     if not parts:
         width = getattr(model, "output_dim", 1)
         return np.empty((0,) if width == 1 else (0, width), np.float32)
     return np.concatenate(parts)
 
 
+def model_device(model: nn.Module) -> torch.device:
+    """Where `model`'s parameters are (CPU for a model without any, or a plain callable)."""
+    parameters = getattr(model, "parameters", None)
+    first = next(iter(parameters()), None) if parameters is not None else None
+    return first.device if first is not None else torch.device("cpu")
+
+
 def predict(model: nn.Module, target: Target, x: np.ndarray, batch_rows: int = 65536,
-            expand: Callable[[np.ndarray], np.ndarray] | None = None) -> dict[str, np.ndarray]:
+            layout: FeatureLayout | None = None) -> dict[str, np.ndarray]:
     """Features -> the task's prediction columns (probability/prediction, per-class
-    probabilities, or the value in the label's units). With `expand`, `x` holds compact rows
+    probabilities, or the value in the label's units). With a `layout`, `x` holds compact rows
     (`FeatureLayout.compact`) made dense `batch_rows` at a time."""
-    return target.kind.predict(target, network_outputs(model, x, batch_rows, expand))
+    return target.kind.predict(target, network_outputs(model, x, batch_rows, layout))
 
 
 def predict_proba(model: nn.Module, x: np.ndarray, batch_rows: int = 65536) -> np.ndarray:

@@ -19,20 +19,24 @@ from sparkml_dist.tasks.base import PREDICTION, PROBABILITY
 __all__ = ["PREDICTION", "PROBABILITY", "score_features"]
 
 DENSE_CHUNK_FLOATS = 1 << 22  # 16 MiB of float32 features per forward pass in a scoring worker
+GPU_CHUNK_ROWS = 1 << 16  # rows per forward pass on a GPU (compact on the host, dense on the device)
 _ARROW = {"double": pa.float64(), "integer": pa.int32()}
 _SPARK: dict[str, DataType] = {"double": DoubleType(), "integer": IntegerType(), "array<float>": ArrayType(FloatType())}
 
 
 def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int = 1,
                    passthrough: tuple[str, ...] = ("row_id",), layout: FeatureLayout | None = None,
-                   cpu_seconds: Accumulator | None = None) -> DataFrame:
+                   cpu_seconds: Accumulator | None = None, device: str = "auto") -> DataFrame:
     """(passthrough..., features) -> (passthrough..., the task's prediction columns: probability
     and prediction; prediction, probability and probabilities; or prediction). With a `layout`,
     the features arrive as its per-feature columns (`scoring_frame`) and each Arrow batch is made
     dense in the worker, at most `DENSE_CHUNK_FLOATS` values at a time (a layout with a wide
     one-hot block would otherwise make a 10,000-row Arrow batch hundreds of MiB). `cpu_seconds`,
     an accumulator, adds up the Python workers' CPU time for their tasks (Arrow in and out and the
-    model, torch's threads included): the Python side of scoring's energy estimate."""
+    model, torch's threads included): the Python side of scoring's energy estimate. `device`
+    (score.device): each task runs the model on the GPU Spark assigned it, else GPU 0 where torch
+    sees one (`auto`, `cuda`), or on the CPU (`cpu`, or `auto` without a GPU); one model per
+    worker process per device, a GPU's batches made dense on it (`inference.device`)."""
     spark = df.sparkSession
     weights = spark.sparkContext.broadcast(bundle.weights)
     key, spec, target = bundle.key, bundle.spec, bundle.target
@@ -47,18 +51,22 @@ def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int =
         import torch
 
         from sparkml_dist.data.loader import stored_features
+        from sparkml_dist.inference.device import scoring_device
         from sparkml_dist.inference.predict import MODEL_CACHE, predict
 
-        chunk_rows = max(1, DENSE_CHUNK_FLOATS // layout.dim) if layout is not None else 65536
+        on = scoring_device(device)
+        # a GPU takes compact rows and makes them dense itself: its chunks are sized to fill it
+        chunk_rows = GPU_CHUNK_ROWS if on.type == "cuda" else \
+            max(1, DENSE_CHUNK_FLOATS // layout.dim) if layout is not None else 65536
 
         # the worker process serves one task at a time: its CPU time across the task is the task's
         cpu0 = time.process_time()
         torch.set_num_threads(threads_per_worker)
-        model = MODEL_CACHE.get(key, spec, lambda: weights.value)
+        model = MODEL_CACHE.get(key, spec, lambda: weights.value, on)
         try:
             for batch in batches:
                 columns = predict(model, target, stored_features(batch, layout, where="a scoring batch"), chunk_rows,
-                                  expand=layout.expand if layout is not None else None)
+                                  layout=layout)
                 arrays = [batch.column(c) for c in keep]
                 arrays += [_arrow(columns[name], kind) for name, kind in outputs]
                 yield pa.RecordBatch.from_arrays(arrays, names=names)

@@ -34,6 +34,8 @@ class DataParallelConfig(TrainConfig):
     elastic: ClassVar[bool] = True  # any world size: the loader cuts the rows for it
 
     supported_backends = ("torch", "horovod")
+    precisions = ("fp32", "bf16", "fp16")
+    cuda_graphs = True
 
     strategy: Literal["ddp"] = Field("ddp", description="data parallelism: a full replica per rank")
     horovod: HorovodConfig = Field(default_factory=HorovodConfig, description="with train.backend=horovod")
@@ -54,9 +56,13 @@ class DataParallelConfig(TrainConfig):
                 raise ValueError("train.horovod.* is set but train.backend is not 'horovod'; set train.backend=horovod")
             return self
         on_gpu = self.device == "cuda"
-        if h.compression == "bf16" and not on_gpu:
-            raise ValueError("train.horovod.compression=bf16: Horovod's Gloo CPU operations have no bf16; "
-                             "use 'fp16' or 'none' (or train.device=cuda with an NCCL build)")
+        if self.cuda_graph == "on":
+            raise ValueError("train.cuda_graph=on: Horovod averages gradients from hooks inside backward, which a "
+                             "CUDA graph cannot capture; use train.backend=torch, or train.cuda_graph=auto/off")
+        if h.compression == "bf16":
+            raise ValueError("train.horovod.compression=bf16: Horovod 0.28 has no bf16 (it refuses bf16 tensors on "
+                             "Gloo and on NCCL alike); use 'fp16' or 'none' (train.precision=bf16 still trains in bf16: its "
+                             "gradients are fp32, and are averaged as such)")
         if h.reduce_op == "adasum":
             raise ValueError("train.horovod.reduce_op=adasum needs Horovod built with MPI; this build uses Gloo "
                              "only. Use 'average'")
@@ -73,7 +79,8 @@ def place_data_parallel(cfg: DataParallelConfig, world_size: int, rank: int) -> 
         from sparkml_dist.train.horovod_strategy import HorovodDataParallel
 
         return HorovodDataParallel(world_size, rank, cfg.horovod.compression, cfg.horovod.backward_passes_per_step)
-    return DataParallel(world_size, rank, shared_memory=cfg.intra_host_allreduce == "shared_memory")
+    return DataParallel(world_size, rank, shared_memory=cfg.intra_host_allreduce == "shared_memory",
+                        cuda_graph=cfg.cuda_graph, batch_size=cfg.batch_size)
 
 
 class DataParallelMethod(LoopMethod):

@@ -59,6 +59,9 @@ class PipelineConfig(TrainConfig):
 
     @model_validator(mode="after")
     def _batches_split(self) -> PipelineConfig:
+        if self.num_ranks < 2:
+            raise ValueError(f"train.strategy=pipeline puts consecutive blocks on consecutive ranks and needs at "
+                             f"least 2 (train.num_ranks is {self.num_ranks}); for one rank use train.strategy=ddp")
         if self.batch_size % self.parallel.microbatches:
             raise ValueError(f"train.batch_size ({self.batch_size}) must be divisible by "
                              f"train.parallel.microbatches ({self.parallel.microbatches})")

@@ -50,7 +50,8 @@ def evaluate(spark: SparkSession, cfg: JobConfig, model_uri: str, tracking_uri: 
     weighted = WEIGHT in test_rows.columns
     extra = (WEIGHT,) if weighted else ()
     features, layout = load_pipeline(bundle).frame(labelled.known, with_label=True, extra=extra)
-    scored = score_features(features, bundle, passthrough=(ROW_ID, LABEL, *extra), layout=layout)
+    scored = score_features(features, bundle, passthrough=(ROW_ID, LABEL, *extra), layout=layout,
+                            device=cfg.score.device)
     report = _report_once_scored(scored, target, WEIGHT if weighted else None)
     report.target = target
     if labelled.unknown_rows:

@@ -72,7 +72,7 @@ def score(spark: SparkSession, cfg: JobConfig, model_uri: str | None = None, inp
 def _score_rows(spark: SparkSession, cfg: JobConfig, uri: str, bundle: ModelBundle, raw: IngestResult,
                 output_path: str | None) -> ScoreResult:
     cpu_seconds = spark.sparkContext.accumulator(0.0)
-    scored = scored_rows(bundle, load_pipeline(bundle), raw.accepted, raw.data, cpu_seconds)
+    scored = scored_rows(bundle, load_pipeline(bundle), raw.accepted, raw.data, cpu_seconds, cfg.score.device)
     out = storage.absolute(output_path) if output_path else OutputPaths.of(cfg).predictions
     group = "sparkml_dist:score"
     earlier = job_ids(spark, group)  # an earlier scoring in this session is not this one's cost
@@ -95,12 +95,13 @@ def load_pipeline(bundle: ModelBundle) -> ScoringPipeline:
 
 
 def scored_rows(bundle: ModelBundle, pipeline: ScoringPipeline, accepted: DataFrame, data: DataConfig,
-                cpu_seconds: Accumulator | None = None) -> DataFrame:
+                cpu_seconds: Accumulator | None = None, device: str = "auto") -> DataFrame:
     """Accepted raw rows -> (row_id, the id columns, the task's prediction columns, and for a
     classifier the predicted class as the label's own value). Batch and streaming scoring alike."""
     ids = tuple(data.names_with_role("id"))  # pass through: predictions join back to the input on them
     features, layout = pipeline.frame(accepted, with_label=False, extra=ids)
-    scored = score_features(features, bundle, layout=layout, passthrough=(ROW_ID, *ids), cpu_seconds=cpu_seconds)
+    scored = score_features(features, bundle, layout=layout, passthrough=(ROW_ID, *ids), cpu_seconds=cpu_seconds,
+                            device=device)
     classes = model_target(bundle.target, data).classes
     if classes:
         scored = scored.withColumn(PREDICTED_LABEL, F.element_at(F.array(*[F.lit(c) for c in classes]),

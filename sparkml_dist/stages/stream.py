@@ -84,7 +84,7 @@ def _stream(spark: SparkSession, cfg: JobConfig, input_path: str, output_path: s
             rows = split_checked(checked, raw.data)
             if rows.input_rows == 0:
                 return
-            scored = scored_rows(model.bundle, model.pipeline, rows.accepted, raw.data)
+            scored = scored_rows(model.bundle, model.pipeline, rows.accepted, raw.data, device=cfg.score.device)
             written = sink.write(spark, batch_id, scored.withColumn(MODEL_VERSION, F.lit(model.version)),
                                  rows.rejects if rows.rejected_rows else None)
             if written != rows.accepted_rows:

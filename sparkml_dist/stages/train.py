@@ -78,7 +78,8 @@ def with_f1_threshold(spark: SparkSession, cfg: JobConfig, outcome: TrainOutcome
         weighted = rows.data.weight_column is not None
         extra = (WEIGHT,) if weighted else ()
         features, layout = ScoringPipeline.load(model.feature_pipeline).frame(val, with_label=True, extra=extra)
-        scored = score_features(features, bundle, passthrough=(ROW_ID, LABEL, *extra), layout=layout)
+        scored = score_features(features, bundle, passthrough=(ROW_ID, LABEL, *extra), layout=layout,
+                                device=cfg.score.device)
         threshold, f1 = best_f1_threshold(scored, LABEL, WEIGHT if weighted else None)
     log.info("%sevaluate.threshold=f1: %.3f (validation F1 %.4f)", f"{label}: " if label else "", threshold, f1)
     RankTracker(run, 0).log({"threshold": threshold, "val_best_f1": f1}, outcome.last.epoch)

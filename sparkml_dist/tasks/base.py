@@ -130,13 +130,14 @@ class Task(ABC):
              kind: str | None = None) -> "TargetLoss": ...
 
     @abstractmethod
-    def held_out_sums(self, target: Target, outputs: Any, packed: Any) -> tuple[float, float, float]:
+    def held_out_sums(self, target: Target, outputs: Any, packed: Any) -> Any:
         """For one validation batch (network outputs, packed [label, weight] targets): the weighted
-        loss sum, the weighted sum behind `held_out_metric`, and the weight sum."""
+        loss sum, the weighted sum behind `held_out_metric`, and the weight sum, as a tensor of
+        three on the outputs' device (so that no batch waits for a GPU; three floats also do)."""
 
     def held_out_bins(self, target: Target, outputs: Any, packed: Any) -> Any:
         """For one validation batch: a float64 tensor of additive counts (summed over batches and
-        ranks) behind `held_out_extra`; None for a task with no extra metrics."""
+        ranks) behind `held_out_extra`, on the outputs' device; None for a task with no extra metrics."""
         return None
 
     def extra_from_bins(self, target: Target, bins: Any) -> dict[str, float]:

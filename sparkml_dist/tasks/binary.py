@@ -77,13 +77,14 @@ class Binary(Task):
 
         return BinaryLoss(class_weights)
 
-    def held_out_sums(self, target: Target, outputs, packed) -> tuple[float, float, float]:
+    def held_out_sums(self, target: Target, outputs, packed):
+        import torch
         import torch.nn.functional as F
 
         label, weight = packed[:, 0], packed[:, 1]
         loss = F.binary_cross_entropy_with_logits(outputs, label, reduction="none")
         correct = ((outputs > 0).float() == label).float()
-        return float((loss * weight).sum()), float((correct * weight).sum()), float(weight.sum())
+        return torch.stack([(loss * weight).sum(), (correct * weight).sum(), weight.sum()])
 
     def held_out_bins(self, target: Target, outputs, packed):
         """Weighted counts of negatives, then positives, per probability bin: summed over every
@@ -94,7 +95,7 @@ class Binary(Task):
 
         label, weight = packed[:, 0].double(), packed[:, 1].double()
         index = (torch.sigmoid(outputs.double().reshape(-1)) * AUC_BINS).long().clamp_(0, AUC_BINS - 1)
-        bins = torch.zeros(2 * AUC_BINS, dtype=torch.float64)
+        bins = torch.zeros(2 * AUC_BINS, dtype=torch.float64, device=outputs.device)
         bins.index_add_(0, index + AUC_BINS * (label > 0.5).long(), weight)
         return bins
 

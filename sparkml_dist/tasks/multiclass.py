@@ -83,13 +83,14 @@ class Multiclass(Task):
 
         return MulticlassLoss(class_weights)
 
-    def held_out_sums(self, target: Target, outputs, packed) -> tuple[float, float, float]:
+    def held_out_sums(self, target: Target, outputs, packed):
+        import torch
         import torch.nn.functional as F
 
         label, weight = packed[:, 0].long(), packed[:, 1]
         loss = F.cross_entropy(outputs, label, reduction="none")
         correct = (outputs.argmax(dim=1) == label).float()
-        return float((loss * weight).sum()), float((correct * weight).sum()), float(weight.sum())
+        return torch.stack([(loss * weight).sum(), (correct * weight).sum(), weight.sum()])
 
     def held_out_bins(self, target: Target, outputs, packed):
         """The weighted confusion matrix (true class x predicted class, flattened): summed over
@@ -97,7 +98,7 @@ class Multiclass(Task):
         import torch
 
         k = len(target.classes)
-        cells = torch.zeros(k * k, dtype=torch.float64)
+        cells = torch.zeros(k * k, dtype=torch.float64, device=outputs.device)
         if outputs.numel():
             label, weight = packed[:, 0].long(), packed[:, 1].double()
             cells.index_add_(0, label * k + outputs.argmax(dim=1), weight)

@@ -57,12 +57,14 @@ class Regression(Task):
 
         return RegressionLoss(target.mean, target.std, kind or "mse")
 
-    def held_out_sums(self, target: Target, outputs, packed) -> tuple[float, float, float]:
+    def held_out_sums(self, target: Target, outputs, packed):
+        import torch
+
         label, weight = packed[:, 0], packed[:, 1]
         z = (label - target.mean) / target.std
         loss = (outputs - z) ** 2
         squared_error = (outputs * target.std + target.mean - label) ** 2
-        return float((loss * weight).sum()), float((squared_error * weight).sum()), float(weight.sum())
+        return torch.stack([(loss * weight).sum(), (squared_error * weight).sum(), weight.sum()])
 
     def held_out(self, target: Target, loss_sum: float, metric_sum: float, weight_sum: float, rows: str = "val"):
         n = max(weight_sum, 1e-12)

@@ -9,6 +9,7 @@ package's code (`code_paths`), and a serving environment has no pyspark.
 from __future__ import annotations
 
 import json
+import os
 
 import mlflow.pyfunc
 import numpy as np
@@ -27,6 +28,7 @@ class TabularTorchModel(mlflow.pyfunc.PythonModel):
         import torch
 
         from sparkml_dist.data.raw_features import RawFeatures
+        from sparkml_dist.inference.device import scoring_device
         from sparkml_dist.models.factory import build_model
         from sparkml_dist.models.spec import ModelSpec
         from sparkml_dist.tasks.base import Target
@@ -43,7 +45,8 @@ class TabularTorchModel(mlflow.pyfunc.PythonModel):
                 self.raw = RawFeatures.from_json(json.load(fh))
         self.model = build_model(spec)
         self.model.load_state_dict(torch.load(context.artifacts["weights"], map_location="cpu", weights_only=True))
-        self.model.eval()
+        # a served model uses the GPU where there is one (SPARKML_DIST_SCORE_DEVICE=cpu keeps it on the CPU)
+        self.model.eval().to(scoring_device(os.environ.get("SPARKML_DIST_SCORE_DEVICE", "auto")))
 
     # the hint is one MLflow infers no schema from: the model's signature stays the one it is logged
     # with, and MLflow does not warn at import that predict has no type hints

@@ -34,8 +34,10 @@ from sparkml_dist.observe.monitor import RankMonitor
 from sparkml_dist.observe.steps import StepTimes
 from sparkml_dist.train.checkpoint import load_latest, save_checkpoint
 from sparkml_dist.train.faults import inject
+from sparkml_dist.train.feed import HostFeed
 from sparkml_dist.train.job import TrainJob
 from sparkml_dist.train.loop import evaluate
+from sparkml_dist.train.precision import Precision
 from sparkml_dist.train.ps_wire import ServerConnection, ServerEndpoint, layout_of
 from sparkml_dist.train.records import EpochRecord, Evaluation, RankResult, RankStats, RankThroughput
 from sparkml_dist.train.strategies import Strategy, local_param_bytes
@@ -190,6 +192,7 @@ def _work_connected(ctx: RankContext, job: TrainJob, model: nn.Module, shards: l
     worker, workers = ctx.rank - servers, ctx.world_size - servers
     loader = job.loader("train", worker, workers, cfg.batch_size, cfg.seed)
     loss_fn, params = job.loss(), dict(model.named_parameters())
+    precision = Precision(cfg.precision, "cpu")  # workers train on CPU: fp32 or bf16
     holds = [layout_of({k: params[k] for k in shard}) for shard in shards]
     steps, samples, loss_sum, start = 0, 0, 0.0, time.perf_counter()
     step_times = []
@@ -210,7 +213,9 @@ def _work_connected(ctx: RankContext, job: TrainJob, model: nn.Module, shards: l
                         params[k].copy_(v)
             pulled = time.perf_counter()
             model.zero_grad()
-            loss = loss_fn(model(torch.from_numpy(x)), torch.from_numpy(y))
+            with precision.autocast():
+                outputs = model(torch.from_numpy(x))
+            loss = loss_fn(outputs.float(), torch.from_numpy(y))
             loss.backward()
             push_start = time.perf_counter()
             for s, connection in enumerate(connections):
@@ -239,7 +244,7 @@ def _final(job: TrainJob, model: nn.Module) -> tuple[Evaluation, bytes]:
     """Rank 0: validation of the final parameters over all validation rows (the loop's own
     evaluation, as one process), and the weights to log."""
     loader = job.loader("val", 0, 1, 4096, job.train.seed, shuffle=False)
-    evaluation = evaluate(model, loader, Strategy(1), torch.device("cpu"), job.target)
+    evaluation = evaluate(model, HostFeed(loader), Strategy(1), torch.device("cpu"), job.target)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     return evaluation, state_dict_to_bytes(state)
 

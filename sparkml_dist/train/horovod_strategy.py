@@ -40,8 +40,12 @@ class HorovodDataParallel(Strategy):
                 if isinstance(handle, int):  # launched in backward; None: not yet, a callable: already done
                     _wait_quietly(handle)
             optimizer.synchronize()  # the waited-for handles return at once; it launches any left
+        self.precision.unscale(optimizer)  # fp16: the averaged gradients at their true size
         with optimizer.skip_synchronize():
-            optimizer.step()
+            self.precision.step(optimizer)
+
+    def optimizer_options(self, params, device) -> dict:
+        return {}  # DistributedOptimizer rebuilds the optimizer's class around its own step: plain AdamW
 
     def broadcast_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         import horovod.torch as hvd
@@ -60,17 +64,19 @@ class HorovodDataParallel(Strategy):
         hvd.join()  # a rank out of batches keeps serving the others' allreduces until all are done
 
     def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
-        """Sum across ranks, in place (callers pass tensors they own); returns `values`."""
+        """Sum across ranks; returns the sums on `values`' device. Horovod's CPU operations (Gloo)
+        take them in host memory, in either build (with NCCL, CUDA tensors go to NCCL)."""
         import horovod.torch as hvd
 
-        handle = hvd.allreduce_async_(values, op=hvd.Sum, name=_stable_name("sum", values))
+        on_host = values.to(self.collective_device)
+        handle = hvd.allreduce_async_(on_host, op=hvd.Sum, name=_stable_name("sum", on_host))
         _wait_quietly(handle)
-        return hvd.synchronize(handle)
+        return hvd.synchronize(handle).to(values.device)
 
     def allreduce_max(self, value: int) -> int:
         import horovod.torch as hvd
 
-        tensor = torch.tensor([value])
+        tensor = torch.tensor([value], device=self.collective_device)
         handle = hvd.allreduce_async(tensor, op=hvd.Max, name=_stable_name("max", tensor))
         _wait_quietly(handle)
         return int(hvd.synchronize(handle).item())

@@ -95,7 +95,7 @@ class TrainJob:
             if partition is None:
                 raise RuntimeError("train.input=dataframe, but this rank was not launched over the train split")
             return FrameShardLoader(partition.path, rank, batch_size, seed, options.get("shuffle", True),
-                                    self.feature_layout, self.weighted)
+                                    self.feature_layout, self.weighted, options.get("dense", True))
         groups = self.train_groups if split == "train" else self.val_groups
         return ShardLoader(self.data_root, list(groups), rank, world, batch_size, seed,
                            layout=self.feature_layout, weighted=self.weighted, **options)

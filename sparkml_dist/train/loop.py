@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from sparkml_dist.data.expand import DeviceExpander
 from sparkml_dist.data.loader import ShardLoader
 from sparkml_dist.launch.backend import pick_device
 from sparkml_dist.launch.context import RankContext
@@ -33,8 +34,10 @@ from sparkml_dist.observe.system import SystemSample
 from sparkml_dist.train.adapters import apply_adapters, merge_adapters, trainable
 from sparkml_dist.train.checkpoint import load_latest, save_checkpoint
 from sparkml_dist.train.faults import inject
+from sparkml_dist.train.feed import CudaFeed, HostFeed, make_feed
 from sparkml_dist.train.job import TrainJob
 from sparkml_dist.train.parallel.checkpoint import load_sharded, save_sharded
+from sparkml_dist.train.precision import Precision, matmul_precision
 from sparkml_dist.train.progress import Progress
 from sparkml_dist.tasks.base import Target
 from sparkml_dist.train.records import EpochRecord, Evaluation, RankResult, RankStats, RankThroughput
@@ -89,16 +92,33 @@ def train_rank(ctx: RankContext, job: TrainJob) -> RankResult:
     torch.set_num_threads(cfg.threads_per_rank or max(1, (os.cpu_count() or 1) // ctx.local_size))
     torch.manual_seed(cfg.seed)  # every rank builds the same initial weights before any sharding
     device = torch.device(pick_device(ctx, cfg.device))
-    strategy = job.placement(cfg, ctx.world_size, ctx.rank)
-    if job.observe.step_breakdown:
-        strategy.comm_clock = CommClock()  # before wrap(): a DDP comm hook reports to it
+    strategy = place(job, ctx, device)
     # rank 0 connects to the tracking store while the others build too, not inside an epoch
     sink = job.sink.open() if ctx.is_chief and job.sink is not None else None
     try:
-        return _train(ctx, job, strategy, device, sink)
+        with matmul_precision(device, cfg.tf32):
+            return _train(ctx, job, strategy, device, sink)
     finally:
         if sink is not None:
             sink.close()
+
+
+def place(job: TrainJob, ctx: RankContext, device: torch.device) -> Strategy:
+    """The method's strategy for this rank, told (before it wraps the model) where its
+    collectives go, the forward's precision, how compact rows become dense on a GPU and, with
+    the step breakdown on, the clock its communication reports to."""
+    cfg = job.train
+    strategy = job.placement(cfg, ctx.world_size, ctx.rank)
+    strategy.bind_device(device)
+    try:
+        strategy.precision = Precision(cfg.precision, device.type)
+    except ValueError as exc:  # fp16 on a rank that found no GPU (train.device=auto)
+        raise RuntimeError(f"rank {ctx.rank} on {ctx.host} trains on {device}: {exc}") from None
+    if device.type == "cuda":
+        strategy.expand = DeviceExpander(job.feature_layout, device, job.model_spec.input_dim)
+    if job.observe.step_breakdown:
+        strategy.comm_clock = CommClock()  # before wrap(): a DDP comm hook reports to it
+    return strategy
 
 
 def _told_to_stop(job: TrainJob, strategy: Strategy, verdict: bool | None) -> bool:
@@ -112,10 +132,14 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
     cfg = job.train
     model, optimizer, ckpt = _build_and_restore(job, strategy, device)
 
+    on_host = device.type != "cuda"  # a GPU reads compact rows and makes them dense itself
     train_loader = job.loader("train", strategy.data_rank, strategy.data_world, cfg.batch_size, cfg.seed,
-                              partition=ctx.partition, shuffle=True, buffer_row_groups=cfg.shuffle_buffer_row_groups)
-    val_loader = job.loader("val", strategy.data_rank, strategy.data_world, 4096, cfg.seed, shuffle=False)
+                              partition=ctx.partition, shuffle=True, buffer_row_groups=cfg.shuffle_buffer_row_groups,
+                              dense=on_host)
+    val_loader = job.loader("val", strategy.data_rank, strategy.data_world, 4096, cfg.seed, shuffle=False,
+                            dense=on_host)
     train_loader.prepare()
+    train_feed, val_feed = make_feed(train_loader, device), make_feed(val_loader, device)
     steps_per_epoch = _steps_per_epoch(strategy, train_loader)
     strategy.uneven_shards = _shards_differ(strategy, train_loader)  # join() only where they are
     position = resume_position(ckpt, steps_per_epoch, strategy.data_world)
@@ -137,7 +161,7 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
                                                  "optimizer": optimizer.state_dict(), **meta},
                             epoch, step, cfg.checkpoint_keep)
 
-    loss_fn = job.loss()
+    loss_fn = job.loss().to(device)
     # system samples and energy from here on: what the epochs cost, not the model's start-up
     monitor = RankMonitor(ctx.rank, job.observe.system_metrics_interval_s, job.observe.cpu_watts_per_core,
                           device.index if device.type == "cuda" else None)
@@ -145,7 +169,7 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
         for epoch in range(position.epoch, cfg.epochs):
             start = position.step if epoch == position.epoch else 0
             stats = position.stats if epoch == position.epoch else EpochStats()
-            run = EpochRun(model=model, optimizer=optimizer, loss_fn=loss_fn, loader=train_loader,
+            run = EpochRun(model=model, optimizer=optimizer, loss_fn=loss_fn, feed=train_feed,
                            steps=steps_per_epoch, strategy=strategy, device=device, progress=progress,
                            log_every=cfg.log_every_steps, checkpoint_every=cfg.checkpoint_every_steps,
                            checkpoint=checkpoint, seed=cfg.seed, rank=ctx.rank, clock=strategy.comm_clock,
@@ -157,7 +181,7 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
                 if is_peer_failure(exc):  # say which rank stopped, not only that a collective failed
                     raise PeerLost(f"{heartbeat.describe_missing() or 'a peer rank was lost'} ({exc})") from exc
                 raise
-            record = epoch_record(epoch, stats, strategy, evaluate(model, val_loader, strategy, device, job.target),
+            record = epoch_record(epoch, stats, strategy, evaluate(model, val_feed, strategy, device, job.target),
                                   cfg.straggler_factor, monitor.epoch_usage())
             history.append(record)
             progress.epoch_end(record)
@@ -206,15 +230,37 @@ def _build_and_restore(job: TrainJob, strategy: Strategy, device: torch.device):
         ckpt = load_latest(job.checkpoint_dir, epoch_start=True)
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
-    model, optimizer = strategy.wrap(
-        model, lambda params: torch.optim.AdamW(trainable(params), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-    )
+
+    def adamw(params, **options) -> torch.optim.Optimizer:
+        params = trainable(params)
+        options = {**strategy.optimizer_options(params, device), **options}
+        return torch.optim.AdamW(param_groups(params), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, **options)
+
+    model, optimizer = strategy.wrap(model, adamw)
     if strategy.sharded_checkpoints:
         ckpt = load_sharded(job.checkpoint_dir, model, optimizer, job.checkpoint_key, strategy.data_world)  # reshards to this layout
     elif ckpt is not None:
+        kept = [{k: g[k] for k in KERNEL_OPTIONS if k in g} for g in optimizer.param_groups]
         optimizer.load_state_dict(ckpt["optimizer"])
+        for group, options in zip(optimizer.param_groups, kept):  # a saved group's kernel choice is not ours
+            group.update(options)
         strategy.broadcast_state(model, optimizer)
     return model, optimizer, ckpt
+
+
+# how an optimizer runs rather than what it computes: this run's own, not a checkpoint's
+KERNEL_OPTIONS = ("foreach", "fused", "capturable", "differentiable")
+
+
+def param_groups(params: list[torch.Tensor]) -> list:
+    """The parameters, in two groups where tensor parallelism left some as plain tensors beside
+    DTensors: AdamW's foreach and fused kernels take one kind at a time (on CUDA a mix fails at
+    the first step: 'got mixed torch.Tensor and DTensor')."""
+    sharded = [p for p in params if hasattr(p, "to_local")]
+    plain = [p for p in params if not hasattr(p, "to_local")]
+    if not sharded or not plain:
+        return params
+    return [{"params": sharded}, {"params": plain}]
 
 
 def _steps_per_epoch(strategy: Strategy, loader: ShardLoader) -> int:
@@ -229,12 +275,16 @@ def _shards_differ(strategy: Strategy, loader: ShardLoader) -> bool:
 
 @dataclass
 class EpochRun:
-    """One epoch of optimizer steps, resumable at any batch."""
+    """One epoch of optimizer steps, resumable at any batch.
+
+    Nothing in a step reads a value back from the device: the loss is summed on the device and
+    read at the progress lines, checkpoints and the epoch's end; on a GPU the step breakdown
+    waits for the device only on the steps it times (`StepTimer`)."""
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
     loss_fn: nn.Module
-    loader: ShardLoader
+    feed: HostFeed | CudaFeed
     steps: int  # >= the loader's batches: ranks in lockstep idle-step past their own last batch
     strategy: Strategy
     device: torch.device
@@ -253,70 +303,143 @@ class EpochRun:
         accumulate = getattr(self.strategy, "backward_passes_per_step", 1)  # gradient accumulation
         last = self.steps - 1
         started = time.perf_counter() - stats.seconds
-        self.optimizer.zero_grad()  # torch 2 default: set_to_none=True (Horovod's override takes no kwargs)
-        batches = self.loader.epoch(epoch, skip_batches=start_step)
+        loss_before = stats.loss_sum  # a resumed epoch's loss so far; this run's adds up on the device
+        loss_total = torch.zeros((), dtype=torch.float64, device=self.device)
+        expand = self.strategy.expand if self.strategy.expand is not None and not self.strategy.takes_compact_input \
+            else None
+        seed_for = DropoutSeeds(self.device, self.seed, epoch, self.strategy.data_rank)
+        timer = StepTimer(self.clock, self.device, self.strategy)
+        self.strategy.zero_grad(self.optimizer)
+        batches = self.feed.epoch(epoch, skip_batches=start_step)
         idle_batch = None
         with self.strategy.join(self.model):
-            t0 = time.perf_counter()
+            t0 = timer.start(start_step)
             for step in range(start_step, self.steps):
                 batch = next(batches, None)
                 self.before_step(epoch, step)
                 # same masks on replay; ranks sharing a batch (tensor/pipeline) share the masks
-                seed_dropout(self.device, step_seed(self.seed, epoch, step, self.strategy.data_rank))
+                seed_for(step)
                 if batch is None:  # this shard is done, the others are not: keep the collectives matched
                     # weight 0: a step that changes nothing, with the collectives of a real one
-                    idle_batch = idle_batch or self._tensors(np.zeros((1, self.loader.feature_dim), np.float32),
-                                                             np.zeros((1, 2), np.float32))
+                    idle_batch = idle_batch or self._idle_batch(expand)
                     self.strategy.idle_step(self.model, *idle_batch, self.loss_fn)
                     loss, rows = None, 0
                 else:
-                    xb, yb = self._tensors(*batch)
-                    data_ready = time.perf_counter()
+                    xb, yb = batch
+                    data_ready = timer.mark()
                     # local time (data) before the first collective: what tells a straggler
                     # apart, since every rank's full step waits for the slowest
                     stats.step_times.append(data_ready - t0)
                     self.at_collective(epoch, step)  # progress mark: this rank joins this batch's collectives
-                    loss = self.strategy.train_step(self.model, xb, yb, self.loss_fn, accumulate)
-                    backward_done = time.perf_counter()
+                    loss = self.strategy.train_step(self.model, expand(xb) if expand else xb, yb, self.loss_fn,
+                                                    accumulate)
+                    backward_done = timer.mark()
                     rows = len(xb)
+                    if loss is not None:
+                        loss_total.add_(loss, alpha=rows)
                 stepped = (step + 1) % accumulate == 0 or step == last
                 if stepped:
                     self.strategy.optimizer_step(self.optimizer)
-                    self.optimizer.zero_grad()
-                optimizer_done = time.perf_counter()
-                loss_value = float(loss) if loss is not None else float("nan")
-                if loss is not None:
-                    stats.loss_sum += loss_value * rows
+                    self.strategy.zero_grad(self.optimizer)
+                optimizer_done = timer.mark()
                 stats.samples += rows
                 stats.seconds = time.perf_counter() - started
                 self.progress.advance()
                 if (step + 1) % self.log_every == 0:
-                    self.progress.step(epoch, step, loss_value,
+                    self.progress.step(epoch, step, float(loss) if loss is not None else float("nan"),
                                        stats.samples * self.strategy.data_world / max(stats.seconds, 1e-9))
                 if stepped and self.checkpoint_every and (step + 1) % self.checkpoint_every == 0 and step != last:
+                    stats.loss_sum = loss_before + float(loss_total)
                     self.checkpoint(epoch, step + 1, stats)
-                end = time.perf_counter()
-                if self.clock is not None:
-                    comm = self.clock.take()  # every step, idle ones too: the clock starts over
-                    if batch is not None:
-                        stats.phases.add(t0, data_ready, backward_done, optimizer_done, end, comm)
-                t0 = end
+                end = timer.mark()
+                if batch is not None:
+                    timer.record(stats.phases, t0, data_ready, backward_done, optimizer_done, end)
+                else:
+                    timer.discard()
+                t0 = timer.start(step + 1)
+        stats.loss_sum = loss_before + float(loss_total)
         stats.seconds = time.perf_counter() - started
         return stats
 
-    def _tensors(self, x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device)
+    def _idle_batch(self, expand) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.feed.zeros()
+        return (expand(x) if expand else x), y
 
 
-def seed_dropout(device: torch.device, seed: int) -> None:
-    # not torch.manual_seed: with no GPU initialised it records a stack trace per call (~0.8 ms)
-    torch.default_generator.manual_seed(seed)
-    if device.type == "cuda":
-        torch.cuda.manual_seed(seed)
+class StepTimer:
+    """Times the step breakdown's phase boundaries. On CPU every step, as the host sees it. On a
+    GPU the host runs ahead of the device, so a boundary means nothing unless the device has
+    caught up: one step in `GPU_EVERY` is timed, waiting for the device at each boundary, and
+    the others are left to run asynchronously (the breakdown's means are over the timed steps)."""
+
+    GPU_EVERY = 16
+
+    def __init__(self, clock: CommClock | None, device: torch.device, strategy: Strategy):
+        self.clock = clock
+        self.cuda = device.type == "cuda"
+        self.strategy = strategy
+        self.timing = clock is not None and not self.cuda
+
+    def start(self, step: int) -> float:
+        """The step's start; decides whether this step is timed."""
+        if self.clock is not None and self.cuda:
+            self.timing = step % self.GPU_EVERY == 0
+            set_sync_timing(self.strategy, self.timing)
+        return self.mark()
+
+    def mark(self) -> float:
+        if self.timing and self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def record(self, phases: StepTimes, t0: float, data_ready: float, backward_done: float, optimizer_done: float,
+               end: float) -> None:
+        if self.clock is None:
+            return
+        comm = self.clock.take()  # every step, idle ones too: the clock starts over
+        if self.timing:
+            phases.add(t0, data_ready, backward_done, optimizer_done, end, comm)
+
+    def discard(self) -> None:
+        if self.clock is not None:
+            self.clock.take()
+
+
+def set_sync_timing(strategy: Strategy, timing: bool) -> None:
+    """Tell a graphed step to wait for the device around its allreduce on the timed steps."""
+    graph = getattr(strategy, "graph", None)
+    if graph is not None:
+        graph.sync_timing = timing
+
+
+class DropoutSeeds:
+    """Seeds the dropout generator of the rank's device for each step: same masks on replay,
+    ranks that share a batch share the masks. Host work only (no device call): a hash and the
+    generator's seed, about a microsecond."""
+
+    def __init__(self, device: torch.device, seed: int, epoch: int, rank: int):
+        self.generator = (torch.cuda.default_generators[device.index or 0] if device.type == "cuda"
+                          else torch.default_generator)
+        self.seed, self.epoch, self.rank = seed, epoch, rank
+
+    def __call__(self, step: int) -> None:
+        # not torch.manual_seed: with no GPU initialised it records a stack trace per call (~0.8 ms)
+        self.generator.manual_seed(step_seed(self.seed, self.epoch, step, self.rank))
+
+
+MASK64 = (1 << 64) - 1
 
 
 def step_seed(seed: int, epoch: int, step: int, rank: int) -> int:
-    return int(np.random.SeedSequence([seed, epoch, step, rank]).generate_state(1)[0])
+    """A well-mixed 63-bit seed for (seed, epoch, step, rank): splitmix64 over the four values
+    (numpy's SeedSequence did the same job at ~15 us a step, a tenth of a captured GPU step)."""
+    state = 0
+    for value in (seed, epoch, step, rank):
+        state = (state ^ (value & MASK64)) + 0x9E3779B97F4A7C15 & MASK64
+        state = (state ^ (state >> 30)) * 0xBF58476D1CE4E5B9 & MASK64
+        state = (state ^ (state >> 27)) * 0x94D049BB133111EB & MASK64
+        state ^= state >> 31
+    return state >> 1
 
 
 def epoch_record(epoch: int, stats: EpochStats, strategy: Strategy, evaluation: Evaluation,
@@ -356,36 +479,47 @@ def find_stragglers(per_rank: tuple[RankThroughput, ...], factor: float) -> list
 
 
 @torch.no_grad()
-def evaluate(model, loader: ShardLoader, strategy: Strategy, device, target: Target) -> Evaluation:
-    """Validation loss and the task's held-out metric over every data shard (sums allreduced)."""
+def evaluate(model, feed: HostFeed | CudaFeed, strategy: Strategy, device, target: Target) -> Evaluation:
+    """Validation loss and the task's held-out metric over every data shard (sums allreduced).
+    The sums stay on the device until the one allreduce: no batch waits for the device."""
     model.eval()
     task = target.kind
-    loss_sum, metric_sum, weight_sum, bins = 0.0, 0.0, 0.0, None
-    batches = loader.epoch(0)
-    for _ in range(_steps_per_epoch(strategy, loader)):
+    sums, bins = torch.zeros(3, dtype=torch.float64, device=device), None
+    expand = strategy.expand
+    batches = feed.epoch(0)
+    for _ in range(_steps_per_epoch(strategy, feed.loader)):
         batch = next(batches, None)
         if batch is None:  # lockstep: run the collectives of a forward the others are doing
-            strategy.logits(model, torch.zeros(1, loader.feature_dim, device=device))
+            x, _ = feed.zeros()
+            strategy.logits(model, expand(x) if expand else x)
             continue
-        xb, yb = torch.from_numpy(batch[0]).to(device), torch.from_numpy(batch[1]).to(device)
-        logits = strategy.logits(model, xb)  # DDP: the bare module, no collective per batch
+        xb, yb = batch
+        logits = strategy.logits(model, expand(xb) if expand else xb)  # DDP: the bare module, no collective per batch
         if logits is None:  # a pipeline stage before the last
             continue
-        sums = task.held_out_sums(target, logits, yb)
-        loss_sum, metric_sum, weight_sum = loss_sum + sums[0], metric_sum + sums[1], weight_sum + sums[2]
-        if task.held_out_extra:  # counted on the host, as the sums above are
-            counts = task.held_out_bins(target, logits.detach().cpu(), yb.cpu())
+        logits = logits.float()
+        sums += held_out_sums(task.held_out_sums(target, logits, yb), device)
+        if task.held_out_extra:
+            counts = task.held_out_bins(target, logits, yb).to(device)
             bins = counts if bins is None else bins + counts
     if task.held_out_extra and bins is None:  # no batch here (a short shard, a pipeline's first stage)
-        bins = task.held_out_bins(target, torch.zeros(0), torch.zeros(0, 2))
+        bins = task.held_out_bins(target, torch.zeros(0, device=device), torch.zeros(0, 2, device=device))
     share = strategy.metric_share
-    sums = torch.tensor([loss_sum, metric_sum, weight_sum], dtype=torch.float64)
     # one allreduce: the sums, then the extra metrics' counts (ranks that split one batch count it once)
-    totals = strategy.allreduce_sum(torch.cat([sums, bins]) * share if bins is not None else sums * share)
+    totals = strategy.allreduce_sum(torch.cat([sums, bins.to(device)]) * share if bins is not None else sums * share)
+    totals = totals.cpu()
     evaluation = task.held_out(target, *totals[:3].tolist())
     if bins is None:
         return evaluation
     return replace(evaluation, extra=task.extra_from_bins(target, totals[3:]))
+
+
+def held_out_sums(sums, device: torch.device) -> torch.Tensor:
+    """A task's three held-out sums as a float64 tensor on `device` (the built-in tasks return a
+    tensor there already; a task of one's own may return floats)."""
+    if isinstance(sums, torch.Tensor):
+        return sums.to(device=device, dtype=torch.float64)
+    return torch.tensor([float(v) for v in sums], dtype=torch.float64, device=device)
 
 
 def parameter_checksum(model: nn.Module) -> tuple[float, ...]:

@@ -1,0 +1,235 @@
+"""The GPU path, tested wherever the tests run: every property is checked on the CPU here, and on
+each visible GPU as well where there is one (`python -m pytest tests/test_gpu.py` on a GPU
+machine; docs/gpu.md has that run's output). Collectives carry tensors on the device their
+group's backend takes; precision and graph settings that cannot work are refused by name; tensor
+parallelism's optimizer step takes DTensors and tensors apart; pipelines refuse one rank; rank
+code imports without pyspark; scoring on a device gives the CPU's outputs; `make gpu-check` runs."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bench.gpu import LAYOUT, CollectiveDevices, method_run, spec_of, write_split
+from sparkml_dist.config.loader import load_config
+from sparkml_dist.errors import ConfigError
+from sparkml_dist.train.loop import train_rank
+from sparkml_dist.train.strategies import group_device
+
+ROOT = Path(__file__).resolve().parents[1]
+DEVICES = ["cpu", *(f"cuda:{i}" for i in range(torch.cuda.device_count()))]
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    """bench.gpu's Adult-shaped split: 100 inputs stored compact, 16k training rows."""
+    root = tmp_path_factory.mktemp("synthetic")
+    return root, {"train": write_split(root / "train", 1 << 14, 1), "val": write_split(root / "val", 1 << 11, 2)}
+
+
+class OneRankGroup:
+    """A one-rank process group on `device` (NCCL for a GPU, gloo for the CPU) over an in-process
+    store, so that the loop's collectives are real calls on that group."""
+
+    def __init__(self, device: str):
+        self.device = torch.device(device)
+
+    def __enter__(self):
+        import torch.distributed as dist
+
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo", store=dist.HashStore(),
+                                rank=0, world_size=1)
+        return self
+
+    def __exit__(self, *exc):
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("method,kind", [("ddp", "mlp"), ("fsdp", "transformer"), ("tensor", "transformer")])
+def test_one_rank_collectives_are_on_the_groups_device_and_it_learns(synthetic, device, method, kind):
+    root, groups = synthetic
+    with OneRankGroup(device), CollectiveDevices() as recorder:
+        losses = method_run(root, groups, torch.device(device), method, kind, rows=4096)
+        declared = group_device(torch.device(device))
+    assert recorder.seen, "the loop issued its collectives (a one-rank group still runs them)"
+    assert recorder.off(declared) == [], f"collectives off {declared}"
+    assert losses[-1] < 0.6931, f"{method} learns from one epoch (validation loss {losses[-1]:.4f}; ln 2 guesses)"
+
+
+def test_the_recorder_names_a_collective_issued_off_the_declared_device():
+    """The check above can fail: a tensor on another device is recorded as off it."""
+    import torch.distributed as dist
+
+    with OneRankGroup("cpu"), CollectiveDevices() as recorder:
+        dist.all_reduce(torch.ones(2))
+        with contextlib.suppress(Exception):  # gloo may refuse it or not: recorded either way
+            dist.all_reduce(torch.ones(2, device="meta"))
+    assert recorder.off(torch.device("cpu")) == [("all_reduce", "meta")]
+
+
+def recorded_rank(ctx, job):
+    """train_rank with every collective's device recorded, and the device the group declares."""
+    with CollectiveDevices() as recorder:
+        result = train_rank(ctx, job)
+        declared = str(group_device(torch.device("cpu")))
+    return recorder.seen, declared, result.records[-1].evaluation.value
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("overrides", [("intra_host_allreduce=process_group",), ("strategy=fsdp",)], ids=str)
+def test_two_rank_collectives_are_on_the_groups_device(spark, adult_prep, tmp_path, overrides):
+    from sparkml_dist.launch import TorchBackend, run_barrier
+    from test_training import job_for
+
+    cfg, prep = adult_prep
+    job = job_for(cfg, prep, tmp_path / "ckpt", "epochs=1", *overrides)
+    for seen, declared, accuracy in run_barrier(spark, recorded_rank, job, 2, TorchBackend(timeout_s=120,
+                                                                                           needs_fresh_process=True)):
+        assert seen and all(where == declared for _, where in seen), seen
+        assert accuracy > 0.8
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_tensor_parallel_optimizer_steps_with_dtensors_beside_tensors(device):
+    """AdamW's foreach kernel (CUDA's default) refuses a mix of DTensors and plain tensors
+    ('got mixed torch.Tensor and DTensor'); the loop gives it the two kinds as separate groups."""
+    from sparkml_dist.models.factory import build_model
+    from sparkml_dist.tasks.losses import BinaryLoss
+    from sparkml_dist.train.loop import param_groups
+    from sparkml_dist.train.parallel.mesh import TensorParallel
+
+    x = torch.randn(16, LAYOUT.dim, device=device)
+    y = torch.stack([(x[:, 0] > 0).float(), torch.ones(16, device=device)], 1)
+    with OneRankGroup(device):
+        outcomes = []
+        for grouped in (False, True):
+            torch.manual_seed(0)
+            strategy = TensorParallel(1, 0)
+            model, optimizer = strategy.wrap(build_model(spec_of("transformer")).to(device), lambda params, **_: (
+                torch.optim.AdamW(param_groups(list(params)) if grouped else list(params), foreach=True)))
+            strategy.train_step(model, x, y, BinaryLoss().to(device), 1)
+            try:
+                optimizer.step()
+                outcomes.append("ok")
+            except RuntimeError as exc:
+                outcomes.append(str(exc))
+    assert "mixed torch.Tensor and DTensor" in outcomes[0], "without groups the kernel refuses the mix"
+    assert outcomes[1] == "ok"
+
+
+@pytest.mark.parametrize("override, words", [
+    ("train.precision=fp16\ntrain.device=cpu", "fp16 needs a GPU"),
+    ("train.precision=fp16\ntrain.strategy=fsdp", "train.precision=fp16 is not available with train.strategy=fsdp"),
+    ("train.cuda_graph=on\ntrain.device=cpu", "train.cuda_graph=on captures a data-parallel step on a GPU"),
+    ("train.cuda_graph=on\ntrain.strategy=fsdp", "train.cuda_graph=on captures"),
+    ("train.cuda_graph=on\ntrain.backend=horovod", "Horovod averages gradients from hooks"),
+    ("train.strategy=pipeline\ntrain.num_ranks=1\nmodel.kind=transformer", "needs at least 2"),
+    ("train.precision=fp8", "train.precision"),
+], ids=lambda v: v.split("\n")[0] if "=" in v else v[:20])
+def test_settings_that_cannot_work_are_refused_at_load_naming_the_key(override, words):
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        load_config(ROOT / "conf" / "adult.yaml", override.split("\n"))
+
+
+def test_bf16_and_graph_settings_that_can_work_load():
+    cfg = load_config(ROOT / "conf" / "adult.yaml", ["train.precision=bf16", "train.cuda_graph=on", "train.device=cuda",
+                                                      "train.tf32=false"])
+    assert (cfg.train.precision, cfg.train.cuda_graph, cfg.train.tf32) == ("bf16", "on", False)
+
+
+def test_a_cpu_rank_asked_for_fp16_names_the_key():
+    from bench.gpu import LAYOUT as layout  # noqa: F401 - the synthetic layout's module, imported above
+    from sparkml_dist.launch.context import RankContext
+    from sparkml_dist.train.loop import place
+
+    job = type("Job", (), {})()  # place() reads only these of a TrainJob
+    job.train = load_config(ROOT / "conf" / "adult.yaml", ["train.precision=fp16"]).train
+    job.placement = __import__("sparkml_dist.methods.data_parallel", fromlist=["x"]).place_data_parallel
+    job.feature_layout, job.model_spec = None, spec_of("mlp")
+    job.observe = load_config(ROOT / "conf" / "adult.yaml").observe
+    with pytest.raises(RuntimeError, match="rank 0 on h trains on cpu: train.precision=fp16 runs on a GPU only"):
+        place(job, RankContext(0, 1, 0, 1, 0, 1, "h", "h", 0), torch.device("cpu"))
+
+
+BLOCKER = """
+import importlib.abc, sys
+class Blocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split('.')[0] in ('pyspark', 'mlflow', 'py4j'):
+            raise ImportError('blocked: ' + name)
+sys.meta_path.insert(0, Blocker())
+"""
+
+RANK_MODULES = ["sparkml_dist.train.loop", "sparkml_dist.train.graphed", "sparkml_dist.train.feed",
+                "sparkml_dist.methods.builtin", "sparkml_dist.train.parallel.mesh", "sparkml_dist.train.parallel.pipeline",
+                "sparkml_dist.train.horovod_strategy", "sparkml_dist.train.async_ps", "sparkml_dist.data.loader",
+                "sparkml_dist.models.factory", "sparkml_dist.inference.predict", "sparkml_dist.inference.device",
+                "sparkml_dist.launch.torch_backend", "sparkml_dist.launch.horovod_backend", "bench.gpu"]
+
+
+def test_rank_code_imports_with_pyspark_and_mlflow_blocked():
+    code = BLOCKER + "".join(f"import {m}\n" for m in RANK_MODULES) + \
+        "assert not any(m.startswith(('pyspark', 'mlflow')) for m in sys.modules)\nprint('ok')\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_scoring_on_a_device_gives_the_cpus_outputs(device):
+    from sparkml_dist.inference.predict import ModelCache, network_outputs
+    from sparkml_dist.models.weights import state_dict_to_bytes
+    from sparkml_dist.models.factory import build_model
+
+    rng = np.random.default_rng(3)
+    compact = np.stack([rng.normal(size=5000) if b.kind == "value" else rng.integers(0, b.size, 5000)
+                        for b in LAYOUT.blocks], axis=1).astype(np.float32)
+    torch.manual_seed(0)
+    weights = state_dict_to_bytes(build_model(spec_of("transformer")).state_dict())
+    cache = ModelCache()
+    on_cpu = cache.get("k", spec_of("transformer"), lambda: weights, "cpu")
+    on_device = cache.get("k", spec_of("transformer"), lambda: weights, device)
+    assert len(cache) == (1 if device == "cpu" else 2), "one model per key per device"
+    expected = network_outputs(on_cpu, compact, 1024, LAYOUT)
+    np.testing.assert_allclose(network_outputs(on_device, compact, 4096, LAYOUT), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_score_device_setting():
+    from sparkml_dist.inference.device import scoring_device
+
+    assert scoring_device("cpu") == torch.device("cpu")
+    if torch.cuda.is_available():
+        assert scoring_device("auto").type == scoring_device("cuda").type == "cuda"
+    else:
+        assert scoring_device("auto") == torch.device("cpu")
+        with pytest.raises(RuntimeError, match="score.device=cuda but torch sees no GPU"):
+            scoring_device("cuda")
+
+
+def test_make_gpu_check_trains_and_scores_through_the_projects_code(tmp_path):
+    """`make gpu-check` (docs/gpu.md) at its CPU size: the loop's rows beside the bare ceilings,
+    every check passing. GPU_CHECK_OUT keeps the report out of the checkout."""
+    out = tmp_path / "gpu_check.json"
+    env = {**os.environ, "GPU_CHECK_OUT": str(out)}
+    done = subprocess.run(["make", "gpu-check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["checks"] and all(report["checks"].values()), report["checks"]
+    whats = {(r["model"], r["what"]) for r in report["rows"]}
+    for model in ("mlp", "transformer"):
+        assert {(model, "loop"), (model, "bare eager")} <= whats
+    assert ("mlp", "scoring") in whats and ("mlp", "bare forward") in whats
+    assert all(r["per_s"] > 0 for r in report["rows"])
+    assert {r["ratio_of"] for r in report["ratios"]} >= {"loop / bare eager", "scoring / bare forward"}
