@@ -512,22 +512,24 @@ def main(argv: list[str] | None = None) -> Report:
     args = parser.parse_args(argv)
     gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
     devices = [torch.device(d) for d in (args.devices.split(",") if args.devices else [*gpus, "cpu"])]
-    size_name = args.size or ("gpu" if gpus else "cpu")
-    report = run(devices, size_name)
+    report = run(devices, args.size)
     write(report, Path(args.out))
     if args.record:
         record_targets(report)
     return report
 
 
-def run(devices: list[torch.device], size_name: str) -> Report:
-    size = SIZES[size_name]
-    report = Report(size_name, [describe(d) for d in devices])
+def run(devices: list[torch.device], size_name: str | None = None) -> Report:
+    """Every device's rows at `size_name`, or by default each at its own kind's size (gpu, cpu)."""
+    sizes = {d: SIZES[size_name or ("gpu" if d.type == "cuda" else "cpu")] for d in devices}
+    report = Report(size_name or ", ".join(sorted({("gpu" if d.type == "cuda" else "cpu") for d in devices})),
+                    [describe(d) for d in devices])
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        groups = {"train": write_split(root / "train", size.rows, 1), "val": write_split(root / "val", ROW_GROUP // 4, 2)}
+        rows = max(size.rows for size in sizes.values())
+        groups = {"train": write_split(root / "train", rows, 1), "val": write_split(root / "val", ROW_GROUP // 4, 2)}
         for device in devices:
-            device_rows(report, root, groups, device, size)
+            device_rows(report, root, groups, device, sizes[device])
     return report
 
 

@@ -372,7 +372,7 @@ class StepTimer:
     caught up: one step in `GPU_EVERY` is timed, waiting for the device at each boundary, and
     the others are left to run asynchronously (the breakdown's means are over the timed steps)."""
 
-    GPU_EVERY = 16
+    GPU_EVERY = 32
 
     def __init__(self, clock: CommClock | None, device: torch.device, strategy: Strategy):
         self.clock = clock
