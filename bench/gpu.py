@@ -489,6 +489,7 @@ def method_run(root: Path, groups, device: torch.device, method: str, kind: str,
 
     entry = get_method(method)
     cfg = entry.config.model_validate({"strategy": method, "num_ranks": 1, "epochs": 1, "batch_size": 512,
+                                       "checkpoint_every_steps": 8,
                                        "device": device.type, "log_every_steps": 10 ** 9, **(options or {})})
     with tempfile.TemporaryDirectory() as checkpoints:
         job = TrainJob(data_root=str(root), train_groups=first_groups(groups["train"], rows),

@@ -180,11 +180,30 @@ RANK_MODULES = ["sparkml_dist.train.loop", "sparkml_dist.train.graphed", "sparkm
                 "sparkml_dist.launch.torch_backend", "sparkml_dist.launch.horovod_backend", "bench.gpu"]
 
 
-def test_rank_code_imports_with_pyspark_and_mlflow_blocked():
-    code = BLOCKER + "".join(f"import {m}\n" for m in RANK_MODULES) + \
+RUN_WITHOUT_SPARK = """
+import tempfile, torch, torch.distributed as dist
+from pathlib import Path
+from bench.gpu import method_run, write_split
+from sparkml_dist.tasks.base import Target
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+root = Path(tempfile.mkdtemp())
+groups = {"train": write_split(root / "train", 2048, 1), "val": write_split(root / "val", 512, 2)}
+method_run(root, groups, torch.device("cpu"), "ddp", "mlp", {"epochs": 2, "checkpoint_every_steps": 2}, rows=2048)
+for task, classes in (("multiclass", ("a", "b", "c")), ("regression", ())):  # each task's per-epoch metrics
+    target = Target(task, classes)
+    outputs = torch.zeros(4, 3) if classes else torch.zeros(4)
+    packed = torch.tensor([[0.0, 1.0], [1.0, 1.0], [2.0, 1.0], [1.0, 1.0]])
+    target.kind.extra_from_bins(target, target.kind.held_out_bins(target, outputs, packed))
+"""
+
+
+def test_rank_code_imports_and_trains_with_pyspark_and_mlflow_blocked():
+    """Training code runs where there is no Spark: a rank's modules import, and a rank trains two
+    epochs with mid-epoch checkpoints and every task's epoch metrics, with pyspark and MLflow unimportable."""
+    code = BLOCKER + "".join(f"import {m}\n" for m in RANK_MODULES) + RUN_WITHOUT_SPARK + \
         "assert not any(m.startswith(('pyspark', 'mlflow')) for m in sys.modules)\nprint('ok')\n"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -100,7 +100,7 @@ class Binary(Task):
         return bins
 
     def extra_from_bins(self, target: Target, bins) -> dict[str, float]:
-        from sparkml_dist.validation.binary import roc_from_bins
+        from sparkml_dist.tasks.metrics import roc_from_bins
 
         counts = bins.detach().cpu().double().numpy()
         neg, pos = counts[:AUC_BINS], counts[AUC_BINS:]

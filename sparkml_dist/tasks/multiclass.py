@@ -105,7 +105,7 @@ class Multiclass(Task):
         return cells
 
     def extra_from_bins(self, target: Target, bins) -> dict[str, float]:
-        from sparkml_dist.validation.multiclass import class_table, macro_f1
+        from sparkml_dist.tasks.metrics import class_table, macro_f1
 
         k = len(target.classes)
         matrix = bins.detach().cpu().double().numpy().reshape(k, k)

@@ -82,7 +82,7 @@ class Regression(Task):
                             (weight * label).sum(), (weight * label * label).sum()])
 
     def extra_from_bins(self, target: Target, bins) -> dict[str, float]:
-        from sparkml_dist.validation.regression import metrics_from_sums
+        from sparkml_dist.tasks.metrics import metrics_from_sums
 
         total, absolute, squared, label_sum, label_squares = (float(v) for v in bins.detach().cpu().double())
         metrics = metrics_from_sums(total, squared, absolute, label_sum, label_squares, undefined=float("nan"))

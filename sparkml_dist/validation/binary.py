@@ -9,6 +9,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparkml_dist.tasks.base import PREDICTION, PROBABILITY, Target, TaskReport
+from sparkml_dist.tasks.metrics import roc_from_bins
 from sparkml_dist.validation.common import plot_module, weight_of
 
 _EPS = 1e-7
@@ -62,16 +63,6 @@ def roc_curve(scored: DataFrame, label: str, w, bins: int) -> tuple[list[float],
         pos[r["b"]] = r["pos"]
         neg[r["b"]] = r["n"] - r["pos"]
     return roc_from_bins(pos, neg)
-
-
-def roc_from_bins(pos: np.ndarray, neg: np.ndarray) -> tuple[list[float], list[float], float]:
-    """ROC from (weighted) positive and negative counts per probability bin, bins in increasing
-    probability; AUC by trapezoids (pairs within a bin count as ties)."""
-    # thresholds from high to low probability
-    tpr = np.concatenate([[0.0], np.cumsum(pos[::-1]) / max(pos.sum(), 1e-12)])
-    fpr = np.concatenate([[0.0], np.cumsum(neg[::-1]) / max(neg.sum(), 1e-12)])
-    auc = float(np.trapezoid(tpr, fpr)) if hasattr(np, "trapezoid") else float(np.trapz(tpr, fpr))
-    return fpr.tolist(), tpr.tolist(), auc
 
 
 def best_f1_threshold(scored: DataFrame, label: str, weight: str | None, bins: int = 1000) -> tuple[float, float]:

@@ -9,6 +9,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparkml_dist.tasks.base import PREDICTION, PROBABILITIES, Target, TaskReport
+from sparkml_dist.tasks.metrics import class_table, macro_f1
 from sparkml_dist.validation.common import plot_module, weight_of
 
 _EPS = 1e-7
@@ -42,21 +43,3 @@ def multiclass_report(scored: DataFrame, target: Target, label: str = "label", w
     return TaskReport(metrics, plots=plots, tables={"per_class.json": per_class})
 
 
-def macro_f1(per_class: list[dict]) -> float:
-    """The mean F1 over the classes that are in the rows or in the predictions (`class_table`)."""
-    seen = [r["f1"] for r in per_class if r["support"] > 0 or r["predicted"] > 0]
-    return float(np.mean(seen)) if seen else 0.0
-
-
-def class_table(matrix: np.ndarray, classes: tuple[str, ...]) -> list[dict]:
-    """Per class: precision, recall, F1, support (true rows) and predicted rows, from the matrix."""
-    out = []
-    for i, name in enumerate(classes):
-        tp = matrix[i, i]
-        predicted, support = matrix[:, i].sum(), matrix[i, :].sum()
-        precision = tp / predicted if predicted else 0.0
-        recall = tp / support if support else 0.0
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        out.append({"class": name, "precision": float(precision), "recall": float(recall), "f1": float(f1),
-                    "support": float(support), "predicted": float(predicted)})
-    return out

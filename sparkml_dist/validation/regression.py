@@ -3,26 +3,15 @@ sample of (actual, predicted) pairs for the plots."""
 
 from __future__ import annotations
 
-import math
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparkml_dist.tasks.base import PREDICTION, TaskReport
+from sparkml_dist.tasks.metrics import metrics_from_sums
 from sparkml_dist.validation.common import plot_module, weight_of
 
 PLOT_POINTS = 5000
-
-
-def metrics_from_sums(total: float, sse: float, sae: float, sy: float, syy: float,
-                      undefined: float) -> dict[str, float]:
-    """rmse, mae and r2 from weighted sums: the weight, the squared and absolute errors, the label
-    and its square (the test report's Spark aggregation, or the ranks' allreduced epoch sums).
-    `undefined`: the value of a metric the rows cannot give (no rows; r2 of a constant label)."""
-    ss_tot = syy - sy * sy / total if total else 0.0
-    return {"rmse": math.sqrt(sse / total) if total else undefined,
-            "mae": sae / total if total else undefined,
-            "r2": 1.0 - sse / ss_tot if ss_tot > 0 else undefined}
 
 
 def regression_report(scored: DataFrame, label: str = "label", weight: str | None = None) -> TaskReport:
