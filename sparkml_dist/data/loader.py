@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -93,41 +93,26 @@ class ShardLoader:
 
     def epoch(self, epoch: int, skip_batches: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
         """All of this rank's rows once, in batches; `skip_batches` resumes mid-epoch exactly."""
+        permuted = ((x, y) if perm is None else (x[perm], y[perm] if y is not None else None)
+                    for x, y, perm in self.buffers(epoch))
+        for x, y in batched(permuted, self.batch_size, skip_batches, np.concatenate):
+            yield self._dense(x), y
+
+    def buffers(self, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray | None]]:
+        """This rank's rows for `epoch` a shuffle buffer (a few row groups) at a time, compact and
+        in the order read, each with the permutation the epoch applies to it (None: no shuffle).
+        `epoch` permutes and batches them on the host; a GPU feed ships them as they are and
+        permutes on the device (`train.feed`), where a gather costs nothing."""
         rng = np.random.default_rng([self.seed, epoch, self.rank])
         order = rng.permutation(len(self.pieces)) if self.shuffle else np.arange(len(self.pieces))
-        carry_x, carry_y = None, None
-        emitted = 0
-        buffers = [[self.pieces[i] for i in order[s:s + self.buffer_row_groups]]
-                   for s in range(0, len(order), self.buffer_row_groups)]
+        groups = [[self.pieces[i] for i in order[s:s + self.buffer_row_groups]]
+                  for s in range(0, len(order), self.buffer_row_groups)]
         # decode the next buffer while this one is consumed (pyarrow releases the GIL)
-        pending = self._pool.submit(self._read, buffers[0]) if buffers else None
-        for index in range(len(buffers)):
+        pending = self._pool.submit(self._read, groups[0]) if groups else None
+        for index in range(len(groups)):
             x, y = pending.result()
-            pending = self._pool.submit(self._read, buffers[index + 1]) if index + 1 < len(buffers) else None
-            if self.shuffle:
-                perm = rng.permutation(len(x))
-                x, y = x[perm], (y[perm] if y is not None else None)
-            if carry_x is not None and len(carry_x):
-                # top up the previous buffer's remainder to one batch (copying only that batch,
-                # not the whole buffer)
-                need = self.batch_size - len(carry_x)
-                head_x = np.concatenate([carry_x, x[:need]])
-                head_y = np.concatenate([carry_y, y[:need]]) if y is not None else None
-                x, y = x[need:], (y[need:] if y is not None else None)
-                if len(head_x) < self.batch_size:
-                    carry_x, carry_y = head_x, head_y
-                    continue
-                if emitted >= skip_batches:
-                    yield self._dense(head_x), head_y
-                emitted += 1
-            full = len(x) // self.batch_size * self.batch_size
-            for b in range(0, full, self.batch_size):
-                if emitted >= skip_batches:
-                    yield self._dense(x[b:b + self.batch_size]), (y[b:b + self.batch_size] if y is not None else None)
-                emitted += 1
-            carry_x, carry_y = x[full:], (y[full:] if y is not None else None)
-        if carry_x is not None and len(carry_x) and emitted >= skip_batches:
-            yield self._dense(carry_x), carry_y
+            pending = self._pool.submit(self._read, groups[index + 1]) if index + 1 < len(groups) else None
+            yield x, y, (rng.permutation(len(x)) if self.shuffle else None)
 
     def _dense(self, x: np.ndarray) -> np.ndarray:
         """A batch as the model reads it: rows are kept compact (`stored_features`) until here
@@ -171,6 +156,36 @@ class ShardLoader:
                 raise DataError(f"{path}: not a readable Parquet file ({exc}); re-run the preprocess stage "
                                 f"to rewrite the dataset") from None
         return files[rel]
+
+
+def batched(buffers: Iterable[tuple[Any, Any]], batch_size: int, skip_batches: int,
+            concat: Callable[[list[Any]], Any]) -> Iterator[tuple[Any, Any]]:
+    """Fixed-size batches over consecutive buffers of rows (numpy arrays, or tensors on a device):
+    a buffer's remainder is topped up with the next one's head (copying only that batch, not the
+    buffer) and the last rows make a short batch. The first `skip_batches` are not yielded (a
+    resumed epoch). Targets may be None (rows without labels)."""
+    carry_x, carry_y = None, None
+    emitted = 0
+    for x, y in buffers:
+        if carry_x is not None and len(carry_x):
+            need = batch_size - len(carry_x)
+            head_x = concat([carry_x, x[:need]])
+            head_y = concat([carry_y, y[:need]]) if y is not None else None
+            x, y = x[need:], (y[need:] if y is not None else None)
+            if len(head_x) < batch_size:
+                carry_x, carry_y = head_x, head_y
+                continue
+            if emitted >= skip_batches:
+                yield head_x, head_y
+            emitted += 1
+        full = len(x) // batch_size * batch_size
+        for b in range(0, full, batch_size):
+            if emitted >= skip_batches:
+                yield x[b:b + batch_size], (y[b:b + batch_size] if y is not None else None)
+            emitted += 1
+        carry_x, carry_y = x[full:], (y[full:] if y is not None else None)
+    if carry_x is not None and len(carry_x) and emitted >= skip_batches:
+        yield carry_x, carry_y
 
 
 def feature_columns(layout: FeatureLayout | None) -> list[str]:

@@ -133,9 +133,11 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
     model, optimizer, ckpt = _build_and_restore(job, strategy, device)
 
     on_host = device.type != "cuda"  # a GPU reads compact rows and makes them dense itself
+    # a GPU leaves the host's cores to decoding: a buffer's row groups decode in parallel
+    decode = {} if on_host else {"decode_threads": cfg.shuffle_buffer_row_groups}
     train_loader = job.loader("train", strategy.data_rank, strategy.data_world, cfg.batch_size, cfg.seed,
                               partition=ctx.partition, shuffle=True, buffer_row_groups=cfg.shuffle_buffer_row_groups,
-                              dense=on_host)
+                              dense=on_host, **decode)
     val_loader = job.loader("val", strategy.data_rank, strategy.data_world, 4096, cfg.seed, shuffle=False,
                             dense=on_host)
     train_loader.prepare()
