@@ -13,8 +13,8 @@ import shutil
 import time
 from contextlib import contextmanager
 
-from bench import (allreduce, byo, host_loss, inference, loader, memory, observe, parallel, preprocess, ray_train,
-                   scaling, scoring_raw, serving, streaming, training, tune)
+from bench import (allreduce, byo, gpu, host_loss, inference, loader, memory, observe, parallel, preprocess,
+                   ray_train, scaling, scoring_raw, serving, streaming, training, tune)
 from bench.common import make_bench_importable
 
 
@@ -36,6 +36,8 @@ def main(full: bool = False) -> None:
         loader.main()
     with timed("training"):
         training.main()
+    with timed("gpu"):  # the loop against the bare eager step, on this machine's CPU (GPUs: make gpu-check)
+        gpu.main(["--size", "cpu-bench", "--devices", "cpu", "--out", "output/gpu_check_cpu_bench.json", "--record"])
     with timed("memory"):
         memory.main()  # its own session: Python workers that no other benchmark has grown
     with timed("byo"):

@@ -252,3 +252,12 @@ def test_make_gpu_check_trains_and_scores_through_the_projects_code(tmp_path):
     assert ("mlp", "scoring") in whats and ("mlp", "bare forward") in whats
     assert all(r["per_s"] > 0 for r in report["rows"])
     assert {r["ratio_of"] for r in report["ratios"]} >= {"loop / bare eager", "scoring / bare forward"}
+
+
+def test_docs_gpu_table_is_generated_from_the_gpu_run():
+    """docs/gpu.md's table is bench/gpu_results.json as `bench.gpu.markdown` writes it."""
+    from bench.gpu import BEGIN, END, GPU_RESULTS, markdown
+
+    doc = (ROOT / "docs" / "gpu.md").read_text()
+    table = doc.split(BEGIN, 1)[1].split(END, 1)[0]
+    assert table.strip() == markdown(json.loads(GPU_RESULTS.read_text())).strip(), "run: python -m bench.gpu --write-doc"
