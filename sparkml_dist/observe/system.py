@@ -130,7 +130,9 @@ class SystemSampler:
         now = self._cpu_clock()
         (wall0, busy0, total0, proc0), (wall1, busy1, total1, proc1) = self._last, now
         self._last = now
-        host = 100.0 * (busy1 - busy0) / (total1 - total0) if total1 > total0 else 0.0
+        # a share of the host's time: within [0, 100], which float rounding of the two sums can
+        # otherwise overstep (100.00000000227374 seen under load)
+        host = min(100.0, max(0.0, 100.0 * (busy1 - busy0) / (total1 - total0))) if total1 > total0 else 0.0
         process = 100.0 * (proc1 - proc0) / (wall1 - wall0) if wall1 > wall0 else 0.0
         return host, process
 
