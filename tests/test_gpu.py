@@ -261,3 +261,33 @@ def test_docs_gpu_table_is_generated_from_the_gpu_run():
     doc = (ROOT / "docs" / "gpu.md").read_text()
     table = doc.split(BEGIN, 1)[1].split(END, 1)[0]
     assert table.strip() == markdown(json.loads(GPU_RESULTS.read_text())).strip(), "run: python -m bench.gpu --write-doc"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_federated_client_trains_in_the_runs_precision(precision):
+    """train.precision reaches the federated clients (CPU: fp32 or bf16 autocast): a round's update
+    moves the weights, and a bf16 client's update points where its fp32 twin's does (AdamW's
+    normalised steps make elementwise tolerances meaningless; the direction is what matters)."""
+    from sparkml_dist.federated.client import RoundTask, _train_locally
+    from sparkml_dist.models.factory import build_model
+    from sparkml_dist.models.weights import state_dict_to_bytes
+    from sparkml_dist.tasks.base import Target
+
+    torch.manual_seed(0)
+    spec = spec_of("mlp")
+    state = build_model(spec).state_dict()
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(512, LAYOUT.dim)).astype(np.float32)
+    y = np.stack([(x[:, 0] > 0), np.ones(512)], axis=1).astype(np.float32)
+    updates = {}
+    for p in ("fp32", precision):
+        task = RoundTask(0, (0,), spec, state_dict_to_bytes(state), 1, 64, 1e-3, 0.0, None, 0.0, 60.0,
+                         target=Target("binary", ("0", "1")), precision=p)
+        update, late, loss = _train_locally(0, x, y, state, task)
+        assert not late and 0.0 < loss < 1.0
+        updates[p] = torch.cat([v.reshape(-1) for v in update.values()])
+    assert float(updates[precision].abs().sum()) > 0
+    cosine = torch.nn.functional.cosine_similarity(updates[precision], updates["fp32"], dim=0)
+    assert cosine > 0.95, f"bf16 update against fp32: cosine {float(cosine):.3f}"
+    if precision == "bf16":
+        assert not torch.equal(updates["bf16"], updates["fp32"]), "the bf16 client really ran in bf16"

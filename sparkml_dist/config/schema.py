@@ -300,9 +300,10 @@ class TrainConfig(Section):
                                          "precision) while training; scoring always uses full fp32")
     cuda_graph: Literal["auto", "on", "off"] = Field(
         "auto", description="on a GPU, capture the whole training step in a CUDA graph and replay it (a tabular "
-                            "model's step is launch-bound: docs/gpu.md). auto: where the method, backend and "
-                            "precision allow it (ddp on torch.distributed, fp32 or bf16), falling back to eager "
-                            "steps if the model cannot be captured; on: the same, an error if it cannot; off: eager")
+                            "model's step is launch-bound: docs/gpu.md). auto: for one rank where the method, "
+                            "backend and precision allow it (ddp on torch.distributed, fp32 or bf16), falling back "
+                            "to eager steps if the model cannot be captured; on: also for several ranks (two graphs "
+                            "around an eager allreduce; not yet run on several GPUs), an error if it cannot; off: eager")
     threads_per_rank: int = Field(0, ge=0, description="torch intra-op threads; 0 = cores / ranks")
     log_every_steps: int = Field(50, ge=1, description="rank 0 prints a progress line every N steps")
     loss: Literal["mse", "huber"] | None = Field(None, description="regression: mse (default) or huber on the "

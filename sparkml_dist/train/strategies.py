@@ -240,7 +240,9 @@ class DataParallel(Strategy):
         if self.cuda_graph == "on" and not possible:
             raise RuntimeError(f"rank {self.rank}: train.cuda_graph=on needs a GPU (this rank trains on {device}), "
                                f"fp32 or bf16, and parameters of one dtype; set train.cuda_graph=auto or off")
-        return self.cuda_graph != "off" and possible
+        # several ranks' graphs (two graphs around an eager allreduce) have not yet run on several
+        # GPUs (docs/gpu.md): `auto` keeps DDP there, `on` asks for them
+        return possible and (self.cuda_graph == "on" or (self.cuda_graph == "auto" and self.world_size == 1))
 
     def _wrap_graphed(self, model: nn.Module, optimizer_factory: OptimizerFactory):
         import torch.distributed as dist
