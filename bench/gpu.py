@@ -81,8 +81,8 @@ SIZES = {
     "gpu": Size(rows=8 << 20, mlp_steps=200, transformer_steps=100, mlp_batches=(1024, 4096, 65536),
                 transformer_batches=(256, 1024), bare_steps=200, score_rows=1 << 21),
     # no GPU (what the tests run): a few steps of each, seconds per row
-    "cpu": Size(rows=1 << 17, mlp_steps=12, transformer_steps=4, mlp_batches=(4096,), transformer_batches=(1024,),
-                bare_steps=12, score_rows=1 << 15),
+    "cpu": Size(rows=1 << 16, mlp_steps=8, transformer_steps=4, mlp_batches=(4096,), transformer_batches=(1024,),
+                bare_steps=8, score_rows=1 << 14),
     # make bench's CPU rows: long enough epochs for a ratio
     "cpu-bench": Size(rows=1 << 20, mlp_steps=120, transformer_steps=24, mlp_batches=(4096,),
                       transformer_batches=(1024,), bare_steps=60, score_rows=1 << 19),

@@ -17,8 +17,7 @@ Names are imported on first use, so `import sparkml_dist` does not start Spark o
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from sparkml_dist.exports import lazy_getattr
 
 __version__ = "0.1.0"
 
@@ -104,14 +103,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sparkml_dist' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)
+__getattr__ = lazy_getattr("sparkml_dist", _EXPORTS, globals())

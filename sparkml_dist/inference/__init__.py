@@ -5,15 +5,10 @@ pyspark (docs/serving.md), so the Spark side (`score_features`) is imported on f
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from sparkml_dist.exports import lazy_getattr
 
 _EXPORTS = {"ModelBundle": "sparkml_dist.inference.bundle", "score_features": "sparkml_dist.inference.udf"}
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sparkml_dist.inference' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr("sparkml_dist.inference", _EXPORTS, globals())

@@ -6,8 +6,7 @@ pyspark (training code runs where there is no Spark: `bench.gpu`, the rank's own
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from sparkml_dist.exports import lazy_getattr
 
 _EXPORTS = {
     "Backend": "sparkml_dist.launch.backend",
@@ -25,8 +24,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sparkml_dist.launch' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr("sparkml_dist.launch", _EXPORTS, globals())
