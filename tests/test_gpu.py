@@ -151,15 +151,15 @@ def test_bf16_and_graph_settings_that_can_work_load():
 
 
 def test_a_cpu_rank_asked_for_fp16_names_the_key():
-    from bench.gpu import LAYOUT as layout  # noqa: F401 - the synthetic layout's module, imported above
+    """train.device=auto with fp16 loads (the ranks may have GPUs); a rank that finds none says so."""
     from sparkml_dist.launch.context import RankContext
+    from sparkml_dist.methods.data_parallel import place_data_parallel
+    from sparkml_dist.train.job import TrainJob
     from sparkml_dist.train.loop import place
 
-    job = type("Job", (), {})()  # place() reads only these of a TrainJob
-    job.train = load_config(ROOT / "conf" / "adult.yaml", ["train.precision=fp16"]).train
-    job.placement = __import__("sparkml_dist.methods.data_parallel", fromlist=["x"]).place_data_parallel
-    job.feature_layout, job.model_spec = None, spec_of("mlp")
-    job.observe = load_config(ROOT / "conf" / "adult.yaml").observe
+    cfg = load_config(ROOT / "conf" / "adult.yaml", ["train.precision=fp16"])
+    job = TrainJob(data_root="", train_groups=(), val_groups=(), model_spec=spec_of("mlp"), train=cfg.train,
+                   checkpoint_dir="", placement=place_data_parallel)
     with pytest.raises(RuntimeError, match="rank 0 on h trains on cpu: train.precision=fp16 runs on a GPU only"):
         place(job, RankContext(0, 1, 0, 1, 0, 1, "h", "h", 0), torch.device("cpu"))
 
