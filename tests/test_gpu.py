@@ -160,7 +160,7 @@ def test_a_cpu_rank_asked_for_fp16_names_the_key():
     cfg = load_config(ROOT / "conf" / "adult.yaml", ["train.precision=fp16"])
     job = TrainJob(data_root="", train_groups=(), val_groups=(), model_spec=spec_of("mlp"), train=cfg.train,
                    checkpoint_dir="", placement=place_data_parallel)
-    with pytest.raises(RuntimeError, match="rank 0 on h trains on cpu: train.precision=fp16 runs on a GPU only"):
+    with pytest.raises(ConfigError, match="rank 0 on h trains on cpu: train.precision=fp16 runs on a GPU only"):
         place(job, RankContext(0, 1, 0, 1, 0, 1, "h", "h", 0), torch.device("cpu"))
 
 

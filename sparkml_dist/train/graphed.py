@@ -31,6 +31,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from sparkml_dist.errors import ConfigError
 from sparkml_dist.observe.steps import CommClock
 from sparkml_dist.train.precision import Precision
 
@@ -39,8 +40,8 @@ log = logging.getLogger(__name__)
 WARMUP_STEPS = 3
 
 
-class CaptureFailed(RuntimeError):
-    """`train.cuda_graph=on` and the step could not be captured."""
+class CaptureFailed(ConfigError):
+    """`train.cuda_graph=on` and the step could not be captured (a relaunch would fail the same way)."""
 
 
 class GraphedStep:

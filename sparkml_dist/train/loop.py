@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from sparkml_dist.data.expand import DeviceExpander
+from sparkml_dist.errors import ConfigError
 from sparkml_dist.data.loader import ShardLoader
 from sparkml_dist.launch.backend import pick_device
 from sparkml_dist.launch.context import RankContext
@@ -112,8 +113,8 @@ def place(job: TrainJob, ctx: RankContext, device: torch.device) -> Strategy:
     strategy.bind_device(device)
     try:
         strategy.precision = Precision(cfg.precision, device.type)
-    except ValueError as exc:  # fp16 on a rank that found no GPU (train.device=auto)
-        raise RuntimeError(f"rank {ctx.rank} on {ctx.host} trains on {device}: {exc}") from None
+    except ValueError as exc:  # fp16 on a rank that found no GPU (train.device=auto): a relaunch meets it again
+        raise ConfigError(f"rank {ctx.rank} on {ctx.host} trains on {device}: {exc}") from None
     if device.type == "cuda":
         strategy.expand = DeviceExpander(job.feature_layout, device, job.model_spec.input_dim)
     if job.observe.step_breakdown:

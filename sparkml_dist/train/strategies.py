@@ -13,6 +13,7 @@ from typing import Any, Callable, ContextManager
 import torch
 from torch import nn
 
+from sparkml_dist.errors import ConfigError
 from sparkml_dist.observe.steps import CommClock
 from sparkml_dist.train.precision import Precision
 
@@ -238,7 +239,7 @@ class DataParallel(Strategy):
         possible = (device.type == "cuda" and self.precision.scaler is None and self.expand is not None
                     and len({p.dtype for p in params}) == 1)
         if self.cuda_graph == "on" and not possible:
-            raise RuntimeError(f"rank {self.rank}: train.cuda_graph=on needs a GPU (this rank trains on {device}), "
+            raise ConfigError(f"rank {self.rank}: train.cuda_graph=on needs a GPU (this rank trains on {device}), "
                                f"fp32 or bf16, and parameters of one dtype; set train.cuda_graph=auto or off")
         # several ranks' graphs (two graphs around an eager allreduce) have not yet run on several
         # GPUs (docs/gpu.md): `auto` keeps DDP there, `on` asks for them
