@@ -165,47 +165,59 @@ def spec_of(kind: str) -> ModelSpec:
 # ---- the loop ---------------------------------------------------------------------------------
 class Group:
     """A one-rank process group on `device` for the loop's collectives (NCCL on a GPU, gloo on
-    the CPU), over an in-process store: nothing listens on the network."""
+    the CPU), over an in-process store: nothing listens on the network. A context manager."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device | str):
+        self.device = torch.device(device)
+
+    def __enter__(self) -> "Group":
         import torch.distributed as dist
 
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0,
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0,
                                 world_size=1)
+        return self
 
-    def close(self) -> None:
+    def __exit__(self, *exc) -> None:
         import torch.distributed as dist
 
         dist.destroy_process_group()
+
+
+def run_loop(root: Path, groups: dict[str, list[RowGroup]], device: torch.device, method: str, kind: str, rows: int,
+             **options):
+    """`train_rank` of `method` for one rank over the split's first `rows` rows; `options` are
+    `train.*` keys. Returns the rank's result."""
+    from sparkml_dist.config.schema import ObserveConfig
+    from sparkml_dist.launch.context import RankContext
+    from sparkml_dist.methods import get_method
+    from sparkml_dist.train.job import TrainJob
+    from sparkml_dist.train.loop import train_rank
+    from sparkml_dist.train.parallel.signing import checkpoint_key
+
+    entry = get_method(method)
+    cfg = entry.config.model_validate({"strategy": method, "num_ranks": 1, "device": device.type,
+                                       "log_every_steps": 10 ** 9, **options})
+    with tempfile.TemporaryDirectory() as checkpoints:
+        job = TrainJob(data_root=str(root), train_groups=first_groups(groups["train"], rows),
+                       val_groups=tuple(groups["val"]), model_spec=spec_of(kind), train=cfg,
+                       checkpoint_dir=checkpoints, placement=entry.placement, feature_layout=LAYOUT,
+                       target=Target("binary", ("0", "1")), observe=ObserveConfig(system_metrics_interval_s=0),
+                       checkpoint_key=checkpoint_key(checkpoints))
+        ctx = RankContext(0, 1, 0, 1, 0, 1, "127.0.0.1", "127.0.0.1", 0,
+                          gpus=(str(device.index),) if device.type == "cuda" else ())
+        return train_rank(ctx, job)
 
 
 def loop_row(root: Path, groups: dict[str, list[RowGroup]], device: torch.device, kind: str, batch: int,
              precision: str, graph: str, size: Size) -> tuple[float, float | None, list[float]]:
     """The loop's samples/s in its second epoch, the GPU's mean utilisation then, and the
     validation loss after each epoch."""
-    from sparkml_dist.config.schema import ObserveConfig
-    from sparkml_dist.launch.context import RankContext
-    from sparkml_dist.methods import get_method
-    from sparkml_dist.methods.data_parallel import place_data_parallel
-    from sparkml_dist.train.job import TrainJob
-    from sparkml_dist.train.loop import train_rank
-
-    cfg = get_method("ddp").config.model_validate({
-        "num_ranks": 1, "epochs": 2, "batch_size": batch, "precision": precision, "cuda_graph": graph,
-        "device": "cuda" if device.type == "cuda" else "cpu", "log_every_steps": 10 ** 9, "learning_rate": 1e-3})
-    with tempfile.TemporaryDirectory() as checkpoints:
-        job = TrainJob(data_root=str(root), train_groups=first_groups(groups["train"], size.steps(kind) * batch),
-                       val_groups=tuple(groups["val"]), model_spec=spec_of(kind), train=cfg,
-                       checkpoint_dir=checkpoints, placement=place_data_parallel, feature_layout=LAYOUT,
-                       target=Target("binary", ("0", "1")), observe=ObserveConfig(system_metrics_interval_s=0))
-        ctx = RankContext(0, 1, 0, 1, 0, 1, "127.0.0.1", "127.0.0.1", 0,
-                          gpus=(str(device.index),) if device.type == "cuda" else ())
-        with Utilisation(device) as util:
-            result = train_rank(ctx, job)
-    records = result.records
-    return records[-1].samples_per_s, util.mean_after(records), [r.evaluation.loss for r in records]
+    with Utilisation(device) as util:
+        result = run_loop(root, groups, device, "ddp", kind, size.steps(kind) * batch, epochs=2, batch_size=batch,
+                          precision=precision, cuda_graph=graph)
+    return result.records[-1].samples_per_s, util.mean(), [r.evaluation.loss for r in result.records]
 
 
 class Utilisation:
@@ -241,7 +253,7 @@ class Utilisation:
         while not self.stop.wait(0.02):
             self.samples.append((time.time(), float(self.nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)))
 
-    def mean_after(self, records) -> float | None:
+    def mean(self) -> float | None:
         if self.handle is None or not self.samples:
             return None
         last = self.samples[-max(1, len(self.samples) // 3):]  # the last epoch and validation, roughly
@@ -479,27 +491,11 @@ def horovod_checks(report: Report, root: Path, groups, device: torch.device) -> 
 
 def method_run(root: Path, groups, device: torch.device, method: str, kind: str,
                options: dict | None = None, rows: int = 20 * 512) -> list[float]:
-    """One epoch of `method` on about `rows` rows (one rank); the validation loss after it."""
-    from sparkml_dist.config.schema import ObserveConfig
-    from sparkml_dist.launch.context import RankContext
-    from sparkml_dist.methods import get_method
-    from sparkml_dist.train.job import TrainJob
-    from sparkml_dist.train.loop import train_rank
-    from sparkml_dist.train.parallel.signing import checkpoint_key
-
-    entry = get_method(method)
-    cfg = entry.config.model_validate({"strategy": method, "num_ranks": 1, "epochs": 1, "batch_size": 512,
-                                       "checkpoint_every_steps": 8,
-                                       "device": device.type, "log_every_steps": 10 ** 9, **(options or {})})
-    with tempfile.TemporaryDirectory() as checkpoints:
-        job = TrainJob(data_root=str(root), train_groups=first_groups(groups["train"], rows),
-                       val_groups=tuple(groups["val"]), model_spec=spec_of(kind), train=cfg,
-                       checkpoint_dir=checkpoints, placement=entry.placement, feature_layout=LAYOUT,
-                       target=Target("binary", ("0", "1")), observe=ObserveConfig(system_metrics_interval_s=0),
-                       checkpoint_key=checkpoint_key(checkpoints))
-        ctx = RankContext(0, 1, 0, 1, 0, 1, "127.0.0.1", "127.0.0.1", 0,
-                          gpus=(str(device.index),) if device.type == "cuda" else ())
-        return [r.evaluation.loss for r in train_rank(ctx, job).records]
+    """One epoch of `method` on about `rows` rows (one rank), checkpointing mid-epoch too; the
+    validation loss after each epoch."""
+    result = run_loop(root, groups, device, method, kind, rows,
+                      **{"epochs": 1, "batch_size": 512, "checkpoint_every_steps": 8, **(options or {})})
+    return [r.evaluation.loss for r in result.records]
 
 
 def main(argv: list[str] | None = None) -> Report:
@@ -535,32 +531,37 @@ def run(devices: list[torch.device], size_name: str | None = None) -> Report:
 
 
 def device_rows(report: Report, root: Path, groups, device: torch.device, size: Size) -> None:
-    cuda = device.type == "cuda"
-    precisions = ("fp32", "bf16", "fp16") if cuda else ("fp32", "bf16")
-    group = Group(device)
-    try:
-        for kind, batches in (("mlp", size.mlp_batches), ("transformer", size.transformer_batches)):
-            for batch in batches:
-                for precision in precisions:
-                    graph_modes = ("off", "on") if cuda and precision != "fp16" else ("off",)
-                    for graph in graph_modes:
-                        name = f"{device} {kind} {batch} {precision} graph {graph}"
-                        with failure_reported(report, name):
-                            per_s, util, losses = loop_row(root, groups, device, kind, batch, precision, graph, size)
-                            report.add(Row(str(device), kind, batch, precision, graph, "loop", per_s, util))
-                            report.check(f"{name}: validation loss falls", losses[-1] < 0.69,
-                                         f"(val loss {losses[-1]:.4f}; 0.693 guesses)")
-                    with failure_reported(report, f"{device} {kind} {batch} {precision} ceilings"):
-                        ceiling_rows(report, device, kind, batch, precision, size)
+    with Group(device):
+        for kind, batch, precision in configurations(device, size):
+            for graph in ("off", "on") if device.type == "cuda" and precision != "fp16" else ("off",):
+                loop_check(report, root, groups, device, kind, batch, precision, graph, size)
+            with failure_reported(report, f"{device} {kind} {batch} {precision} ceilings"):
+                ceiling_rows(report, device, kind, batch, precision, size)
         with failure_reported(report, f"{device} scoring"):
             scoring_rows(report, device, size)
         method_checks(report, root, groups, device)
         horovod_checks(report, root, groups, device)
-        if cuda:
+        if device.type == "cuda":
             with failure_reported(report, f"{device} graph dropout"):
                 graph_dropout_checks(report, device)
-    finally:
-        group.close()
+
+
+def configurations(device: torch.device, size: Size):
+    """(model, batch, precision) of every loop row on `device` (fp16 only where its scaler runs: a GPU)."""
+    precisions = ("fp32", "bf16", "fp16") if device.type == "cuda" else ("fp32", "bf16")
+    for kind, batches in (("mlp", size.mlp_batches), ("transformer", size.transformer_batches)):
+        for batch in batches:
+            for precision in precisions:
+                yield kind, batch, precision
+
+
+def loop_check(report: Report, root: Path, groups, device: torch.device, kind: str, batch: int, precision: str,
+               graph: str, size: Size) -> None:
+    name = f"{device} {kind} {batch} {precision} graph {graph}"
+    with failure_reported(report, name):
+        per_s, util, losses = loop_row(root, groups, device, kind, batch, precision, graph, size)
+        report.add(Row(str(device), kind, batch, precision, graph, "loop", per_s, util))
+        report.check(f"{name}: validation loss falls", losses[-1] < 0.69, f"(val loss {losses[-1]:.4f}; 0.693 guesses)")
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ code imports without pyspark; scoring on a device gives the CPU's outputs; `make
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -18,9 +19,10 @@ import numpy as np
 import pytest
 import torch
 
-from bench.gpu import LAYOUT, CollectiveDevices, method_run, spec_of, write_split
+from bench.gpu import LAYOUT, CollectiveDevices, Group, method_run, spec_of, write_split
 from sparkml_dist.config.loader import load_config
 from sparkml_dist.errors import ConfigError
+from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.train.loop import train_rank
 from sparkml_dist.train.strategies import group_device
 
@@ -35,33 +37,11 @@ def synthetic(tmp_path_factory):
     return root, {"train": write_split(root / "train", 1 << 14, 1), "val": write_split(root / "val", 1 << 11, 2)}
 
 
-class OneRankGroup:
-    """A one-rank process group on `device` (NCCL for a GPU, gloo for the CPU) over an in-process
-    store, so that the loop's collectives are real calls on that group."""
-
-    def __init__(self, device: str):
-        self.device = torch.device(device)
-
-    def __enter__(self):
-        import torch.distributed as dist
-
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo", store=dist.HashStore(),
-                                rank=0, world_size=1)
-        return self
-
-    def __exit__(self, *exc):
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("method,kind", [("ddp", "mlp"), ("fsdp", "transformer"), ("tensor", "transformer")])
 def test_one_rank_collectives_are_on_the_groups_device_and_it_learns(synthetic, device, method, kind):
     root, groups = synthetic
-    with OneRankGroup(device), CollectiveDevices() as recorder:
+    with Group(device), CollectiveDevices() as recorder:
         losses = method_run(root, groups, torch.device(device), method, kind, rows=4096)
         declared = group_device(torch.device(device))
     assert recorder.seen, "the loop issued its collectives (a one-rank group still runs them)"
@@ -73,7 +53,7 @@ def test_the_recorder_names_a_collective_issued_off_the_declared_device():
     """The check above can fail: a tensor on another device is recorded as off it."""
     import torch.distributed as dist
 
-    with OneRankGroup("cpu"), CollectiveDevices() as recorder:
+    with Group("cpu"), CollectiveDevices() as recorder:
         dist.all_reduce(torch.ones(2))
         with contextlib.suppress(Exception):  # gloo may refuse it or not: recorded either way
             dist.all_reduce(torch.ones(2, device="meta"))
@@ -113,7 +93,7 @@ def test_tensor_parallel_optimizer_steps_with_dtensors_beside_tensors(device):
 
     x = torch.randn(16, LAYOUT.dim, device=device)
     y = torch.stack([(x[:, 0] > 0).float(), torch.ones(16, device=device)], 1)
-    with OneRankGroup(device):
+    with Group(device):
         outcomes = []
         for grouped in (False, True):
             torch.manual_seed(0)
@@ -291,3 +271,74 @@ def test_a_federated_client_trains_in_the_runs_precision(precision):
     assert cosine > 0.95, f"bf16 update against fp32: cosine {float(cosine):.3f}"
     if precision == "bf16":
         assert not torch.equal(updates["bf16"], updates["fp32"]), "the bf16 client really ran in bf16"
+
+
+@pytest.mark.parametrize("skip", [0, 5])
+def test_the_gpu_feed_cuts_the_batches_the_host_cuts(synthetic, skip):
+    """The GPU feed ships whole shuffle buffers with their permutation and permutes and cuts them
+    where the tensors are (`train.feed.packed_batches`); here on CPU tensors: the same batches, in
+    the same order, as the host loader's, also resumed mid-epoch (exact resume relies on it)."""
+    from sparkml_dist.data.loader import ShardLoader
+    from sparkml_dist.train.feed import packed_batches
+
+    root, groups = synthetic
+    first = groups["train"][0]
+    # buffers of 3,500, 4,100 and 2,900 rows (a row group's leading rows): batches of 1,000 span them
+    uneven = [dataclasses.replace(first, rows=rows) for rows in (3500, 4100, 2900)]
+    loader = ShardLoader(str(root), uneven, 0, 1, 1000, 7, buffer_row_groups=1, layout=LAYOUT, dense=False)
+    host = list(loader.epoch(1, skip_batches=skip))
+    shipped = ((torch.from_numpy(np.concatenate([x, y], axis=1)), None if order is None else torch.from_numpy(order))
+               for x, y, order in loader.buffers(1))
+    fed = list(packed_batches(shipped, loader.batch_width, loader.batch_size, skip))
+    assert len(fed) == len(host) == loader.num_batches - skip
+    for (hx, hy), (fx, fy) in zip(host, fed):
+        np.testing.assert_array_equal(fx.numpy(), hx)
+        np.testing.assert_array_equal(fy.numpy(), hy)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_device_expansion_is_the_hosts(device):
+    from sparkml_dist.data.expand import DeviceExpander
+
+    rng = np.random.default_rng(5)
+    compact = np.stack([rng.normal(size=300) if b.kind == "value" else rng.integers(0, b.size, 300)
+                        for b in LAYOUT.blocks], axis=1).astype(np.float32)
+    dense = DeviceExpander(LAYOUT, device, LAYOUT.dim)(torch.from_numpy(compact).to(device))
+    np.testing.assert_array_equal(dense.cpu().numpy(), LAYOUT.expand(compact))
+
+
+def test_padding_rows_of_weight_zero_change_neither_loss_nor_gradients():
+    """What a captured step's static batch relies on for a short last batch."""
+    from sparkml_dist.models.factory import build_model
+    from sparkml_dist.tasks.losses import BinaryLoss
+
+    torch.manual_seed(0)
+    model = build_model(ModelSpec("mlp", LAYOUT.dim, hidden=(16,)))
+    x = torch.randn(10, LAYOUT.dim)
+    y = torch.stack([(x[:, 0] > 0).float(), torch.rand(10) + 0.5], 1)
+    padded_x = torch.cat([x, torch.randn(6, LAYOUT.dim) * 100])  # whatever the buffer held before
+    padded_y = torch.cat([y, torch.stack([torch.ones(6), torch.zeros(6)], 1)])
+    results = []
+    for features, targets in ((x, y), (padded_x, padded_y)):
+        model.zero_grad()
+        loss = BinaryLoss()(model(features), targets)
+        loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    torch.testing.assert_close(results[1][0], results[0][0])
+    for padded, plain in zip(results[1][1], results[0][1]):
+        torch.testing.assert_close(padded, plain)
+
+
+def test_a_checkpoints_optimizer_state_keeps_this_runs_kernel_options():
+    """A CPU run's checkpoint resumed by a run whose step needs AdamW's fused kernel: the state
+    loads, the kernel choice stays this run's (torch's load would take the saved one's)."""
+    from sparkml_dist.train.loop import load_optimizer_state
+
+    params = [torch.nn.Parameter(torch.randn(4, 3))]
+    saved = torch.optim.AdamW(params, lr=1e-3, foreach=False)
+    params[0].grad = torch.ones(4, 3)
+    saved.step()
+    fused = torch.optim.AdamW(params, lr=1e-3, fused=True)
+    load_optimizer_state(fused, saved.state_dict())
+    assert fused.param_groups[0]["fused"] is True and fused.param_groups[0]["foreach"] is None
+    assert float(fused.state[params[0]]["step"]) == 1.0, "the saved state is loaded"

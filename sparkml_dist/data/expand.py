@@ -1,12 +1,14 @@
 """`FeatureLayout.expand` in torch, on whatever device the rows are: compact rows ([rows, blocks]:
 a value, or a category's index) -> the dense [rows, dim] batch the model reads, in one scatter.
 
-On a GPU the loader ships compact rows (14 floats a row for Adult instead of 108) and the batch is
+On a GPU the loader ships compact rows (one float per source column, not a one-hot slot per category) and the batch is
 made dense on the device, inside the step (and inside its CUDA graph, when the step is captured):
 the host never builds the one-hot matrix, which at GPU step rates would cost more than the step.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import torch
 
@@ -19,17 +21,13 @@ class DeviceExpander:
 
     def __init__(self, layout: FeatureLayout | None, device: torch.device | str, dense_dim: int):
         self.layout = layout
-        self.dim = dense_dim
+        self.dim = layout.dim if layout is not None else dense_dim
         # floats per compact row: one per block (without a layout, the dense row itself)
         self.compact_width = len(layout.blocks) if layout is not None else dense_dim
         if layout is None:
             return
-        offsets, at = [], 0
-        for block in layout.blocks:
-            offsets.append(at)
-            at += block.size
-        self.dim = at
-        self.offsets = torch.tensor(offsets, dtype=torch.int64, device=device)
+        sizes = [b.size for b in layout.blocks]
+        self.offsets = torch.tensor([0, *itertools.accumulate(sizes[:-1])], dtype=torch.int64, device=device)
         self.onehot = torch.tensor([b.kind == ONEHOT for b in layout.blocks], dtype=torch.bool, device=device)
 
     def __call__(self, compact: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Iterator, Protocol
+from typing import Iterable, Iterator, Protocol
 
 import numpy as np
 import torch
@@ -80,9 +80,11 @@ class CudaFeed:
             source, skip = self.loader.buffers(epoch), skip_batches
         else:
             source, skip = ((x, y, None) for x, y in self.loader.epoch(epoch, skip_batches=skip_batches)), 0
-        yield from batched(self._on_device(source), self.loader.batch_size, skip, torch.cat)
+        yield from packed_batches(self._on_device(source), self.width, self.loader.batch_size, skip)
 
-    def _on_device(self, source: Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]) -> Iterator[Batch]:
+    def _on_device(self, source: Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]
+                   ) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
+        """Each buffer's packed rows and permutation on the device, once the step's stream may use them."""
         ready: queue.Queue = queue.Queue(maxsize=self.depth)
         stop = threading.Event()
         worker = threading.Thread(target=self._produce, args=(source, ready, stop), name="cuda-feed", daemon=True)
@@ -100,8 +102,7 @@ class CudaFeed:
                 packed.record_stream(current)  # its memory is not reused before the step is done with it
                 if order is not None:
                     order.record_stream(current)
-                    packed = packed.index_select(0, order)  # the epoch's shuffle: one gather on the device
-                yield packed[:, :self.width], packed[:, self.width:]
+                yield packed, order
         finally:
             stop.set()
             while worker.is_alive():  # unblock a producer waiting on a full queue
@@ -144,6 +145,20 @@ class CudaFeed:
             copied.record(self.stream)
         self.copied[slot] = copied
         return packed, on_device, copied
+
+
+def packed_batches(buffers: Iterable[tuple[torch.Tensor, torch.Tensor | None]], width: int, batch_size: int,
+                   skip_batches: int) -> Iterator[Batch]:
+    """Shuffle buffers of packed rows ([rows, width + 2]: the rows, then label and weight), each
+    permuted by its order where it has one (one gather, where the tensors are), cut into the
+    batches the host would cut from the same buffers (`data.loader.batched`)."""
+    def permuted():
+        for packed, order in buffers:
+            if order is not None:
+                packed = packed.index_select(0, order)
+            yield packed[:, :width], packed[:, width:]
+
+    return batched(permuted(), batch_size, skip_batches, torch.cat)
 
 
 def make_feed(loader: BatchSource, device: torch.device) -> HostFeed | CudaFeed:

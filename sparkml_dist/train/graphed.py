@@ -55,7 +55,6 @@ class GraphedStep:
         self.expand = expand
         self.required = required
         self.clock = clock
-        self.sync_timing = False  # set by the loop on the steps it times: wait for the device around comm
         device = next(model.parameters()).device
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.flat = bind_flat_gradients(self.params)
@@ -84,13 +83,14 @@ class GraphedStep:
         self.forward_backward.replay()
         return self.static_loss
 
-    def optimizer_step(self) -> None:
+    def optimizer_step(self, timed: bool = False) -> None:
+        """`timed`: a step the breakdown times, so the allreduce waits for the device around it."""
         if self.eager or self.warmups_left > 0:
-            self._eager_update()
+            self._eager_update(timed)
             return
         if self.update is None:  # one rank: the update was part of the step's graph
             return
-        self._allreduce()
+        self._allreduce(timed)
         self.update.replay()
 
     # ---- the step's parts -------------------------------------------------------------------
@@ -109,10 +109,10 @@ class GraphedStep:
         loss.backward()
         return loss.detach()
 
-    def _allreduce(self) -> None:
+    def _allreduce(self, timed: bool) -> None:
         import torch.distributed as dist
 
-        if self.clock is not None and self.sync_timing:
+        if self.clock is not None and timed:
             torch.cuda.synchronize()
             with self.clock.blocking():
                 dist.all_reduce(self.flat)
@@ -129,9 +129,9 @@ class GraphedStep:
         torch.cuda.current_stream().wait_stream(self.side)
         return loss
 
-    def _eager_update(self) -> None:
+    def _eager_update(self, timed: bool) -> None:
         if self.world_size > 1:
-            self._allreduce()
+            self._allreduce(timed)
             self.flat.div_(self.world_size)
         self.optimizer.step()
         if not self.eager:

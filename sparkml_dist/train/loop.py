@@ -21,8 +21,8 @@ import torch
 from torch import nn
 
 from sparkml_dist.data.expand import DeviceExpander
-from sparkml_dist.errors import ConfigError
 from sparkml_dist.data.loader import ShardLoader
+from sparkml_dist.errors import ConfigError
 from sparkml_dist.launch.backend import pick_device
 from sparkml_dist.launch.context import RankContext
 from sparkml_dist.launch.heartbeat import Heartbeat
@@ -42,7 +42,7 @@ from sparkml_dist.train.precision import Precision, matmul_precision
 from sparkml_dist.train.progress import Progress
 from sparkml_dist.tasks.base import Target
 from sparkml_dist.train.records import EpochRecord, Evaluation, RankResult, RankStats, RankThroughput
-from sparkml_dist.train.strategies import Strategy, local_param_bytes
+from sparkml_dist.train.strategies import Strategy, is_sharded, local_param_bytes
 
 log = logging.getLogger(__name__)
 
@@ -243,10 +243,7 @@ def _build_and_restore(job: TrainJob, strategy: Strategy, device: torch.device):
     if strategy.sharded_checkpoints:
         ckpt = load_sharded(job.checkpoint_dir, model, optimizer, job.checkpoint_key, strategy.data_world)  # reshards to this layout
     elif ckpt is not None:
-        kept = [{k: g[k] for k in KERNEL_OPTIONS if k in g} for g in optimizer.param_groups]
-        optimizer.load_state_dict(ckpt["optimizer"])
-        for group, options in zip(optimizer.param_groups, kept):  # a saved group's kernel choice is not ours
-            group.update(options)
+        load_optimizer_state(optimizer, ckpt["optimizer"])
         strategy.broadcast_state(model, optimizer)
     return model, optimizer, ckpt
 
@@ -255,12 +252,22 @@ def _build_and_restore(job: TrainJob, strategy: Strategy, device: torch.device):
 KERNEL_OPTIONS = ("foreach", "fused", "capturable", "differentiable")
 
 
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """A checkpoint's optimizer state, keeping this run's kernel options: torch's load takes the
+    saved groups' options too, and a CPU run's checkpoint would turn a GPU run's fused, capturable
+    AdamW (what a captured step needs) back into the plain one."""
+    kept = [{k: g[k] for k in KERNEL_OPTIONS if k in g} for g in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, options in zip(optimizer.param_groups, kept):
+        group.update(options)
+
+
 def param_groups(params: list[torch.Tensor]) -> list:
     """The parameters, in two groups where tensor parallelism left some as plain tensors beside
     DTensors: AdamW's foreach and fused kernels take one kind at a time (on CUDA a mix fails at
     the first step: 'got mixed torch.Tensor and DTensor')."""
-    sharded = [p for p in params if hasattr(p, "to_local")]
-    plain = [p for p in params if not hasattr(p, "to_local")]
+    sharded = [p for p in params if is_sharded(p)]
+    plain = [p for p in params if not is_sharded(p)]
     if not sharded or not plain:
         return params
     return [{"params": sharded}, {"params": plain}]
@@ -387,7 +394,7 @@ class StepTimer:
         """The step's start; decides whether this step is timed."""
         if self.clock is not None and self.cuda:
             self.timing = step % self.GPU_EVERY == 0
-            set_sync_timing(self.strategy, self.timing)
+            self.strategy.sync_timing = self.timing
         return self.mark()
 
     def mark(self) -> float:
@@ -406,13 +413,6 @@ class StepTimer:
     def discard(self) -> None:
         if self.clock is not None:
             self.clock.take()
-
-
-def set_sync_timing(strategy: Strategy, timing: bool) -> None:
-    """Tell a graphed step to wait for the device around its allreduce on the timed steps."""
-    graph = getattr(strategy, "graph", None)
-    if graph is not None:
-        graph.sync_timing = timing
 
 
 class DropoutSeeds:
@@ -506,10 +506,10 @@ def evaluate(model, feed: HostFeed | CudaFeed, strategy: Strategy, device, targe
             counts = task.held_out_bins(target, logits, yb).to(device)
             bins = counts if bins is None else bins + counts
     if task.held_out_extra and bins is None:  # no batch here (a short shard, a pipeline's first stage)
-        bins = task.held_out_bins(target, torch.zeros(0, device=device), torch.zeros(0, 2, device=device))
+        bins = task.held_out_bins(target, torch.zeros(0, device=device), torch.zeros(0, 2, device=device)).to(device)
     share = strategy.metric_share
     # one allreduce: the sums, then the extra metrics' counts (ranks that split one batch count it once)
-    totals = strategy.allreduce_sum(torch.cat([sums, bins.to(device)]) * share if bins is not None else sums * share)
+    totals = strategy.allreduce_sum(torch.cat([sums, bins]) * share if bins is not None else sums * share)
     totals = totals.cpu()
     evaluation = task.held_out(target, *totals[:3].tolist())
     if bins is None:

@@ -34,6 +34,11 @@ def group_device(device: torch.device | str) -> torch.device:
     return CPU
 
 
+def is_sharded(tensor: torch.Tensor) -> bool:
+    """A DTensor (FSDP, tensor parallelism): the rank holds a local shard of it."""
+    return hasattr(tensor, "to_local")
+
+
 def group_active(world_size: int) -> bool:
     """Whether collectives run: several ranks, or one rank alone in its process group (its
     collectives are real calls on the group's device, so a one-GPU run checks the NCCL path too).
@@ -66,6 +71,9 @@ class Strategy:
         # set by the loop before wrap(): compact rows -> the dense batch, on the device; a strategy
         # that `takes_compact_input` runs it inside its step (a captured graph), others get dense rows
         self.expand: Callable[[torch.Tensor], torch.Tensor] | None = None
+        # set by the loop on the steps the breakdown times on a GPU: collectives the strategy
+        # issues itself wait for the device around them (else their time is the launch's)
+        self.sync_timing = False
 
     def bind_device(self, device: torch.device) -> None:
         """The rank's training device is known: collectives go where the group's backend takes them."""
@@ -79,7 +87,7 @@ class Strategy:
     def optimizer_options(self, params: list[torch.Tensor], device: torch.device) -> dict[str, Any]:
         """Options for the optimizer over `params` on `device`: on a GPU, AdamW's fused kernel (one
         launch for every parameter) where all of them are plain CUDA tensors."""
-        plain = all(type(p) is nn.Parameter or type(p) is torch.Tensor for p in params)
+        plain = not any(is_sharded(p) for p in params)
         return {"fused": True} if device.type == "cuda" and params and plain else {}
 
     @property
@@ -192,7 +200,7 @@ def local_param_bytes(model: nn.Module) -> int:
     """Bytes of parameters this rank holds (a DTensor counts its local shard only)."""
     total = 0
     for p in model.parameters():
-        local = p.to_local() if hasattr(p, "to_local") else p
+        local = p.to_local() if is_sharded(p) else p
         total += local.numel() * local.element_size()
     return total
 
@@ -284,7 +292,7 @@ class DataParallel(Strategy):
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         if self.graph is not None:
-            self.graph.optimizer_step()
+            self.graph.optimizer_step(timed=self.sync_timing)
             return
         super().optimizer_step(optimizer)
 
