@@ -26,8 +26,12 @@ demo: setup
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-test: setup
-	$(PYTEST) --durations=20
+# Budgets (minutes) under CI's 90 for a fresh clone: each stage fails by name when it overruns.
+SETUP_BUDGET ?= 20
+TEST_BUDGET ?= 65
+test:
+	@scripts/within_budget.sh setup $(SETUP_BUDGET) $(MAKE) --no-print-directory setup
+	@scripts/within_budget.sh tests $(TEST_BUDGET) $(PYTEST) --durations=20
 
 test-fast: setup
 	$(PYTEST) -m "not slow"

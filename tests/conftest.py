@@ -35,17 +35,16 @@ ROOT = Path(__file__).resolve().parents[1]
 ADULT_CONFIG = ROOT / "conf" / "adult.yaml"
 
 
-# `make test` runs two pytest-xdist workers, each taking whole files in collection order: the
-# longest files (minutes of end-to-end runs) go first, so that neither worker is left alone with
-# one of them at the end while the other is idle.
-LONGEST_FIRST = ("test_cluster.py", "test_hosts.py", "test_tasks.py", "test_tune.py", "test_federated.py",
-                 "test_notebooks.py", "test_parallel.py", "test_streaming.py", "test_task_methods.py",
-                 "test_serving.py", "test_recovery.py", "test_finetune.py", "test_imbalance.py")
+# `make test` runs two pytest-xdist workers, each taking whole files: the longest files by the last
+# measured times (tests/file_times.json, from tests/timing.py's report) go first, so that neither
+# worker is left alone with one of them at the end while the other is idle.
+pytest_plugins = ["timing"]
 
 
 def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's own order kept
+    from timing import file_order
+
+    items[:] = file_order(items)
 
 
 @pytest.fixture(autouse=True)
