@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,24 @@ def test_a_run_under_two_workers_reports_each_test_fixture_and_worker(tmp_path):
     assert slowest.endswith("test_a.py") and times["files_s"][slowest] >= 0.6
     first = next(t for t in times["per_test"] if t["nodeid"].endswith("test_one"))
     assert first["setup_s"] >= 0.4 and "built_once (module)" in first["fixtures"]
+
+    # the README's command keeps it: per-file times for the scheduler and the README's table
+    clone = tmp_path / "clone"
+    for name in ("scripts/test_times.py", "README.md", "tests/file_times.json"):
+        (clone / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, clone / name)
+    (clone / ".venv").symlink_to(ROOT / ".venv")
+    (clone / "output").mkdir()
+    shutil.copy(report, clone / "output" / "test_times.json")
+    command = ".venv/bin/python scripts/test_times.py"
+    assert command in (ROOT / "README.md").read_text()
+    done = subprocess.run(command, shell=True, cwd=clone, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    kept = json.loads((clone / "tests" / "file_times.json").read_text())
+    assert next(iter(kept["files_s"])) == "test_a.py" and kept["tests"] == 3
+    readme = (clone / "README.md").read_text()
+    assert "| `tests/test_a.py` |" in readme and "| `built_once (module)` | 1 |" in readme
+    assert subprocess.run(f"{command} --check", shell=True, cwd=clone).returncode == 0
 
 
 def test_the_longest_files_go_first_and_each_file_keeps_its_order():
