@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="fail if the README's table is not the kept times'")
     parser.add_argument("--report", type=Path, default=REPORT)
+    parser.add_argument("--partial", action="store_true", help="keep a report of fewer tests than the kept times'")
     args = parser.parse_args(argv)
     readme = README.read_text()
     if args.check:
@@ -77,7 +78,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.report.exists():
         raise SystemExit(f"{args.report}: no report; run `make test` first (tests/timing.py writes it)")
-    kept = keep(json.loads(args.report.read_text()))
+    report = json.loads(args.report.read_text())
+    if KEPT.exists() and not args.partial:
+        before = json.loads(KEPT.read_text())["tests"]
+        if report["tests"] < 0.9 * before:
+            raise SystemExit(f"{args.report}: {report['tests']} tests, the kept times {before}: a partial run "
+                             "(every pytest run writes the report); run the full `make test`, or pass --partial")
+    kept = keep(report)
     for path, text in ((KEPT, json.dumps(kept, indent=1) + "\n"), (README, with_table(readme, kept))):
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(text)

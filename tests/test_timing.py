@@ -65,6 +65,9 @@ def test_a_run_under_two_workers_reports_each_test_fixture_and_worker(tmp_path):
     shutil.copy(report, clone / "output" / "test_times.json")
     command = ".venv/bin/python scripts/test_times.py"
     assert command in (ROOT / "README.md").read_text()
+    refused = subprocess.run(command, shell=True, cwd=clone, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "a partial run" in refused.stderr, "3 tests do not replace the suite's times"
+    (clone / "tests" / "file_times.json").unlink()  # as before the first full run
     done = subprocess.run(command, shell=True, cwd=clone, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     kept = json.loads((clone / "tests" / "file_times.json").read_text())

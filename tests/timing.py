@@ -2,8 +2,8 @@
 tear-down, every fixture's set-up, and each xdist worker's share, then writes them to
 `output/test_times.json` and prints one summary line (the CI log's record of the run).
 
-`python -m tests.timing` (or `scripts/test_times.py`) turns a report into the per-file times
-the scheduler orders files by (`tests/file_times.json`) and into the README's table.
+`scripts/test_times.py` turns a full run's report into the per-file times the scheduler orders
+files by (`tests/file_times.json`) and into the README's table.
 
 Fixture set-ups are timed on the worker that runs them and travel to the controller in the test
 report's `user_properties`, the one field xdist carries back unchanged.
@@ -75,18 +75,15 @@ class TimingReport:
         self.tests: dict[str, TestTime] = {}
         self.started = time.time()
 
-    def add(self, report) -> None:
+    def pytest_runtest_logreport(self, report) -> None:
         worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
         test = self.tests.setdefault(report.nodeid, TestTime(report.nodeid, worker))
         setattr(test, f"{report.when}_s", round(report.duration, 3))
-        if report.failed or (report.when == "call" and report.outcome != "passed"):
+        if report.outcome != "passed":
             test.outcome = report.outcome
         for tag, name, seconds in report.user_properties:
             if tag == FIXTURE_TAG:
                 test.fixtures[name] = seconds
-
-    def pytest_runtest_logreport(self, report) -> None:
-        self.add(report)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.tests:
