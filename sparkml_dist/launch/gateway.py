@@ -71,8 +71,8 @@ class _Relay:
     def _watch(self) -> None:
         for line in self.process.stdout:
             if line.startswith("REFUSED "):
-                self.refused += 1
                 log.warning("%s", line[len("REFUSED "):].strip())
+                self.refused += 1  # after the log line: whoever waits on the count sees the line
 
     def close(self) -> None:
         try:

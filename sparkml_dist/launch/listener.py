@@ -30,9 +30,9 @@ class _Handler(socketserver.StreamRequestHandler):
         server: _Server = self.server  # type: ignore[assignment]
         first = self.rfile.readline(256).decode(errors="replace").strip()
         if not hmac.compare_digest(first, server.token):
-            server.refused += 1
             log.warning("the %s refused a connection from %s:%d without this launch's token", server.what,
                         *self.client_address[:2])
+            server.refused += 1  # after the log line: a caller that waits on the count then sees the line
             return  # not this launch's rank: say nothing, read nothing more
         server.serve(self)
 

@@ -162,10 +162,10 @@ class ServerEndpoint:
             answer = b""
         theirs, proof = bytes(answer[:NONCE_BYTES]), bytes(answer[NONCE_BYTES:])
         if not answer or not hmac.compare_digest(proof, _proof(self._secret, b"client", nonce, theirs)):
-            with self._lock:
-                self.refused += 1
             log.warning("%s refused a connection from %s:%s: it did not prove the job's secret",
                         self._name, peer[0], peer[1])
+            with self._lock:  # counted after the log line: whoever waits on the count sees the line
+                self.refused += 1
             return False
         conn.sendall(_proof(self._secret, b"server", theirs, nonce))
         conn.settimeout(None)
