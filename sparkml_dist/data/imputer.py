@@ -26,11 +26,13 @@ from pyspark.ml import Estimator
 from pyspark.ml.feature import Imputer, ImputerModel, StandardScaler, StandardScalerModel
 from pyspark.ml.functions import array_to_vector
 from pyspark.ml.stat import Summarizer
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from sparkml_dist.data.sql import ident
 from sparkml_dist.errors import DataError
+from sparkml_dist.spark.compat import PYSPARK_VERSION
 
 __all__ = ["ColumnMoments", "ImputedScaler", "OnePassImputer", "numeric_moments"]
 
@@ -85,11 +87,8 @@ class OnePassImputer(Estimator):
         names = self.imputer.getInputCols()
         moments = numeric_moments(dataset, names, self.imputer)
         self.box.moments = moments
-        context = dataset.sparkSession.sparkContext
-        # the constructor Spark's own fit uses: (uid, column names, surrogates)
-        java_model = context._jvm.org.apache.spark.ml.feature.ImputerModel(
-            self.imputer.uid, _java_array(context, "String", names),
-            _java_array(context, "double", [moments[n].surrogate for n in names]))
+        java_model = _java_imputer_model(dataset.sparkSession, self.imputer.uid, names,
+                                         [moments[n].surrogate for n in names])
         return self.imputer._copyValues(ImputerModel(java_model))
 
 
@@ -179,6 +178,18 @@ def _summarized_moments(rows: DataFrame, names: list[str]) -> dict[str, ColumnMo
     if with_missing:  # one more pass for all of them (interpreted when wide, but one pass)
         moments.update(_sql_moments(rows, with_missing, None))
     return moments
+
+
+def _java_imputer_model(spark: SparkSession, uid: str, names: list[str], surrogates: list[float]):
+    """The JVM ImputerModel Spark's own fit makes, built with the constructor this Spark has."""
+    context = spark.sparkContext
+    model_class = context._jvm.org.apache.spark.ml.feature.ImputerModel
+    if PYSPARK_VERSION >= (4, 0):  # (uid, column names, surrogates)
+        return model_class(uid, _java_array(context, "String", names), _java_array(context, "double", surrogates))
+    # 3.5: (uid, surrogateDF), one row holding each column's surrogate under the column's name
+    surrogate_row = spark.createDataFrame([tuple(float(v) for v in surrogates)],
+                                          T.StructType([T.StructField(n, T.DoubleType()) for n in names]))
+    return model_class(uid, surrogate_row._jdf)
 
 
 def _number(value) -> float:

@@ -30,6 +30,7 @@ from sparkml_dist.config.schema import ColumnSpec, DataConfig
 from sparkml_dist.data.sql import ident, literal, raw_json
 from sparkml_dist.errors import ConfigError, DataError
 from sparkml_dist.registry import Registry
+from sparkml_dist.spark.compat import try_cast
 from sparkml_dist.tasks.base import TASKS, resolve_task
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,7 @@ def csv_rows(lines: DataFrame, cfg: DataConfig) -> RawRows:
         if c.role == "label":  # the task reads the raw text
             typed.append(raw[c.name].alias(c.name))
             continue
-        typed.append(raw[c.name].try_cast(_CASTS[c.type]).alias(c.name))
+        typed.append(try_cast(raw[c.name], _CASTS[c.type]).alias(c.name))
         if c.type != "string":
             problems.append(_parse_problem(c, raw[c.name]))
     # the problems read the parse result: evaluated on `parsed`, carried as one column
@@ -148,7 +149,7 @@ def csv_rows(lines: DataFrame, cfg: DataConfig) -> RawRows:
 
 
 def _parse_problem(c: ColumnSpec, raw: Column) -> Column:
-    cast = raw.try_cast(_CASTS[c.type])
+    cast = try_cast(raw, _CASTS[c.type])
     message = _not_read_as_type(c, raw, cast)
     if c.type == "double" and c.role != "weight":
         not_finite = cast.isNotNull() & (F.isnan(cast) | (F.abs(cast) == float("inf")))

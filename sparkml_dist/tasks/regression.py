@@ -28,12 +28,16 @@ class Regression(Task):
             raise ValueError("data.label.task=regression takes no data.label.positive/negative/classes")
 
     def label_value(self, label: "LabelSpec", raw: "Column") -> "Column":
-        return raw.try_cast("double")
+        from sparkml_dist.spark.compat import try_cast
+
+        return try_cast(raw, "double")
 
     def label_problem(self, label: "LabelSpec", raw: "Column") -> "Column":
         from pyspark.sql import functions as F
 
-        value = raw.try_cast("double")
+        from sparkml_dist.spark.compat import try_cast
+
+        value = try_cast(raw, "double")
         return F.when(raw.isNull(), F.lit(f"label '{label.column}' is missing")).when(
             value.isNull(), F.concat(F.lit(f"label '{label.column}': '"), raw.cast("string"), F.lit("' is not a number"))
         ).when(F.isnan(value) | (F.abs(value) == float("inf")),
