@@ -1,8 +1,8 @@
 """What differs between the pyspark versions the package supports (3.5 to 4.3), in one place.
 
-Databricks LTS runtimes bring pyspark 3.5, newer ones 4.x; the package installs into the
-runtime's own pyspark (docs/deployment.md, "Compatibility"), so the few calls that 4.0 added
-are made here, with the 3.5 equivalent beside them. Each function keeps the newer version's
+Databricks LTS runtimes bring pyspark 3.5, newer ones 4.x, and the package is to run on the
+runtime's own pyspark, so the few calls that 4.0 added are made here, with the 3.5 equivalent
+beside them (tried by hand on pyspark 3.5.9; no test runs 3.5 yet). Each function keeps the newer version's
 semantics: a 3.5 path that behaved differently would train on different rows.
 """
 
