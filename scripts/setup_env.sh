@@ -21,4 +21,7 @@ if [ "${SPARKML_DIST_SKIP_HOROVOD:-0}" != "1" ]; then
   step "building/installing Horovod (cached after the first build)"
   "$(dirname "$0")/build_horovod.sh" "$venv" || fail "Horovod build (see the step named above; SPARKML_DIST_SKIP_HOROVOD=1 skips it)"
 fi
+step "dumping the Spark class archive the tests' JVMs share (tests/conftest.py; log: $venv/spark-class-archive.log)"
+"$venv/bin/python" "$(dirname "$0")/spark_class_archive.py" "$venv/spark-classes.jsa" >"$venv/spark-class-archive.log" 2>&1 \
+  || echo "[setup] warning: no Spark class archive (see $venv/spark-class-archive.log); the tests run without it, slower" >&2
 step "done: $("$venv/bin/python" -c 'import torch, pyspark, mlflow; print(f"torch {torch.__version__}, pyspark {pyspark.__version__}, mlflow {mlflow.__version__}")')"
