@@ -14,7 +14,7 @@ check-java:
 
 setup: check-java $(STAMP)
 
-$(STAMP): pyproject.toml requirements/constraints.txt requirements/datasets.txt scripts/setup_env.sh scripts/build_horovod.sh scripts/spark_class_archive.py
+$(STAMP): pyproject.toml requirements/constraints.txt requirements/datasets.txt scripts/setup_env.sh scripts/build_horovod.sh scripts/spark_class_archive.py requirements/oldest-supported.txt
 	@scripts/setup_env.sh "$(PYTHON)" "$(VENV)"
 	@touch $@
 

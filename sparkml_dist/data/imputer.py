@@ -32,7 +32,6 @@ from pyspark.sql import types as T
 
 from sparkml_dist.data.sql import ident
 from sparkml_dist.errors import DataError
-from sparkml_dist.spark.compat import PYSPARK_VERSION
 
 __all__ = ["ColumnMoments", "ImputedScaler", "OnePassImputer", "numeric_moments"]
 
@@ -184,12 +183,20 @@ def _java_imputer_model(spark: SparkSession, uid: str, names: list[str], surroga
     """The JVM ImputerModel Spark's own fit makes, built with the constructor this Spark has."""
     context = spark.sparkContext
     model_class = context._jvm.org.apache.spark.ml.feature.ImputerModel
-    if PYSPARK_VERSION >= (4, 0):  # (uid, column names, surrogates)
+    if _has_names_and_surrogates_constructor(context):  # Spark 4's (uid, column names, surrogates)
         return model_class(uid, _java_array(context, "String", names), _java_array(context, "double", surrogates))
-    # 3.5: (uid, surrogateDF), one row holding each column's surrogate under the column's name
+    # 3.5's (uid, surrogateDF): one row holding each column's surrogate under the column's name
     surrogate_row = spark.createDataFrame([tuple(float(v) for v in surrogates)],
                                           T.StructType([T.StructField(n, T.DoubleType()) for n in names]))
     return model_class(uid, surrogate_row._jdf)
+
+
+def _has_names_and_surrogates_constructor(context) -> bool:
+    """Asked of the JVM rather than inferred from pyspark's version: the client and the cluster's
+    Spark can differ by a minor release, and the constructor is what the call needs."""
+    jvm_class = context._jvm.java.lang.Class.forName("org.apache.spark.ml.feature.ImputerModel")
+    return any([str(t.getSimpleName()) for t in c.getParameterTypes()] == ["String", "String[]", "double[]"]
+               for c in jvm_class.getConstructors())
 
 
 def _number(value) -> float:

@@ -2,7 +2,7 @@
 
 Databricks LTS runtimes bring pyspark 3.5, newer ones 4.x, and the package is to run on the
 runtime's own pyspark, so the few calls that 4.0 added are made here, with the 3.5 equivalent
-beside them (tried by hand on pyspark 3.5.9; no test runs 3.5 yet). Each function keeps the newer version's
+beside them (tests/test_install.py runs the pipeline on pyspark 3.5.9). Each function keeps the newer version's
 semantics: a 3.5 path that behaved differently would train on different rows.
 """
 
