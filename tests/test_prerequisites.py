@@ -69,3 +69,28 @@ def test_the_suites_jvms_map_the_class_archive_that_setup_dumped(spark):
     mapped = re.search(r"CDS archive\(s\) mapped at: .*size (\d+)", info)
     assert mapped, f"the session's JVM mapped no class archive:\n{info[:2000]}"
     assert int(mapped.group(1)) > archive.stat().st_size, "only the JDK's own archive was mapped, not the Spark one"
+
+
+def test_spark_connect_is_refused_by_name_with_what_to_use_instead():
+    """The issue's first try as a Databricks user: pyspark's own switch to Spark Connect. Until the
+    stages run on Connect (no JVM handle on the client), the CLI says so and what to use instead,
+    not `CANNOT_CONFIGURE_SPARK_CONNECT_MASTER` from deep inside pyspark."""
+    import os
+    from pathlib import Path
+
+    env = {**os.environ, "SPARK_REMOTE": "local[2]"}
+    config = Path(__file__).resolve().parents[1] / "conf" / "adult.yaml"
+    out = subprocess.run([sys.executable, "-m", "sparkml_dist.cli", "pipeline", "--config", str(config)],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "SPARK_REMOTE='local[2]' asks for a Spark Connect session" in out.stderr
+    assert "Unset SPARK_REMOTE and give a master instead" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_the_torch_distributor_refuses_spark_connect_before_launching(monkeypatch):
+    import sparkml_dist as sd
+
+    monkeypatch.setenv("SPARK_REMOTE", "sc://localhost:15002")
+    with pytest.raises(PrerequisiteError, match=r"SPARK_REMOTE='sc://localhost:15002' asks for a Spark Connect session"):
+        sd.TorchDistributor(num_processes=2, local_mode=True, use_gpu=False)

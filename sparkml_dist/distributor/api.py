@@ -29,6 +29,7 @@ from sparkml_dist.errors import ConfigError, UserCodeError
 from sparkml_dist.launch.launcher import run_barrier
 from sparkml_dist.launch.relaunch import relaunch
 from sparkml_dist.launch.torch_backend import TorchBackend
+from sparkml_dist.spark.session import refuse_spark_connect
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class TorchDistributor:
         self.checkpoint_dir = checkpoint_dir
         self.timeout_s = timeout_s
         self.spark = spark if spark is not None else _active_session(required=not local_mode)
+        refuse_spark_connect(self.spark)
         self.attempts_used = 0  # launches the last run took
         _show_rank_output()
         self._check_gpus()

@@ -57,8 +57,29 @@ def check_java(min_major: int = MIN_JAVA) -> int:
     return major
 
 
+_CONNECT_UNSUPPORTED = (
+    "sparkml_dist needs a classic SparkSession: its barrier stages and Spark ML feature models go through "
+    "the session's JVM, which a Spark Connect client does not have. Databricks serverless compute, shared "
+    "access-mode clusters and Databricks Connect give Connect sessions and are not supported yet "
+    "(docs/deployment.md). ")
+
+
+def refuse_spark_connect(session=None) -> None:
+    """A PrerequisiteError naming what asked for Spark Connect (SPARK_REMOTE, or the session
+    passed in) and what to use instead, before anything fails deep inside with a JVM error."""
+    remote = os.environ.get("SPARK_REMOTE")
+    if remote:
+        raise PrerequisiteError(f"SPARK_REMOTE={remote!r} asks for a Spark Connect session. {_CONNECT_UNSUPPORTED}"
+                                "Unset SPARK_REMOTE and give a master instead (spark-submit --master, or "
+                                "spark.master in the job config).")
+    if session is not None and type(session).__module__.startswith("pyspark.sql.connect"):
+        raise PrerequisiteError(f"the SparkSession given is a Spark Connect session. {_CONNECT_UNSUPPORTED}"
+                                "Use a classic session (on Databricks: a cluster in dedicated, single-user access mode).")
+
+
 def build_session(cfg: SparkConfig | None = None, extra_conf: dict[str, str] | None = None):
     """Get or create the session. spark-submit's --master/--conf win over the config file."""
+    refuse_spark_connect()
     check_java()
     from pyspark.sql import SparkSession
 
