@@ -21,13 +21,4 @@ if [ "${SPARKML_DIST_SKIP_HOROVOD:-0}" != "1" ]; then
   step "building/installing Horovod (cached after the first build)"
   "$(dirname "$0")/build_horovod.sh" "$venv" || fail "Horovod build (see the step named above; SPARKML_DIST_SKIP_HOROVOD=1 skips it)"
 fi
-wheels=${SPARKML_DIST_CACHE:-$HOME/.cache/sparkml_dist}/wheels
-oldest_pyspark=$(grep -E '^pyspark==' requirements/oldest-supported.txt)
-if ! ls "$wheels/pyspark-${oldest_pyspark#pyspark==}-"*.whl >/dev/null 2>&1; then
-  step "caching a $oldest_pyspark wheel for tests/test_install.py in $wheels (once; its sdist is ~320 MB)"
-  "${pip[@]}" wheel -q --no-deps -w "$wheels" "$oldest_pyspark" || fail "pip wheel $oldest_pyspark"
-fi
-step "dumping the Spark class archive the tests' JVMs share (tests/conftest.py; log: $venv/spark-class-archive.log)"
-"$venv/bin/python" "$(dirname "$0")/spark_class_archive.py" "$venv/spark-classes.jsa" >"$venv/spark-class-archive.log" 2>&1 \
-  || echo "[setup] warning: no Spark class archive (see $venv/spark-class-archive.log); the tests run without it, slower" >&2
 step "done: $("$venv/bin/python" -c 'import torch, pyspark, mlflow; print(f"torch {torch.__version__}, pyspark {pyspark.__version__}, mlflow {mlflow.__version__}")')"

@@ -1,17 +1,17 @@
 """Dump a class-data-sharing (AppCDS) archive of the JVM classes this project's Spark jobs load.
 
-The test suite starts well over a hundred short-lived JVMs (sessions, the CLI jobs it runs,
-standalone masters, workers and executors); each one parsed and verified the same ~14,000 Spark
-classes again. With this archive a JVM maps them instead: a session running a tiny job took
-5.5-6 s of CPU against 10.5 without it (measured on this project's 2-core CI machine).
-`make setup` runs this once; `tests/conftest.py` hands the archive to every JVM the tests start
-(`-XX:SharedArchiveFile`). A JVM whose jars differ from the archive's (another pyspark, another
-JDK) does not use it and runs as before.
+The test suite starts many short-lived JVMs (sessions, the CLI jobs it runs, standalone masters,
+workers and executors), and each one parsed and verified the same ~14,000 Spark classes again.
+With this archive a JVM maps them instead: a session running a tiny job took 5.5-8 s of CPU
+against 10.5 without it (this project's 2-core CI machine). `make test` runs this once
+(scripts/test_assets.sh; `make demo` does not), and `tests/conftest.py` hands the archive to
+every JVM the tests start (`-XX:SharedArchiveFile`). A JVM whose jars differ from the archive's
+(another pyspark, another JDK) does not use it and runs as before.
 
     .venv/bin/python scripts/spark_class_archive.py .venv/spark-classes.jsa
 
-Only the driver JVM dumps (spark-submit's
-`--driver-java-options`), not the launcher JVM that spark-submit runs first.
+Only the driver JVM dumps (spark-submit's `--driver-java-options`), not the launcher JVM that
+spark-submit runs first.
 """
 
 from __future__ import annotations

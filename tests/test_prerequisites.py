@@ -50,7 +50,7 @@ def test_cli_reports_a_bad_config_key_without_a_traceback(tmp_path, adult_config
 
 
 def test_the_suites_jvms_map_the_class_archive_that_setup_dumped(spark):
-    """`make setup` dumps the classes a Spark job loads (scripts/spark_class_archive.py) and
+    """`make test` dumps the classes a Spark job loads (scripts/spark_class_archive.py) and
     tests/conftest.py hands the archive to every JVM the tests start: without it each of them parses
     and verifies ~14,000 classes again. A setup whose dump failed would only be slower, so check it."""
     import os
@@ -60,7 +60,7 @@ def test_the_suites_jvms_map_the_class_archive_that_setup_dumped(spark):
 
     archive = Path(sys.prefix) / "spark-classes.jsa"
     options = os.environ.get("JDK_JAVA_OPTIONS", "")
-    assert archive.is_file(), f"{archive}: `make setup` dumps it; see {archive.with_name('spark-class-archive.log')}"
+    assert archive.is_file(), f"{archive}: `make test` dumps it (scripts/test_assets.sh); see {archive.with_name('spark-class-archive.log')}"
     if f"-XX:SharedArchiveFile={archive}" not in options:
         pytest.skip(f"JDK_JAVA_OPTIONS={options!r} was set before the tests started; conftest leaves it as it is")
     jcmd = shutil.which("jcmd", path=os.path.join(os.environ.get("JAVA_HOME", "/usr"), "bin")) or shutil.which("jcmd")

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# What only the tests need, after scripts/setup_env.sh (make test runs both; make demo only the
+# first): a cached wheel of the oldest supported pyspark for tests/test_install.py, and the class
+# archive the tests' JVMs share (scripts/spark_class_archive.py, read by tests/conftest.py).
+set -euo pipefail
+venv=${1:-.venv}
+cd "$(dirname "$0")/.."
+pip=("$venv/bin/python" -m pip --disable-pip-version-check)
+step() { echo "[test-setup] $*"; }
+fail() { echo "[test-setup] FAILED: $*" >&2; exit 1; }
+
+wheels=${SPARKML_DIST_CACHE:-$HOME/.cache/sparkml_dist}/wheels
+oldest_pyspark=$(grep -E '^pyspark==' requirements/oldest-supported.txt)
+if ! ls "$wheels/pyspark-${oldest_pyspark#pyspark==}-"*.whl >/dev/null 2>&1; then
+  step "caching a $oldest_pyspark wheel for tests/test_install.py in $wheels (once; its sdist is ~320 MB)"
+  "${pip[@]}" wheel -q --no-deps -w "$wheels" "$oldest_pyspark" || fail "pip wheel $oldest_pyspark"
+fi
+step "dumping the Spark class archive the tests' JVMs share (log: $venv/spark-class-archive.log)"
+"$venv/bin/python" scripts/spark_class_archive.py "$venv/spark-classes.jsa" >"$venv/spark-class-archive.log" 2>&1 \
+  || fail "no Spark class archive (see $venv/spark-class-archive.log)"
