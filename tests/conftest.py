@@ -22,7 +22,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # offline tests; no s
 # that is CPU-bound. MNIST's two-minute job used the same CPU either way. Jobs outside the tests
 # (`make demo`, `make bench`, users') keep the full JIT.
 # They also map the classes they load from the archive `make test` dumps
-# (scripts/spark_class_archive.py): a session's tiny job took 5.5-6 CPU-s with it against 10.5.
+# (scripts/spark_class_archive.py): a session's tiny job took 5.5-8 CPU-s with it against 10.5.
 # A JVM whose jars differ from the archive's runs without it, silently (-Xlog:cds*=off).
 _CLASS_ARCHIVE = Path(sys.prefix) / "spark-classes.jsa"
 os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1" + (

@@ -2,17 +2,14 @@
 
 Databricks LTS runtimes bring pyspark 3.5, newer ones 4.x, and the package is to run on the
 runtime's own pyspark, so the few calls that 4.0 added are made here, with the 3.5 equivalent
-beside them (tests/test_install.py runs the pipeline on pyspark 3.5.9). Each function keeps the newer version's
-semantics: a 3.5 path that behaved differently would train on different rows.
+beside them (tests/test_install.py runs the pipeline on pyspark 3.5.9). Each function keeps
+the newer version's semantics: a 3.5 path that behaved differently would train on different rows.
 """
 
 from __future__ import annotations
 
-import pyspark
 from pyspark.sql import Column
 from pyspark.sql import functions as F
-
-PYSPARK_VERSION = tuple(int(p) for p in pyspark.__version__.split(".")[:2])
 
 
 def try_cast(column: Column, type_name: str) -> Column:
