@@ -158,6 +158,41 @@ def test_finetune_from_the_champion_improves_the_subset_and_keeps_the_rest(spark
     assert adapted.parent_version == base.version
 
 
+@pytest.mark.spark
+def test_an_empty_or_small_subset_is_named_and_nothing_is_registered(spark, tuned):
+    """A clause that matches no row (the data says 'Female', the user wrote 'female') fails before
+    training with the count and the values that occur; no version is registered."""
+    from sparkml_dist.errors import DataError
+    from sparkml_dist.stages.finetune import finetune
+    from sparkml_dist.tracking.client import tracked_run
+
+    cfg, _, _ = tuned
+    client = MlflowClient(cfg.tracking.tracking_uri, registry_uri=cfg.tracking.tracking_uri)
+    versions = {v.version for v in client.search_model_versions(f"name='{cfg.tracking.registered_model}'")}
+    messages = {}
+    for where in ("sex = 'female'", "age > 88"):
+        narrow = cfg.with_overrides(f"finetune.where={where}")
+        with pytest.raises(DataError) as caught, tracked_run(narrow.tracking, "finetune", narrow.flat_params()) as run:
+            finetune(spark, narrow, run)
+        messages[where] = str(caught.value)
+    assert messages["sex = 'female'"] == (
+        "finetune.where \"sex = 'female'\" matched 0 of the 32,561 accepted rows of data.train_path, fewer than one "
+        "batch (train.batch_size 256); sex is one of 'Male' (21,790), 'Female' (10,771). Widen the clause or lower "
+        "train.batch_size.")
+    assert messages["age > 88"].startswith("finetune.where 'age > 88' matched 43 of the 32,561"), "a number names no values"
+    assert {v.version for v in client.search_model_versions(f"name='{cfg.tracking.registered_model}'")} == versions
+
+
+def test_a_subset_with_no_test_rows_is_not_measured_rather_than_shown_as_zeros():
+    from sparkml_dist.stages.finetune import FinetuneResult, result_lines
+
+    test = {"accuracy": 0.85, "rows": 16281.0}
+    lines = result_lines(FinetuneResult("r1", "runs:/r1/model", "models:/m@champion", "1", "2", None, "why",
+                                        {"test": test}, {"test": test})).splitlines()
+    assert lines[2] == "subset  before : no row of data.test_path matches finetune.where: not measured"
+    assert lines[4] == "test    before : accuracy 0.8500"
+
+
 def _submit(spark, cfg, delta_path, contributor):
     from sparkml_dist.stages.contribute import contribute
     from sparkml_dist.tracking.client import tracked_run

@@ -59,11 +59,31 @@ def checked_predicate(rows: DataFrame, where: str, key: str = "finetune.where") 
     return column
 
 
-def _check_tree(root, allowed_columns: set[str], where: str, key: str, columns: Sequence[str]) -> None:
-    stack, seen = [root], 0
+def named_columns(rows: DataFrame, where: str) -> list[str]:
+    """The columns of `rows` that a checked `where` names, in the order it first names them."""
+    tree = rows.sparkSession._jsparkSession.sessionState().sqlParser().parseExpression(where)
+    by_lower = {c.lower(): c for c in rows.columns}
+    named: list[str] = []
+    for node in _nodes(tree):
+        if node.getClass().getSimpleName() == "UnresolvedAttribute":
+            column = by_lower.get(".".join(_parts(node)).lower())
+            if column and column not in named:
+                named.append(column)
+    return named
+
+
+def _nodes(root):
+    """The parsed tree's nodes, parents before their children, left to right."""
+    stack = [root]
     while stack:
         node = stack.pop()
-        seen += 1
+        yield node
+        children = node.children()
+        stack.extend(children.apply(i) for i in reversed(range(children.size())))
+
+
+def _check_tree(root, allowed_columns: set[str], where: str, key: str, columns: Sequence[str]) -> None:
+    for seen, node in enumerate(_nodes(root), start=1):
         if seen > MAX_NODES:
             raise ConfigError(f"{key}: more than {MAX_NODES} terms; a row filter should be short")
         kind = node.getClass().getSimpleName()
@@ -81,8 +101,6 @@ def _check_tree(root, allowed_columns: set[str], where: str, key: str, columns: 
             raise ConfigError(f"{key}: {where!r} contains a {kind}, which a row filter may not use (only "
                               f"comparisons, boolean and arithmetic operators, CASE, CAST, LIKE, IN and "
                               f"simple functions over the input's columns)")
-        children = node.children()
-        stack.extend(children.apply(i) for i in range(children.size()))
 
 
 def _parts(node) -> list[str]:

@@ -46,7 +46,8 @@ class FinetuneResult:
     version: str
     alias: str | None
     reason: str
-    base_metrics: dict[str, dict[str, float]]  # {"test": ..., "subset": ...} of the base model
+    base_metrics: dict[str, dict[str, float]]  # {"test": ..., "subset": ...} of the base model (no
+    # "subset" when no test row matches finetune.where)
     metrics: dict[str, dict[str, float]]  # the same for the fine-tuned model
 
 
@@ -68,7 +69,7 @@ def finetune(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> FinetuneRes
     fitted = PipelineModel.load(storage.spark_path(bundle.pipeline_for_spark))
     # the new rows are encoded the way the base model saw its own: its pipeline, its classes or scale
     prep = preprocess(spark, cfg, fitted=fitted, where=ft.where, out=storage.join(out, "preprocess"), target=target,
-                      trained_on=bundle.training_schema)
+                      trained_on=bundle.training_schema, min_rows=cfg.train.batch_size)
     check_schema(prep.manifest.schema, bundle)
     train_cfg = cfg.train.model_copy(update={"epochs": ft.epochs, "learning_rate": ft.learning_rate})
     warm = WarmStart(bundle.spec, bundle.weights, bundle.feature_pipeline_path, bundle.training_schema or {},
@@ -79,7 +80,10 @@ def finetune(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> FinetuneRes
 
     with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, prep.manifest.schema),
                 key="data.test_path") as test_input:
-        sets = {"test": test_input.accepted, "subset": select_rows(test_input.accepted, ft.where, cfg.data.label.column)}
+        sets = {"test": test_input.accepted}
+        subset = select_rows(test_input.accepted, ft.where, cfg.data.label.column)
+        if subset.limit(1).count():  # no test row in the subset: no subset metrics, never zeros
+            sets["subset"] = subset
         base = {k: evaluate(spark, cfg, base_uri, run.tracking_uri, rows).metrics for k, rows in sets.items()}
         new = {k: evaluate(spark, cfg, model_uri, run.tracking_uri, rows).metrics for k, rows in sets.items()}
     _log_comparison(run, base, new)
@@ -120,14 +124,16 @@ def _log_comparison(run: RunHandle, base: dict[str, dict[str, float]], new: dict
 
 
 def result_lines(result: FinetuneResult) -> str:
-    def show(m: dict[str, float]) -> str:
+    def show(m: dict[str, float] | None) -> str:
+        if m is None:
+            return "no row of data.test_path matches finetune.where: not measured"
         return "  ".join(f"{k} {v:.4f}" for k, v in m.items() if k not in ("rows", "unknown_label_rows"))
 
     return "\n".join([
         "=== sparkml_dist finetune ===",
         f"parent         : {result.parent} (version {result.parent_version or '-'})",
-        f"subset  before : {show(result.base_metrics['subset'])}",
-        f"subset  after  : {show(result.metrics['subset'])}",
+        f"subset  before : {show(result.base_metrics.get('subset'))}",
+        f"subset  after  : {show(result.metrics.get('subset'))}",
         f"test    before : {show(result.base_metrics['test'])}",
         f"test    after  : {show(result.metrics['test'])}",
         f"registry       : version {result.version}" + (f" -> alias '{result.alias}'" if result.alias else " (no alias)"),

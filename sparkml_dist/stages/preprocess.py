@@ -12,6 +12,7 @@ from typing import Iterator, Mapping
 from pyspark.ml import PipelineModel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
 
 from sparkml_dist import storage
 from sparkml_dist.config.schema import DataConfig, JobConfig
@@ -28,7 +29,7 @@ from sparkml_dist.data.features import (
 from sparkml_dist.data.ingest import LABEL, WEIGHT, IngestResult, ingest
 from sparkml_dist.data.labels import EncodedRows, check_task, encode_labels, fit_target
 from sparkml_dist.data.layout import FeatureLayout
-from sparkml_dist.data.predicate import checked_predicate
+from sparkml_dist.data.predicate import checked_predicate, named_columns
 from sparkml_dist.data.raw_features import RAW_FEATURES_FILE, RawFeatures
 from sparkml_dist.data.sources import (
     common_reasons,
@@ -51,17 +52,20 @@ __all__ = ["PreprocessResult", "preprocess", "select_rows"]
 
 def preprocess(spark: SparkSession, cfg: JobConfig, fitted: PipelineModel | None = None, where: str | None = None,
                out: str | None = None, target: Target | None = None,
-               trained_on: Mapping[str, str] | None = None) -> PreprocessResult:
+               trained_on: Mapping[str, str] | None = None, min_rows: int = 0) -> PreprocessResult:
     """Fit the feature pipeline and the target on the training rows (or reuse `fitted` and
     `target`, a model's own, when fine-tuning, with `trained_on`, its training schema: the new rows
     are read as it was trained) and write the splits under `out` (default
-    `<output.root>/preprocess`, a path or URI); `where` keeps only the rows it matches."""
+    `<output.root>/preprocess`, a path or URI); `where` keeps only the rows it matches, which must
+    be at least `min_rows` (a fine-tune's one batch)."""
     out = storage.absolute(str(out)) if out is not None else OutputPaths.of(cfg).preprocess
     inputs = {"train": _ingest_input(spark, cfg, "train", with_types_of(cfg.data, trained_on or {}), target)}
     try:
         data = inputs["train"].data
         check_task(cfg, data)
         accepted = {"train": select_rows(inputs["train"].accepted, where, cfg.data.label.column)}
+        if min_rows:
+            _check_selection(inputs["train"].accepted, accepted["train"], where, min_rows, cfg.data.label.column)
         with job_phase(spark, "preprocess: fit target"):
             target = target or fit_target(cfg, data, accepted["train"])
         # the test rows are read with the types the training rows resolved (a typed source), and a
@@ -187,10 +191,43 @@ def select_rows(rows: DataFrame, where: str | None, label_column: str | None = N
     renamed it `label`."""
     if not where:
         return rows
-    named = rows
-    if label_column and label_column not in rows.columns:
-        named = rows.withColumn(label_column, F.col(LABEL))
+    named = _with_source_label(rows, label_column)
     return named.where(checked_predicate(named, where)).select(*rows.columns)
+
+
+def _with_source_label(rows: DataFrame, label_column: str | None) -> DataFrame:
+    if label_column and label_column not in rows.columns:
+        return rows.withColumn(label_column, F.col(LABEL))
+    return rows
+
+
+def _check_selection(rows: DataFrame, selected: DataFrame, where: str | None, min_rows: int,
+                     label_column: str | None) -> None:
+    """Fewer rows than one batch train nothing worth a new version: say so before any work, with
+    what the clause matched and, for the text columns it names, the values that do occur (a
+    clause written 'female' against 'Female' matches nothing)."""
+    count = selected.count()
+    if count >= min_rows:
+        return
+    if not where:
+        raise DataError(f"data.train_path has {count:,} accepted rows to fine-tune on, fewer than one batch "
+                        f"(train.batch_size {min_rows}): add rows or lower train.batch_size")
+    named = _with_source_label(rows, label_column)
+    raise DataError(f"finetune.where {where!r} matched {count:,} of the {rows.count():,} accepted rows of "
+                    f"data.train_path, fewer than one batch (train.batch_size {min_rows})"
+                    f"{_values_that_occur(named, where)}. Widen the clause or lower train.batch_size.")
+
+
+def _values_that_occur(rows: DataFrame, where: str, shown: int = 5) -> str:
+    """'; sex is one of 'Male' (21,790), 'Female' (10,771)' for each text column `where` names."""
+    parts = []
+    for column in named_columns(rows, where):
+        if not isinstance(rows.schema[column].dataType, StringType):
+            continue
+        top = rows.groupBy(column).count().orderBy(F.desc("count"), column).limit(shown + 1).collect()
+        values = ", ".join(f"{r[column]!r} ({r['count']:,})" for r in top[:shown])
+        parts.append(f"{column} is one of {values}" + (", ..." if len(top) > shown else ""))
+    return "".join(f"; {p}" for p in parts)
 
 
 def _write_rejects(inputs: dict[str, IngestResult], labelled: dict[str, EncodedRows], path: str) -> None:
