@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, args.overrides)
         if args.run_date:
             cfg = scoped_to_run_date(cfg, args.run_date)
+        check_environment(cfg)
         from sparkml_dist.spark.session import build_session
 
         with env_scope(_quiet_mlflow()):  # before the session: local executors inherit it
@@ -193,6 +194,41 @@ def main(argv: list[str] | None = None) -> int:
     except SparkMLDistError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        lost = _lost_driver(exc, args.stage)
+        if lost is None:
+            raise
+        print(f"error: {lost}", file=sys.stderr)
+        return 3
+
+
+def check_environment(cfg: JobConfig) -> None:
+    """What can be checked before any work, so a job does not fail minutes in (or after MLflow's
+    minutes of retries) for a reason known at the start: the output root is writable and the
+    tracking store answers."""
+    from sparkml_dist.storage import check_writable
+    from sparkml_dist.tracking.client import check_tracking_store
+
+    check_writable(cfg.output.root, "output.root")
+    check_tracking_store(cfg.tracking)
+
+
+def _lost_driver(exc: BaseException, stage: str) -> str | None:
+    """One line for a driver JVM that died under the job (py4j then fails every call with a
+    refused connection), or None for any other exception."""
+    from py4j.protocol import Py4JNetworkError
+
+    from sparkml_dist.spark.session import driver_jvm_exit
+
+    if not isinstance(exc, (ConnectionError, Py4JNetworkError)):
+        return None
+    how = driver_jvm_exit()
+    if how is None and not isinstance(exc, Py4JNetworkError):
+        return None
+    return (f"the Spark driver's JVM {how or 'stopped answering'} during the {stage} job "
+            f"({type(exc).__name__}: {exc}). Its own output above says why: java.lang.OutOfMemoryError -> raise "
+            f"spark.driver.memory (spark.conf in the job config, or spark-submit --driver-memory); nothing -> the "
+            f"OS may have killed it (dmesg). Outputs are written atomically: re-running the same command is safe.")
 
 
 def scoped_to_run_date(cfg: JobConfig, run_date: str) -> JobConfig:
@@ -216,6 +252,14 @@ def _configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     for noisy in ("py4j", "mlflow", "alembic", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_not_py4j_through_root)
+
+
+def _not_py4j_through_root(record: logging.LogRecord) -> bool:
+    """py4j logs a lost connection's traceback with `logging.info` (the root logger, so the
+    level set for "py4j" does not reach it); the job's own error line says what happened."""
+    return not (record.name == "root" and f"{os.sep}py4j{os.sep}" in record.pathname)
 
 
 if __name__ == "__main__":

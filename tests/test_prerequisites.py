@@ -94,3 +94,77 @@ def test_the_torch_distributor_refuses_spark_connect_before_launching(monkeypatc
     monkeypatch.setenv("SPARK_REMOTE", "sc://localhost:15002")
     with pytest.raises(PrerequisiteError, match=r"SPARK_REMOTE='sc://localhost:15002' asks for a Spark Connect session"):
         sd.TorchDistributor(num_processes=2, local_mode=True, use_gpu=False)
+
+
+def _cli(config, tmp_path, *overrides, **popen):
+    """The CLI's preprocess with outputs and the store in `tmp_path`, then `overrides`."""
+    return [sys.executable, "-m", "sparkml_dist.cli", "preprocess", "--config", str(config),
+            "--set", f"output.root={tmp_path / 'out'}", "--set", f"tracking.tracking_uri=sqlite:///{tmp_path}/m.db",
+            *(arg for o in overrides for arg in ("--set", o))]
+
+
+def test_an_output_root_that_cannot_be_written_is_named_before_any_work(tmp_path, adult_config_path):
+    (tmp_path / "a_file").write_text("")
+    out = subprocess.run(_cli(adult_config_path, tmp_path, f"output.root={tmp_path}/a_file/out"),
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"error: output.root {tmp_path}/a_file/out: this job cannot write there (Not a directory); give a "
+        f"directory it can write, e.g. --set output.root=/tmp/sparkml_dist")
+    assert "Spark 4" not in out.stderr, "checked before a Spark session starts"
+
+
+def test_a_tracking_server_that_does_not_answer_is_named_within_seconds(tmp_path, adult_config_path):
+    """A port that accepts connections and never answers (a hung server, a black-holing proxy):
+    MLflow's own client retries it for minutes; the job says so in seconds."""
+    import socket
+    import time
+
+    with socket.create_server(("127.0.0.1", 0)) as hung:
+        uri = f"http://127.0.0.1:{hung.getsockname()[1]}"
+        start = time.monotonic()
+        out = subprocess.run(_cli(adult_config_path, tmp_path, f"tracking.tracking_uri={uri}"),
+                             capture_output=True, text=True, timeout=60)
+        seconds = time.monotonic() - start
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"error: tracking.tracking_uri {uri}: the tracking server does not answer (timed out; waited at most 5 s); "
+        f"start it (mlflow server ...) or set tracking.tracking_uri to one that answers")
+    assert seconds < 20, seconds
+
+
+def test_a_sqlite_store_in_a_folder_that_cannot_be_made_is_named(tmp_path, adult_config_path):
+    (tmp_path / "a_file").write_text("")
+    uri = f"sqlite:///{tmp_path}/a_file/m.db"
+    out = subprocess.run(_cli(adult_config_path, tmp_path, f"tracking.tracking_uri={uri}"),
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    assert f"error: tracking.tracking_uri {uri}: the sqlite store's folder" in out.stderr
+
+
+@pytest.mark.spark
+def test_a_driver_jvm_that_dies_under_a_job_is_one_line_and_a_rerun_is_safe(tmp_path, adult_config_path):
+    import time
+
+    import psutil
+
+    job = subprocess.Popen(_cli(adult_config_path, tmp_path), stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in job.stderr:
+        lines.append(line)
+        if ", master local" in line:  # the session is up: the job has started its first stage
+            time.sleep(1)
+            for child in psutil.Process(job.pid).children(recursive=True):
+                if child.name() == "java":
+                    child.kill()
+            break
+    lines += job.stderr.read().splitlines()
+    assert job.wait(timeout=120) == 3
+    stderr = "\n".join(lines)
+    assert "Traceback" not in stderr and "Exception while sending command" not in stderr, stderr[-3000:]
+    assert lines[-1].startswith("error: the Spark driver's JVM was killed by signal 9 during the preprocess job ("), \
+        lines[-1]
+    assert not list((tmp_path / "out").rglob("manifest.json")), "no half-written output"
+    again = subprocess.run(_cli(adult_config_path, tmp_path), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert '"train": {"input": 32561, "accepted": 32561, "rejected": 0}' in again.stdout

@@ -77,6 +77,22 @@ def refuse_spark_connect(session=None) -> None:
                                 "Use a classic session (on Databricks: a cluster in dedicated, single-user access mode).")
 
 
+def driver_jvm_exit(wait_s: float = 2.0) -> str | None:
+    """How the driver JVM this process launched ended ("was killed by signal 9"), or None while
+    it runs (after `wait_s`: its sockets close a moment before it can be reaped) or when this
+    process did not launch it (spark-submit's JVM launches Python)."""
+    from pyspark import SparkContext
+
+    process = getattr(SparkContext._gateway, "proc", None)
+    if process is None:
+        return None
+    try:
+        code = process.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        return None
+    return f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+
+
 def build_session(cfg: SparkConfig | None = None, extra_conf: dict[str, str] | None = None):
     """Get or create the session. spark-submit's --master/--conf win over the config file."""
     refuse_spark_connect()

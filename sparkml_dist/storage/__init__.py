@@ -8,6 +8,7 @@ from sparkml_dist.storage.store import (
     Scheme,
     absolute,
     atomic_writer,
+    check_writable,
     delete,
     exists,
     is_dir,
@@ -32,7 +33,8 @@ from sparkml_dist.storage.store import (
 )
 
 __all__ = [
-    "SCHEMES", "Entry", "Location", "Scheme", "absolute", "atomic_writer", "delete", "exists", "is_dir", "join",
-    "list_dir", "list_files", "local_copy", "local_path", "locate", "makedirs", "name_of", "open_input", "read_bytes",
+    "SCHEMES", "Entry", "Location", "Scheme", "absolute", "atomic_writer", "check_writable", "delete", "exists",
+    "is_dir", "join", "list_dir", "list_files", "local_copy", "local_path", "locate", "makedirs", "name_of",
+    "open_input", "read_bytes",
     "read_json", "read_text", "register_scheme", "spark_path", "upload", "write_bytes", "write_json", "write_text",
 ]

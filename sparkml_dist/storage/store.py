@@ -151,6 +151,21 @@ def local_path(uri: str) -> Path | None:
     return Path(loc.path) if loc.is_local else None
 
 
+def check_writable(uri: str, key: str) -> None:
+    """A local `uri` is a directory this process can write (made if missing), checked before a
+    job spends minutes on work it then cannot save; a remote one is left to its first write."""
+    path = local_path(absolute(uri))
+    if path is None:
+        return
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        raise StorageError(f"{key} {uri}: this job cannot write there ({exc.strerror or exc}); give a "
+                           f"directory it can write, e.g. --set {key}=/tmp/sparkml_dist") from None
+
+
 # ---- reads -----------------------------------------------------------------------------------
 
 def exists(uri: str) -> bool:

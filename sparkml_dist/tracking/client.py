@@ -9,12 +9,15 @@ import queue
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 from sparkml_dist.config.schema import TrackingConfig
+from sparkml_dist.errors import PrerequisiteError
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,31 @@ def resolve_tracking_uri(cfg: TrackingConfig) -> str:
     if uri.startswith(_SQLITE) and not uri[len(_SQLITE):].startswith("/"):
         uri = _SQLITE + str(Path(uri[len(_SQLITE):]).resolve())
     return uri
+
+
+def check_tracking_store(cfg: TrackingConfig, timeout_s: float = 5.0) -> None:
+    """The tracking server answers within `timeout_s`, asked once before any work: MLflow's own
+    client retries an unreachable server for minutes before it fails with a traceback. Any HTTP
+    answer counts (a proxy's 401 is a server that is there); a sqlite store's folder must be
+    writable. Other stores (databricks, file) are left to their first call."""
+    uri = resolve_tracking_uri(cfg)
+    key = "tracking.tracking_uri" if cfg.tracking_uri else "MLFLOW_TRACKING_URI"
+    if uri.startswith(("http://", "https://")):
+        try:
+            urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s).close()
+        except urllib.error.HTTPError:
+            return
+        except OSError as exc:  # URLError, a refused connection, a timeout
+            reason = getattr(exc, "reason", None) or exc
+            raise PrerequisiteError(f"{key} {uri}: the tracking server does not answer ({reason}; waited at "
+                                    f"most {timeout_s:g} s); start it (mlflow server ...) or set {key} to one "
+                                    f"that answers") from None
+    elif uri.startswith(_SQLITE):
+        folder = Path(uri[len(_SQLITE):]).parent
+        existing = next(p for p in (folder, *folder.parents) if p.exists())  # MLflow makes the rest
+        if not (existing.is_dir() and os.access(existing, os.W_OK)):
+            raise PrerequisiteError(f"{key} {uri}: the sqlite store's folder {folder} cannot be written by this "
+                                    f"job ({existing} is not a writable directory); set {key} to another store")
 
 
 def artifact_location(tracking_uri: str, experiment: str) -> str | None:
