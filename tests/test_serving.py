@@ -84,6 +84,45 @@ def test_the_logged_model_scores_raw_rows_without_spark_as_spark_scores_them(spa
     assert (abs(by_udf - by_spark["probability"].to_numpy()) < 1e-6).all()
 
 
+def test_the_champion_scores_the_test_file_as_pandas_reads_it(champion):
+    """`pd.read_csv` gives int64 for whole numbers, float64 with NaN where one is missing, object
+    columns with NaN or None: the logged model takes each as it comes, with the same scores."""
+    import numpy as np
+
+    from sparkml_dist.data.sources import resolve_path
+
+    cfg, uri = champion
+    rows = pd.read_csv(resolve_path(ADULT_TEST), names=[c.name for c in cfg.data.columns], skiprows=1,
+                       skipinitialspace=True, na_values="?")
+    assert rows["age"].dtype == "int64" and rows["workclass"].isna().any(), rows.dtypes
+    model = _load(cfg, uri)
+    scored = model.predict(rows)  # the label column too, as read: not a feature
+    assert len(scored) == 16281 and scored["probability"].between(0, 1).all()
+
+    numbers = [c.name for c in cfg.data.columns if c.type == "int"]
+    as_floats = rows.astype({n: "float64" for n in numbers})
+    as_floats.loc[0, "hours_per_week"] = np.nan  # a missing number: imputed as in training
+    as_objects = as_floats.astype(object).where(as_floats.notna(), None)  # None for every missing value
+    for variant in (as_floats, as_objects):
+        again = model.predict(variant)["probability"].to_numpy()
+        assert np.allclose(again[1:], scored["probability"].to_numpy()[1:], atol=1e-6)
+    assert model.predict(as_objects.iloc[:1])["probability"].iloc[0] == pytest.approx(again[0], abs=1e-6)
+
+
+def test_a_job_downloads_a_model_once_and_not_the_package_copy_it_carries(champion):
+    """Evaluate, score and fine-tune each load the model; the copy of the package under the
+    model's code/ (hundreds of files, for loading where the package is not installed) is not
+    needed where it is, and a version's files do not change: one download per process."""
+    from sparkml_dist.tracking.client import resolve_tracking_uri
+    from sparkml_dist.tracking.models import load_bundle
+
+    cfg, uri = champion
+    first, second = (load_bundle(uri, resolve_tracking_uri(cfg.tracking)) for _ in range(2))
+    assert first.feature_pipeline_path == second.feature_pipeline_path and first.weights == second.weights
+    local = Path(first.feature_pipeline_path).parents[1]
+    assert (local / "artifacts" / "weights.pt").is_file() and not (local / "code").exists()
+
+
 def test_rows_to_score_that_cannot_be_read_are_an_error_naming_the_flag_or_key(spark, champion, tmp_path):
     """A job reads several inputs: the error says which setting named the one it could not read."""
     from sparkml_dist.errors import DataError

@@ -9,6 +9,7 @@ import hashlib
 import json
 import shutil
 import tempfile
+import threading
 import warnings
 import zipfile
 from pathlib import Path
@@ -102,23 +103,24 @@ def _raw_features(feature_pipeline_dir: str | None) -> list[dict] | None:
 
 
 def _signature(target: Target, raw: list[dict] | None, training_schema: Mapping[str, str] | None):
-    """Raw columns in (numbers as double, categories with their training type), the task's columns
-    out; or the `features` array in, for a model logged without a pipeline."""
+    """Raw columns in, the task's columns out; or the `features` array in, for a model logged
+    without a pipeline. A text column is `string` (pandas' object column with None passes); every
+    other column is `Any`: MLflow refuses int64 for a double column and float64 with NaN for a long
+    one, and rows as `pd.read_csv` returns them hold either. The model's own reading
+    (`RawFeatures.dense`) then names the column and the value it cannot use."""
     from mlflow.models import ModelSignature
-    from mlflow.types.schema import Array, ColSpec, Schema
+    from mlflow.types.schema import AnyType, Array, ColSpec, Schema
 
     columns = target.kind.output_columns(target)
     if raw is None:
         columns = columns[:1] if target.kind.thresholded else columns
         inputs = [ColSpec(Array("float"), "features")]
     else:
-        # numbers as double, as MLflow advises for integer columns that may hold missing values:
-        # any numeric feature may (it is imputed), and a long column cannot carry a null
-        types = {"int": "long", "double": "double", "string": "string", "boolean": "boolean"}
         schema = training_schema or {}
-        inputs = [ColSpec("double" if slot["kind"] == "numeric"
-                          else types[schema.get(slot["source"], "string/").split("/")[0]], slot["source"])
-                  for slot in raw]
+        text = {slot["source"] for slot in raw
+                if slot["kind"] != "numeric" and schema.get(slot["source"], "string/").startswith("string")}
+        inputs = [ColSpec("string" if source in text else AnyType(), source)
+                  for source in dict.fromkeys(slot["source"] for slot in raw)]
     outputs = [ColSpec(Array("float") if kind.startswith("array") else "integer" if kind == "integer" else "double", name)
                for name, kind in columns]
     if raw is not None and target.classes:
@@ -220,6 +222,36 @@ def champion_version(tracking_uri: str, name: str, alias: str = "champion"):
         return None
 
 
+_DOWNLOADED: dict[tuple[str, str], Path] = {}  # (tracking URI, model files' location) -> this process's copy
+_DOWNLOADED_LOCK = threading.Lock()
+
+
+def _downloaded(source: str, tracking_uri: str, dst: str | None) -> Path:
+    """The model's files that this package reads: `artifacts/` and a custom model's code, not the
+    copy of the package under `code/` (hundreds of files; the installed package runs here). Once
+    per process for a location (a version's or a run's files do not change once logged), unless
+    the caller asks for its own `dst`."""
+    import mlflow.artifacts
+
+    key = (tracking_uri, source)
+    with _DOWNLOADED_LOCK:
+        if dst is None and key in _DOWNLOADED and (_DOWNLOADED[key] / "artifacts").is_dir():
+            return _DOWNLOADED[key]
+        local = Path(dst or tempfile.mkdtemp(dir=_downloads()))
+        root = source.rstrip("/")
+        mlflow.artifacts.download_artifacts(artifact_uri=f"{root}/artifacts", tracking_uri=tracking_uri,
+                                            dst_path=str(local))
+        for entry in mlflow.artifacts.list_artifacts(artifact_uri=f"{root}/code", tracking_uri=tracking_uri):
+            name = entry.path.rstrip("/").rsplit("/", 1)[-1]
+            if name != PACKAGE.name:
+                (local / "code").mkdir(exist_ok=True)
+                mlflow.artifacts.download_artifacts(artifact_uri=f"{root}/code/{name}", tracking_uri=tracking_uri,
+                                                    dst_path=str(local / "code"))
+        if dst is None:
+            _DOWNLOADED[key] = local
+        return local
+
+
 def resolve_registry_uri(model_uri: str, tracking_uri: str) -> str:
     """`models:/name@alias` or `models:/name/version` -> the version's artifact location, looked
     up in *this* tracking server's registry (MLflow would otherwise use the process-global
@@ -265,8 +297,7 @@ def load_bundle(model_uri: str, tracking_uri: str, dst: str | None = None, spark
 
     source = resolve_registry_uri(model_uri, tracking_uri)
     try:
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, tracking_uri=tracking_uri,
-                                                        dst_path=dst or tempfile.mkdtemp(dir=_downloads())))
+        local = _downloaded(source, tracking_uri, dst)
     except MlflowException as exc:
         found = " ".join(line.strip() for line in str(exc).splitlines() if line.strip() and not line.startswith("#"))
         raise StorageError(f"{model_uri}: its model files at {source} cannot be downloaded ({found[:300]}); check "
