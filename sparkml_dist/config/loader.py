@@ -9,6 +9,7 @@ from typing import Iterable
 import yaml
 from pydantic import ValidationError
 
+from sparkml_dist.config.header import complete_columns, needs_inference
 from sparkml_dist.config.overrides import apply_overrides
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.errors import ConfigError
@@ -31,6 +32,10 @@ __all__ = ["apply_overrides", "load_config", "parse_config"]
 
 
 def parse_config(raw: dict, source: str = "<config>") -> JobConfig:
+    """Validate `raw`; a CSV with a header gets the columns it leaves out from that header
+    (config/header.py)."""
+    if needs_inference(raw.get("data")):
+        raw = complete_columns(raw)
     try:
         return JobConfig.model_validate(raw)
     except ValidationError as exc:

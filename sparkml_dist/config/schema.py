@@ -101,10 +101,13 @@ class DataConfig(Section):
     format: SourceFormat | None = Field(None, description="csv, parquet, orc, json or table (spark.table(<path>)); "
                                                           "default from the path's extension, or for a local "
                                                           "directory from its files' extensions, else csv")
-    header: bool = Field(False, description="csv: the first line of each file names the columns (checked against columns)")
+    header: bool = Field(False, description="csv: the first line of each file names the columns; data.columns may then "
+                                            "be left out (types inferred from the first rows, roles from the types) "
+                                            "or list only the columns to override (docs/tasks.md)")
     delimiter: str = Field(",", min_length=1, max_length=1, description="csv: field separator")
     null_values: list[str] = Field(["?"], description="csv: raw values read as missing (imputed for numeric features)")
-    columns: list[ColumnSpec] = Field(default_factory=list, description="csv: every column of the input, in order; "
+    columns: list[ColumnSpec] = Field(default_factory=list, description="csv: every column of the input, in order "
+                                                                        "(with a header: only the ones to override); "
                                                                         "typed sources: only the roles to override")
     label: LabelSpec = Field(description="the label column and its task")
     weight_column: str | None = Field(None, description="a numeric column of per-row weights for the loss and the "
@@ -154,6 +157,16 @@ class DataConfig(Section):
     @property
     def declared_label_type(self) -> str | None:
         return next((c.type for c in self.columns if c.name == self.label.column), None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_weight_role_names_the_weight_column(cls, raw):
+        """One column with role weight is data.weight_column; saying it twice is not needed."""
+        if isinstance(raw, dict) and raw.get("weight_column") is None:
+            weights = [c.get("name") for c in raw.get("columns") or [] if isinstance(c, dict) and c.get("role") == "weight"]
+            if len(weights) == 1:
+                return {**raw, "weight_column": weights[0]}
+        return raw
 
     @model_validator(mode="after")
     def _roles_are_consistent(self) -> DataConfig:

@@ -13,7 +13,6 @@ real datasets arrive offline); anything else is a path, glob or URI.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import logging
 import os
 import re
@@ -26,16 +25,17 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparkml_dist import storage
+from sparkml_dist.config.header import header_fields, header_names
 from sparkml_dist.config.schema import ColumnSpec, DataConfig
 from sparkml_dist.data.sql import ident, literal, raw_json
 from sparkml_dist.errors import ConfigError, DataError
 from sparkml_dist.registry import Registry
 from sparkml_dist.spark.compat import try_cast
+from sparkml_dist.storage.packages import PKG_SCHEME, resolve_path  # noqa: F401 - re-exported
 from sparkml_dist.tasks.base import TASKS, resolve_task
 
 log = logging.getLogger(__name__)
 
-PKG_SCHEME = "pkg://"
 ROW_ID, SOURCE_FILE, RAW_LINE = "row_id", "source_file", "raw_line"
 _CORRUPT = "_corrupt"
 _SOURCE = "_source_value_of_"
@@ -79,22 +79,6 @@ def read_as(cfg: DataConfig, fmt: str, location: str) -> DataConfig:
                         f"not list every column in file order with its type, as CSV needs. Give these rows as "
                         f"{cfg.source_format} (or JSON lines, ORC), or train from CSV with data.columns")
     return cfg.model_copy(update={"format": fmt})
-
-
-def resolve_path(location: str) -> str:
-    if not location.startswith(PKG_SCHEME):
-        return location
-    package, _, rel = location[len(PKG_SCHEME):].partition("/")
-    spec = importlib.util.find_spec(package)  # does not import the package (its code may be broken)
-    if spec is None or not spec.submodule_search_locations:
-        raise DataError(
-            f"{location}: package '{package}' is not installed; run `make setup` "
-            f"(it installs the dataset packages listed in requirements/datasets.txt)"
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / rel
-    if not path.exists():
-        raise DataError(f"{location}: no file '{rel}' inside package '{package}' ({path})")
-    return str(path)
 
 
 def with_task(cfg: DataConfig, columns: list[ColumnSpec]) -> DataConfig:
@@ -176,20 +160,21 @@ def numbered_lines(text: DataFrame, cfg: DataConfig) -> DataFrame:
         .withColumn(ROW_ID, F.monotonically_increasing_id())
     )
     if cfg.header:
-        header = cfg.delimiter.join(c.name for c in cfg.columns)
+        header = cfg.delimiter.join(header_fields([c.name for c in cfg.columns]))
         lines = lines.where(F.regexp_replace("value", r"\s", "") != header.replace(" ", ""))
     return lines
 
 
 def check_header(spark: SparkSession, path: str, cfg: DataConfig) -> None:
     """With data.header, the header must name exactly the configured columns (any order is not
-    accepted: CSV columns are positional)."""
+    accepted: CSV columns are positional). A repeated or empty name in the header is the column
+    name `header_names` makes of it."""
     files = local_files(path)
     headers = ({str(f): f.open().readline() for f in files} if files
                else {path: spark.read.text(storage.spark_path(path)).first()["value"]})
     expected = [c.name for c in cfg.columns]
     for name, line in headers.items():
-        got = [h.strip() for h in line.strip().split(cfg.delimiter)]
+        got = header_names(line.strip().split(cfg.delimiter))
         if got != expected:
             missing = [c for c in expected if c not in got]
             extra = [c for c in got if c not in expected]
