@@ -63,18 +63,19 @@ class RendezvousError(SparkMLDistError, RuntimeError):
 class SlotError(SparkMLDistError, RuntimeError):
     """The cluster has fewer task slots than the barrier stage needs ranks."""
 
-    def __init__(self, available: int, requested: int, detail: str = ""):
+    def __init__(self, available: int, requested: int, detail: str = "", key: str = "train.num_ranks"):
         self.available = available
         self.requested = requested
         self.detail = detail
+        self.key = key  # what the caller set the rank count with
         super().__init__(
             f"{available} task slots available, {requested} ranks requested: "
-            f"lower train.num_ranks to at most {available}, or give the cluster more cores "
+            f"lower {key} to at most {available}, or give the cluster more cores "
             f"(local[N] / more executors).{detail}"
         )
 
     def __reduce__(self):
-        return (SlotError, (self.available, self.requested, self.detail))
+        return (SlotError, (self.available, self.requested, self.detail, self.key))
 
 
 def is_retryable(exc: BaseException) -> bool:

@@ -16,7 +16,7 @@ from pyspark.ml.torch.distributor import TorchDistributor as PySparkTorchDistrib
 from sklearn.datasets import load_breast_cancer
 
 import sparkml_dist as sd
-from sparkml_dist.errors import ConfigError, DataError, RankFailure, UserCodeError
+from sparkml_dist.errors import ConfigError, DataError, RankFailure, SlotError, UserCodeError
 from user_code.breast_cancer import fail_on_rank, resume_after_failure, step_and_leave, train, train_from_dataframe
 
 SCRIPT = Path(__file__).parent / "user_code" / "train_script.py"
@@ -32,6 +32,7 @@ def test_users_function_trains_on_two_ranks_with_torchrun_environment(spark, cap
     assert result["world"] == 2
     assert result["env"]["RANK"] == "0" and result["env"]["WORLD_SIZE"] == "2"
     assert result["env"]["MASTER_ADDR"] == "127.0.0.1" and int(result["env"]["MASTER_PORT"]) > 0
+    assert result["env"]["CUDA_VISIBLE_DEVICES"] == "", "use_gpu=False: no GPU, as pyspark's ranks see none"
     assert result["accuracy"] > 0.95  # the 30-feature MLP learns the breast-cancer data
     # both ranks' prints reached the driver's log
     assert "[rank 1] rank 1 epoch 9 loss" in caplog.text and "[rank 0] rank 0 epoch 0 loss" in caplog.text
@@ -103,6 +104,29 @@ def test_output_reaches_the_driver_while_the_rank_runs(spark, caplog):
     assert all(finished["at"] - r.created > 3.0 for r in early)  # logged seconds before the run ended
 
 
+def test_rank_output_reaches_stdout_where_the_app_configured_logging(capsys):
+    """As pyspark's distributor prints it: under pytest (which puts a handler on the root logger)
+    and with sys.stdout replaced after an earlier distributor was built."""
+    sd.TorchDistributor(num_processes=1, local_mode=True, use_gpu=False)
+    sd.TorchDistributor(num_processes=2, local_mode=True, use_gpu=False).run(print_then_wait, 0.0)
+    out = capsys.readouterr().out
+    assert "[rank 0] step one done" in out and "[rank 1] step one done" in out, out
+
+
+def test_pysparks_own_distributor_tests_pass_against_ours():
+    """Apache Spark's tests of its TorchDistributor, ported with the import changed
+    (tests/peers/pyspark_test_distributor.py says which were left out and why), in a process of
+    their own: each makes its own SparkContext."""
+    import subprocess
+    import sys
+
+    port = Path(__file__).parent / "peers" / "pyspark_test_distributor.py"
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "--noconftest", "-p", "no:cacheprovider", str(port)],
+                         capture_output=True, text=True, timeout=600, cwd=port.parent)
+    assert out.returncode == 0, out.stdout[-4000:]
+    assert "7 passed" in out.stdout, out.stdout[-2000:]
+
+
 def print_then_wait(seconds: float) -> None:
     print("step one done", flush=True)
     time.sleep(seconds)
@@ -160,5 +184,7 @@ def test_bad_input_is_refused_before_any_rank_starts(spark, tmp_path):
     with pytest.raises(ConfigError, match="local_mode=False"):
         sd.TorchDistributor(num_processes=2, local_mode=True, use_gpu=False).run_on_dataframe(
             train_from_dataframe, strings, 0.1)
-    with pytest.raises(ConfigError, match="use_gpu=False"):
+    with pytest.raises(SlotError, match="64 ranks requested: lower num_processes to at most"):
+        sd.TorchDistributor(num_processes=64, local_mode=False, use_gpu=False, spark=spark).run(train, 0.1)
+    with pytest.raises(RuntimeError, match="'spark.task.resource.gpu.amount' was unset.*use_gpu=False"):
         sd.TorchDistributor(num_processes=2, local_mode=False, use_gpu=True, spark=spark)

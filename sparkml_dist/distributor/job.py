@@ -27,6 +27,7 @@ class UserJob:
     attempt: int
     max_attempts: int
     checkpoint_dir: str
+    use_gpu: bool = True
 
     def env(self) -> dict[str, str]:
         return {ATTEMPT: str(self.attempt), MAX_ATTEMPTS: str(self.max_attempts), CHECKPOINT_DIR: self.checkpoint_dir}
@@ -63,10 +64,11 @@ def partition_env(ctx: RankContext) -> dict[str, str]:
     return {PARTITION_FILE: ctx.partition.path, PARTITION_ROWS: json.dumps(list(ctx.partition.rows_per_rank))}
 
 
-def gpu_env(ctx: RankContext) -> dict[str, str]:
-    """As pyspark's TorchDistributor: a rank sees only the GPU Spark assigned to its task, as cuda:0."""
-    if not ctx.gpus:
-        return {}
+def gpu_env(ctx: RankContext, use_gpu: bool) -> dict[str, str]:
+    """As pyspark's TorchDistributor: a rank sees only the GPU Spark assigned to its task, as cuda:0,
+    and none when it was given none (use_gpu=False)."""
+    if not use_gpu or not ctx.gpus:
+        return {"CUDA_VISIBLE_DEVICES": ""}
     return {"CUDA_VISIBLE_DEVICES": ",".join(ctx.gpus), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
 
 
@@ -75,6 +77,6 @@ def user_rank(ctx: RankContext, job: UserJob) -> Any:
     return value goes back to the driver."""
     if job.checkpoint_dir and "://" not in job.checkpoint_dir:
         os.makedirs(job.checkpoint_dir, exist_ok=True)  # a path on this host's disk (or a shared mount)
-    with env_scope({**job.env(), **partition_env(ctx), **gpu_env(ctx)}):
+    with env_scope({**job.env(), **partition_env(ctx), **gpu_env(ctx, job.use_gpu)}):
         result = job.call.call()
     return result if ctx.rank == 0 else None

@@ -28,8 +28,9 @@ PEER_GRACE_S = 10.0  # after one rank fails, how long the others may take to not
 TAIL_LINES = 40
 
 
-def run_local(job: UserJob, num_processes: int) -> list[Any]:
-    """Run the job on `num_processes` local processes; rank 0's result first, then None per rank."""
+def run_local(job: UserJob, num_processes: int, visible_gpus: list[str] | None = None) -> list[Any]:
+    """Run the job on `num_processes` local processes; rank 0's result first, then None per rank.
+    `visible_gpus`: the GPUs every rank's CUDA_VISIBLE_DEVICES names (rank i uses cuda:i)."""
     from pyspark import cloudpickle
 
     # the ranks' rendezvous store lives here, bound to loopback only (launch.rendezvous)
@@ -39,7 +40,8 @@ def run_local(job: UserJob, num_processes: int) -> list[Any]:
         job_file.write_bytes(cloudpickle.dumps(job))
         port = store.port
         tails = [collections.deque(maxlen=TAIL_LINES) for _ in range(num_processes)]
-        procs = [_start(job, job_file, work, rank, num_processes, port) for rank in range(num_processes)]
+        gpus = {} if visible_gpus is None else {"CUDA_VISIBLE_DEVICES": ",".join(visible_gpus)}
+        procs = [_start(job, job_file, work, rank, num_processes, port, gpus) for rank in range(num_processes)]
         readers = [threading.Thread(target=_relay, args=(p, r, tails[r]), daemon=True) for r, p in enumerate(procs)]
         for reader in readers:
             reader.start()
@@ -54,8 +56,9 @@ def run_local(job: UserJob, num_processes: int) -> list[Any]:
     return [result] + [None] * (num_processes - 1)
 
 
-def _start(job: UserJob, job_file: Path, work: str, rank: int, world: int, port: int) -> subprocess.Popen:
-    env = {**os.environ, **job.env(), **_torchrun_env(rank, world, port), "PYTHONUNBUFFERED": "1",
+def _start(job: UserJob, job_file: Path, work: str, rank: int, world: int, port: int,
+           gpus: dict[str, str]) -> subprocess.Popen:
+    env = {**os.environ, **job.env(), **_torchrun_env(rank, world, port), **gpus, "PYTHONUNBUFFERED": "1",
            # the child imports what the driver can (the user's modules, this package from a checkout)
            "PYTHONPATH": os.pathsep.join(p for p in [*sys.path, os.environ.get("PYTHONPATH", "")] if p)}
     if isinstance(job.call, FunctionCall):

@@ -47,7 +47,8 @@ def train(learning_rate: float, epochs: int = 10, batch_size: int = 32, seed: in
         print(f"rank {rank} epoch {epoch} loss {loss.item():.4f}", flush=True)
     with torch.no_grad():
         accuracy = float(((model(torch.from_numpy(x)).squeeze(-1) > 0).float() == torch.from_numpy(y)).float().mean())
-    env = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                                             "CUDA_VISIBLE_DEVICES")}
     params = [p.detach().clone().numpy() for p in model.module.parameters()]
     dist.destroy_process_group()
     return {"params": params, "accuracy": accuracy, "env": env, "world": world}
