@@ -33,6 +33,7 @@ def test_users_function_trains_on_two_ranks_with_torchrun_environment(spark, cap
     assert result["env"]["RANK"] == "0" and result["env"]["WORLD_SIZE"] == "2"
     assert result["env"]["MASTER_ADDR"] == "127.0.0.1" and int(result["env"]["MASTER_PORT"]) > 0
     assert result["env"]["CUDA_VISIBLE_DEVICES"] == "", "use_gpu=False: no GPU, as pyspark's ranks see none"
+    assert result["env"]["LOCAL_RANK"] == "0", "one process per task, as torchrun --nproc_per_node=1 in pyspark's"
     assert result["accuracy"] > 0.95  # the 30-feature MLP learns the breast-cancer data
     # both ranks' prints reached the driver's log
     assert "[rank 1] rank 1 epoch 9 loss" in caplog.text and "[rank 0] rank 0 epoch 0 loss" in caplog.text

@@ -66,10 +66,11 @@ def partition_env(ctx: RankContext) -> dict[str, str]:
 
 def gpu_env(ctx: RankContext, use_gpu: bool) -> dict[str, str]:
     """As pyspark's TorchDistributor: a rank sees only the GPU Spark assigned to its task, as cuda:0,
-    and none when it was given none (use_gpu=False)."""
+    and none when it was given none (use_gpu=False); each task is its own local world of one."""
+    one_per_task = {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}  # pyspark: torchrun --nproc_per_node=1 per task
     if not use_gpu or not ctx.gpus:
-        return {"CUDA_VISIBLE_DEVICES": ""}
-    return {"CUDA_VISIBLE_DEVICES": ",".join(ctx.gpus), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+        return {"CUDA_VISIBLE_DEVICES": "", **one_per_task}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(ctx.gpus), **one_per_task}
 
 
 def user_rank(ctx: RankContext, job: UserJob) -> Any:
