@@ -18,11 +18,12 @@ $(STAMP): pyproject.toml requirements/constraints.txt requirements/datasets.txt 
 	@scripts/setup_env.sh "$(PYTHON)" "$(VENV)"
 	@touch $@
 
-# What only the tests need (scripts/test_assets.sh): the oldest supported pyspark's wheel, the JVMs' class archive.
+# What only the tests need (scripts/test_assets.sh): the oldest supported pyspark's wheel, the JVMs' class archive,
+# Airflow in its own venv.
 TEST_STAMP := $(VENV)/.sparkml_dist-test-assets
 test-setup: setup $(TEST_STAMP)
 
-$(TEST_STAMP): $(STAMP) scripts/test_assets.sh scripts/spark_class_archive.py requirements/oldest-supported.txt
+$(TEST_STAMP): $(STAMP) scripts/test_assets.sh scripts/spark_class_archive.py requirements/oldest-supported.txt requirements/airflow-constraints.txt
 	@scripts/test_assets.sh "$(VENV)"
 	@touch $@
 

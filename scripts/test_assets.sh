@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # What only the tests need, after scripts/setup_env.sh (make test runs both; make demo only the
 # first): a cached wheel of the oldest supported pyspark for tests/test_install.py, and the class
-# archive the tests' JVMs share (scripts/spark_class_archive.py, read by tests/conftest.py).
+# archive the tests' JVMs share (scripts/spark_class_archive.py, read by tests/conftest.py), and
+# Apache Airflow in a venv of its own ($venv/airflow) for tests/test_workflow.py, installed as
+# Airflow asks: with a constraints file (requirements/airflow-constraints.txt).
 set -euo pipefail
 venv=${1:-.venv}
 cd "$(dirname "$0")/.."
@@ -18,3 +20,12 @@ fi
 step "dumping the Spark class archive the tests' JVMs share (log: $venv/spark-class-archive.log)"
 "$venv/bin/python" scripts/spark_class_archive.py "$venv/spark-classes.jsa" >"$venv/spark-class-archive.log" 2>&1 \
   || fail "no Spark class archive (see $venv/spark-class-archive.log)"
+airflow=$venv/airflow
+if [[ ! -x $airflow/bin/airflow ]] || ! cmp -s requirements/airflow-constraints.txt "$airflow/constraints.txt"; then
+  step "installing Apache Airflow 3.2.2 in $airflow with requirements/airflow-constraints.txt"
+  rm -rf "$airflow"
+  "$venv/bin/python" -m venv "$airflow" || fail "python -m venv $airflow"
+  "$airflow/bin/python" -m pip install -q \
+    -c requirements/airflow-constraints.txt apache-airflow==3.2.2 || fail "pip install apache-airflow==3.2.2"
+  cp requirements/airflow-constraints.txt "$airflow/constraints.txt"
+fi
