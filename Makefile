@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparkml_dist-installed
 CONFIG ?= conf/adult.yaml
 
-.PHONY: setup test-setup demo test test-fast bench gpu-check clean check-java horovod
+.PHONY: setup test-setup demo test test-fast lint bench gpu-check clean check-java horovod
 
 check-java:
 	@scripts/check_java.sh
@@ -40,7 +40,13 @@ SETUP_BUDGET ?= 20
 TEST_BUDGET ?= 65
 test:
 	@scripts/within_budget.sh setup $(SETUP_BUDGET) $(MAKE) --no-print-directory test-setup
+	@$(MAKE) --no-print-directory lint
 	@scripts/within_budget.sh tests $(TEST_BUDGET) $(PYTEST) --durations=20
+
+# Lint and format (pyproject.toml's [tool.ruff]): `ruff format .` fixes what the second line finds.
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 test-fast: test-setup
 	$(PYTEST) -m "not slow"

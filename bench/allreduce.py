@@ -21,9 +21,11 @@ SIZES_MIB = (1, 16, 64)
 ITERS = {1: 300, 16: 60, 64: 24}
 WARMUP = 3
 ROUNDS = 5
-TORCH_NOTE = ("reported, no target: both sides call the same torch.distributed all_reduce over gloo; the row "
-              "checks that running inside barrier tasks in Spark's Python workers costs communication "
-              "nothing beyond this machine's noise, and measures nothing of ours")
+TORCH_NOTE = (
+    "reported, no target: both sides call the same torch.distributed all_reduce over gloo; the row "
+    "checks that running inside barrier tasks in Spark's Python workers costs communication "
+    "nothing beyond this machine's noise, and measures nothing of ours"
+)
 
 
 def _time_allreduce(reduce_fn) -> dict[int, float]:

@@ -78,7 +78,9 @@ def _ddp_mlp():
     from torch.nn.parallel import DistributedDataParallel
 
     torch.manual_seed(0)
-    model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(DIM, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)))
+    model = DistributedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(DIM, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    )
     return model, torch.optim.SGD(model.parameters(), lr=0.05), torch.nn.BCEWithLogitsLoss()
 
 
@@ -151,8 +153,17 @@ def main() -> list[dict]:
     make_bench_importable()  # Spark workers and torchrun children import this module by name
     rows_out = []
     o, b = alternate(lambda: cold_start(ours_distributor), lambda: cold_start(pyspark_distributor))
-    rows_out.append(entry("run_start_vs_torch_distributor", o, b, "s", "lower", 0.3,
-                          note="run() to the first DDP step, 2 ranks, a fresh SparkSession per measurement (both cold)"))
+    rows_out.append(
+        entry(
+            "run_start_vs_torch_distributor",
+            o,
+            b,
+            "s",
+            "lower",
+            0.3,
+            note="run() to the first DDP step, 2 ranks, a fresh SparkSession per measurement (both cold)",
+        )
+    )
     spark = _session()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -163,26 +174,57 @@ def main() -> list[dict]:
         rank_loop_launch(spark, job, frame), rank_loop_launch(spark, job, None)  # warm both paths' workers
         fed_epochs: list[float] = []
         parquet_epochs: list[float] = []
-        o, b = alternate(lambda: rank_loop_launch(spark, job, frame, fed_epochs),
-                         lambda: rank_loop_launch(spark, job, None, parquet_epochs))
+        o, b = alternate(
+            lambda: rank_loop_launch(spark, job, frame, fed_epochs),
+            lambda: rank_loop_launch(spark, job, None, parquet_epochs),
+        )
         what = f"DDP rank loop, 2 ranks, {EPOCHS} epochs of {ROWS:,} rows, MLP {DIM}-64-1"
-        rows_out.append(entry("dataframe_fed_vs_parquet", Measured(fed_epochs), Measured(parquet_epochs),
-                              "s/epoch", "lower", 1.2,
-                              note=f"{what}; epoch time from the runs' epoch records, rows dealt by the barrier "
-                                   f"stage (spilled, decoded once) vs read from Parquet by the ranks"))
-        rows_out.append(entry("dataframe_fed_launch_vs_parquet", o, b, "s", "lower", None,
-                              note=f"{what}; the whole launch, the deal (a shuffle) and the spill included"))
+        rows_out.append(
+            entry(
+                "dataframe_fed_vs_parquet",
+                Measured(fed_epochs),
+                Measured(parquet_epochs),
+                "s/epoch",
+                "lower",
+                1.2,
+                note=f"{what}; epoch time from the runs' epoch records, rows dealt by the barrier "
+                f"stage (spilled, decoded once) vs read from Parquet by the ranks",
+            )
+        )
+        rows_out.append(
+            entry(
+                "dataframe_fed_launch_vs_parquet",
+                o,
+                b,
+                "s",
+                "lower",
+                None,
+                note=f"{what}; the whole launch, the deal (a shuffle) and the spill included",
+            )
+        )
         user_frame = frame.repartition(2).cache()  # pyspark's path takes one partition per rank
         user_frame.count()
         ours = ours_distributor(spark)
         theirs = pyspark_distributor(spark)
-        o, b = alternate(lambda: timed(lambda: ours.run_on_dataframe(train_on_our_frame, user_frame, EPOCHS)),
-                         lambda: timed(lambda: theirs._train_on_dataframe(train_on_pyspark_frame, user_frame, EPOCHS,
-                                                                          ROWS // 2)))
-        rows_out.append(entry("dataframe_fed_vs_torch_distributor_df", o, b, "s", "lower", 1.0,
-                              note=f"same DDP function body, 2 ranks, {EPOCHS} epochs of {ROWS:,} rows, batch {BATCH}; "
-                                   f"run_on_dataframe + dataframe_loader vs pyspark's _train_on_dataframe + "
-                                   f"its partition loader"))
+        o, b = alternate(
+            lambda: timed(lambda: ours.run_on_dataframe(train_on_our_frame, user_frame, EPOCHS)),
+            lambda: timed(
+                lambda: theirs._train_on_dataframe(train_on_pyspark_frame, user_frame, EPOCHS, ROWS // 2)
+            ),
+        )
+        rows_out.append(
+            entry(
+                "dataframe_fed_vs_torch_distributor_df",
+                o,
+                b,
+                "s",
+                "lower",
+                1.0,
+                note=f"same DDP function body, 2 ranks, {EPOCHS} epochs of {ROWS:,} rows, batch {BATCH}; "
+                f"run_on_dataframe + dataframe_loader vs pyspark's _train_on_dataframe + "
+                f"its partition loader",
+            )
+        )
     spark.stop()
     record(rows_out)
     return rows_out

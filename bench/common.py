@@ -12,12 +12,12 @@ import atexit
 import functools
 import json
 import os
-import shutil
 import platform
+import shutil
 import statistics
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 RESULTS = Path(__file__).resolve().parent / "results.json"
 
@@ -27,14 +27,15 @@ class Measured(float):
 
     runs: tuple[float, ...]
 
-    def __new__(cls, runs: list[float]) -> "Measured":
+    def __new__(cls, runs: list[float]) -> Measured:
         value = super().__new__(cls, statistics.median(runs))
         value.runs = tuple(runs)
         return value
 
 
-def alternate(ours: Callable[[], float], baseline: Callable[[], float], rounds: int = 3,
-              warm_up: bool = False) -> tuple[Measured, Measured]:
+def alternate(
+    ours: Callable[[], float], baseline: Callable[[], float], rounds: int = 3, warm_up: bool = False
+) -> tuple[Measured, Measured]:
     """Run baseline and ours alternately `rounds` times; return (median ours, median baseline).
     `warm_up`: each side runs once first, unrecorded (a Python worker's first task, a model's
     first load: one-off costs that a second-long measurement would otherwise count once)."""
@@ -62,17 +63,30 @@ def spread(value: float) -> dict[str, float] | None:
     runs = getattr(value, "runs", None)
     if len(runs or ()) < 2:  # no runs, or one round: no spread
         return None
-    return {"min": round(min(runs), 4), "median": round(float(value), 4), "max": round(max(runs), 4),
-            "rounds": len(runs)}
+    return {
+        "min": round(min(runs), 4),
+        "median": round(float(value), 4),
+        "max": round(max(runs), 4),
+        "rounds": len(runs),
+    }
 
 
-def entry(name: str, ours: float, baseline: float, unit: str, better: str, target: float | None,
-          note: str = "") -> dict:
+def entry(
+    name: str, ours: float, baseline: float, unit: str, better: str, target: float | None, note: str = ""
+) -> dict:
     """`target=None`: a figure reported for the record, with nothing to meet."""
     ratio = ours / baseline if baseline else float("nan")
     met = None if target is None else (ratio >= target if better == "higher" else ratio <= target)
-    row = {"name": name, "ours": round(ours, 4), "baseline": round(baseline, 4), "unit": unit,
-           "ratio": round(ratio, 4), "better": better, "target": target, "met": met}
+    row = {
+        "name": name,
+        "ours": round(ours, 4),
+        "baseline": round(baseline, 4),
+        "unit": unit,
+        "ratio": round(ratio, 4),
+        "better": better,
+        "target": target,
+        "met": met,
+    }
     for side, value in (("ours_runs", ours), ("baseline_runs", baseline)):
         if spread(value) is not None:
             row[side] = spread(value)
@@ -80,8 +94,11 @@ def entry(name: str, ours: float, baseline: float, unit: str, better: str, targe
         row["note"] = note
     mark = "info" if met is None else "ok " if met else "MISS"
     goal = "report" if target is None else f"target {'>=' if better == 'higher' else '<='} {target}"
-    print(f"[{mark}] {name:34s} ours {ours:12.2f} {unit:10s} baseline {baseline:12.2f}  ratio {ratio:6.3f} "
-          f"({goal})", flush=True)
+    print(
+        f"[{mark}] {name:34s} ours {ours:12.2f} {unit:10s} baseline {baseline:12.2f}  ratio {ratio:6.3f} "
+        f"({goal})",
+        flush=True,
+    )
     return row
 
 
@@ -101,8 +118,12 @@ def record(rows: list[dict]) -> Path:
 def machine() -> dict:
     import torch
 
-    return {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-            "platform": platform.platform()}
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+    }
 
 
 def unused_port() -> int:
@@ -120,8 +141,13 @@ def cold_figures(module: str, kind: str, epochs: int, rows: int) -> dict[str, fl
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", module, "--cold", kind, "--epochs", str(epochs), "--rows", str(rows)],
-                          capture_output=True, text=True, timeout=1800, cwd=Path(__file__).resolve().parents[1])
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--cold", kind, "--epochs", str(epochs), "--rows", str(rows)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     lines = [line.split() for line in done.stdout.splitlines() if line.startswith("WALL ")]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"{module} --cold {kind} failed: {done.stderr[-3000:]}")

@@ -56,9 +56,15 @@ GPU_RESULTS = ROOT / "bench" / "gpu_results.json"  # the GPU run docs/gpu.md is 
 # Adult's shape: 6 numbers and 8 categories of these sizes, 100 slots in all
 CATEGORIES = (9, 16, 7, 15, 6, 5, 2, 34)
 NUMBERS = 6
-LAYOUT = FeatureLayout(tuple([FeatureBlock(f"n{i}", "value", 1) for i in range(NUMBERS)]
-                             + [FeatureBlock(f"c{j}", "onehot", size) for j, size in enumerate(CATEGORIES)]))
-NAMES = [f"n{i}" for i in range(NUMBERS)] + [f"c{j}__onehot_{v}" for j, s in enumerate(CATEGORIES) for v in range(s)]
+LAYOUT = FeatureLayout(
+    tuple(
+        [FeatureBlock(f"n{i}", "value", 1) for i in range(NUMBERS)]
+        + [FeatureBlock(f"c{j}", "onehot", size) for j, size in enumerate(CATEGORIES)]
+    )
+)
+NAMES = [f"n{i}" for i in range(NUMBERS)] + [
+    f"c{j}__onehot_{v}" for j, s in enumerate(CATEGORIES) for v in range(s)
+]
 ROW_GROUP = 1 << 16
 
 
@@ -78,14 +84,35 @@ class Size:
 
 SIZES = {
     # a GPU: the batch sizes the issue names, and the bulk of a GPU's batch range
-    "gpu": Size(rows=8 << 20, mlp_steps=200, transformer_steps=100, mlp_batches=(1024, 4096, 65536),
-                transformer_batches=(256, 1024), bare_steps=200, score_rows=1 << 21),
+    "gpu": Size(
+        rows=8 << 20,
+        mlp_steps=200,
+        transformer_steps=100,
+        mlp_batches=(1024, 4096, 65536),
+        transformer_batches=(256, 1024),
+        bare_steps=200,
+        score_rows=1 << 21,
+    ),
     # no GPU (what the tests run): a few steps of each, seconds per row
-    "cpu": Size(rows=1 << 16, mlp_steps=8, transformer_steps=4, mlp_batches=(4096,), transformer_batches=(1024,),
-                bare_steps=8, score_rows=1 << 14),
+    "cpu": Size(
+        rows=1 << 16,
+        mlp_steps=8,
+        transformer_steps=4,
+        mlp_batches=(4096,),
+        transformer_batches=(1024,),
+        bare_steps=8,
+        score_rows=1 << 14,
+    ),
     # make bench's CPU rows: long enough epochs for a ratio
-    "cpu-bench": Size(rows=1 << 20, mlp_steps=120, transformer_steps=24, mlp_batches=(4096,),
-                      transformer_batches=(1024,), bare_steps=60, score_rows=1 << 19),
+    "cpu-bench": Size(
+        rows=1 << 20,
+        mlp_steps=120,
+        transformer_steps=24,
+        mlp_batches=(4096,),
+        transformer_batches=(1024,),
+        bare_steps=60,
+        score_rows=1 << 19,
+    ),
 }
 
 
@@ -115,8 +142,11 @@ class Report:
     def add(self, row: Row) -> None:
         self.rows.append(row)
         util = f"  gpu {row.gpu_util:5.1f}%" if row.gpu_util is not None else ""
-        print(f"{row.device:8s} {row.model:11s} batch {row.batch:6d} {row.precision:4s} {row.what:15s} "
-              f"{row.graph:5s} {row.per_s:14,.0f} /s{util} {row.note}", flush=True)
+        print(
+            f"{row.device:8s} {row.model:11s} batch {row.batch:6d} {row.precision:4s} {row.what:15s} "
+            f"{row.graph:5s} {row.per_s:14,.0f} /s{util} {row.note}",
+            flush=True,
+        )
 
     def check(self, name: str, ok: bool, detail: str = "") -> None:
         self.checks[name] = ok
@@ -170,13 +200,14 @@ class Group:
     def __init__(self, device: torch.device | str):
         self.device = torch.device(device)
 
-    def __enter__(self) -> "Group":
+    def __enter__(self) -> Group:
         import torch.distributed as dist
 
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0,
-                                world_size=1)
+        dist.init_process_group(
+            "nccl" if self.device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1
+        )
         return self
 
     def __exit__(self, *exc) -> None:
@@ -185,8 +216,15 @@ class Group:
         dist.destroy_process_group()
 
 
-def run_loop(root: Path, groups: dict[str, list[RowGroup]], device: torch.device, method: str, kind: str, rows: int,
-             **options):
+def run_loop(
+    root: Path,
+    groups: dict[str, list[RowGroup]],
+    device: torch.device,
+    method: str,
+    kind: str,
+    rows: int,
+    **options,
+):
     """`train_rank` of `method` for one rank over the split's first `rows` rows; `options` are
     `train.*` keys. Returns the rank's result."""
     from sparkml_dist.config.schema import ObserveConfig
@@ -197,26 +235,63 @@ def run_loop(root: Path, groups: dict[str, list[RowGroup]], device: torch.device
     from sparkml_dist.train.parallel.signing import checkpoint_key
 
     entry = get_method(method)
-    cfg = entry.config.model_validate({"strategy": method, "num_ranks": 1, "device": device.type,
-                                       "log_every_steps": 10 ** 9, **options})
+    cfg = entry.config.model_validate(
+        {"strategy": method, "num_ranks": 1, "device": device.type, "log_every_steps": 10**9, **options}
+    )
     with tempfile.TemporaryDirectory() as checkpoints:
-        job = TrainJob(data_root=str(root), train_groups=first_groups(groups["train"], rows),
-                       val_groups=tuple(groups["val"]), model_spec=spec_of(kind), train=cfg,
-                       checkpoint_dir=checkpoints, placement=entry.placement, feature_layout=LAYOUT,
-                       target=Target("binary", ("0", "1")), observe=ObserveConfig(system_metrics_interval_s=0),
-                       checkpoint_key=checkpoint_key(checkpoints))
-        ctx = RankContext(0, 1, 0, 1, 0, 1, "127.0.0.1", "127.0.0.1", 0,
-                          gpus=(str(device.index),) if device.type == "cuda" else ())
+        job = TrainJob(
+            data_root=str(root),
+            train_groups=first_groups(groups["train"], rows),
+            val_groups=tuple(groups["val"]),
+            model_spec=spec_of(kind),
+            train=cfg,
+            checkpoint_dir=checkpoints,
+            placement=entry.placement,
+            feature_layout=LAYOUT,
+            target=Target("binary", ("0", "1")),
+            observe=ObserveConfig(system_metrics_interval_s=0),
+            checkpoint_key=checkpoint_key(checkpoints),
+        )
+        ctx = RankContext(
+            0,
+            1,
+            0,
+            1,
+            0,
+            1,
+            "127.0.0.1",
+            "127.0.0.1",
+            0,
+            gpus=(str(device.index),) if device.type == "cuda" else (),
+        )
         return train_rank(ctx, job)
 
 
-def loop_row(root: Path, groups: dict[str, list[RowGroup]], device: torch.device, kind: str, batch: int,
-             precision: str, graph: str, size: Size) -> tuple[float, float | None, list[float]]:
+def loop_row(
+    root: Path,
+    groups: dict[str, list[RowGroup]],
+    device: torch.device,
+    kind: str,
+    batch: int,
+    precision: str,
+    graph: str,
+    size: Size,
+) -> tuple[float, float | None, list[float]]:
     """The loop's samples/s in its second epoch, the GPU's mean utilisation then, and the
     validation loss after each epoch."""
     with Utilisation(device) as util:
-        result = run_loop(root, groups, device, "ddp", kind, size.steps(kind) * batch, epochs=2, batch_size=batch,
-                          precision=precision, cuda_graph=graph)
+        result = run_loop(
+            root,
+            groups,
+            device,
+            "ddp",
+            kind,
+            size.steps(kind) * batch,
+            epochs=2,
+            batch_size=batch,
+            precision=precision,
+            cuda_graph=graph,
+        )
     return result.records[-1].samples_per_s, util.mean(), [r.evaluation.loss for r in result.records]
 
 
@@ -234,10 +309,10 @@ class Utilisation:
             pynvml.nvmlInit()
             self.handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
             self.nvml = pynvml
-        except Exception:  # noqa: BLE001 - no nvidia-ml-py, or no driver library: no figure
+        except Exception:
             self.handle = None
 
-    def __enter__(self) -> "Utilisation":
+    def __enter__(self) -> Utilisation:
         self.stop = threading.Event()
         if self.handle is not None:
             self.thread = threading.Thread(target=self._sample, daemon=True)
@@ -251,12 +326,14 @@ class Utilisation:
 
     def _sample(self) -> None:
         while not self.stop.wait(0.02):
-            self.samples.append((time.time(), float(self.nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)))
+            self.samples.append(
+                (time.time(), float(self.nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu))
+            )
 
     def mean(self) -> float | None:
         if self.handle is None or not self.samples:
             return None
-        last = self.samples[-max(1, len(self.samples) // 3):]  # the last epoch and validation, roughly
+        last = self.samples[-max(1, len(self.samples) // 3) :]  # the last epoch and validation, roughly
         return statistics.mean(v for _, v in last)
 
 
@@ -319,7 +396,7 @@ def bare_graph(kind: str, device: torch.device, batch: int, precision: str, step
     model, optimizer, loss_fn, prec, xs, ys = bare_setup(kind, device, batch, precision, capturable=True)
     static_x, static_y = xs[0].clone(), ys[0].clone()
     graph = captured_step(model, optimizer, loss_fn, prec, static_x, static_y)
-    for i in range(5):
+    for _ in range(5):
         graph.replay()
     start = synced(device)
     for i in range(steps):
@@ -360,8 +437,15 @@ def scoring_rows(report: Report, device: torch.device, size: Size) -> None:
     from sparkml_dist.inference.predict import network_outputs, predict
 
     rng = np.random.default_rng(1)
-    compact = np.stack([rng.normal(size=size.score_rows) if b.kind == "value" else rng.integers(0, b.size, size.score_rows)
-                        for b in LAYOUT.blocks], axis=1).astype(np.float32)
+    compact = np.stack(
+        [
+            rng.normal(size=size.score_rows)
+            if b.kind == "value"
+            else rng.integers(0, b.size, size.score_rows)
+            for b in LAYOUT.blocks
+        ],
+        axis=1,
+    ).astype(np.float32)
     dense = LAYOUT.expand(compact)
     torch.manual_seed(0)
     model = build_model(spec_of("mlp")).eval()
@@ -370,8 +454,11 @@ def scoring_rows(report: Report, device: torch.device, size: Size) -> None:
     on_device.load_state_dict(model.state_dict())
     target = Target("binary", ("0", "1"))
     got = network_outputs(on_device, compact, layout=LAYOUT)
-    report.check(f"scoring on {device} = CPU to 1e-5", bool(np.allclose(got, expected, rtol=1e-5, atol=1e-5)),
-                 f"(max difference {float(np.max(np.abs(got - expected))):.2e})")
+    report.check(
+        f"scoring on {device} = CPU to 1e-5",
+        bool(np.allclose(got, expected, rtol=1e-5, atol=1e-5)),
+        f"(max difference {float(np.max(np.abs(got - expected))):.2e})",
+    )
 
     def ours() -> float:
         start = synced(device)
@@ -382,13 +469,15 @@ def scoring_rows(report: Report, device: torch.device, size: Size) -> None:
     def bare() -> float:
         start = synced(device)
         for s in range(0, len(dense), 65536):
-            on_device(torch.from_numpy(dense[s:s + 65536]).to(device)).float().cpu()
+            on_device(torch.from_numpy(dense[s : s + 65536]).to(device)).float().cpu()
         return size.score_rows / (synced(device) - start)
 
     ours(), bare()  # warm-up: the pinned buffer, cuBLAS
     runs = [(ours(), bare()) for _ in range(3)]
     report.add(Row(str(device), "mlp", 65536, "fp32", "-", "scoring", statistics.median(r[0] for r in runs)))
-    report.add(Row(str(device), "mlp", 65536, "fp32", "-", "bare forward", statistics.median(r[1] for r in runs)))
+    report.add(
+        Row(str(device), "mlp", 65536, "fp32", "-", "bare forward", statistics.median(r[1] for r in runs))
+    )
 
 
 # ---- checks on a GPU --------------------------------------------------------------------------
@@ -400,8 +489,16 @@ def graph_dropout_checks(report: Report, device: torch.device) -> None:
     torch.manual_seed(0)
     model = build_model(ModelSpec("mlp", LAYOUT.dim, dropout=0.5, hidden=(64,))).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0, fused=True, capturable=True)
-    step = GraphedStep(model, optimizer, 1, 256, LAYOUT.dim, Precision("fp32", "cuda", cache_casts=False),
-                       lambda x: x, required=True)
+    step = GraphedStep(
+        model,
+        optimizer,
+        1,
+        256,
+        LAYOUT.dim,
+        Precision("fp32", "cuda", cache_casts=False),
+        lambda x: x,
+        required=True,
+    )
     x = torch.randn(256, LAYOUT.dim, device=device)
     y = torch.stack([(x[:, 0] > 0).float(), torch.ones(256, device=device)], 1)
     generator = torch.cuda.default_generators[device.index or 0]
@@ -410,12 +507,24 @@ def graph_dropout_checks(report: Report, device: torch.device) -> None:
         generator.manual_seed(seed)
         losses.append(float(step.train_step(x, y, BinaryLoss().to(device))))
         step.optimizer_step()
-    report.check("graph replays take each step's dropout seed", step.captured and losses[4] == losses[0]
-                 and losses[5] == losses[1] and len(set(losses[3:])) >= 3, f"losses {[round(v, 5) for v in losses]}")
+    report.check(
+        "graph replays take each step's dropout seed",
+        step.captured and losses[4] == losses[0] and losses[5] == losses[1] and len(set(losses[3:])) >= 3,
+        f"losses {[round(v, 5) for v in losses]}",
+    )
 
 
-COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor", "send",
-               "recv", "isend", "irecv")
+COLLECTIVES = (
+    "all_reduce",
+    "broadcast",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter_tensor",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+)
 
 
 class CollectiveDevices:
@@ -426,7 +535,7 @@ class CollectiveDevices:
         self.seen: list[tuple[str, str]] = []
         self._saved: dict[str, object] = {}
 
-    def __enter__(self) -> "CollectiveDevices":
+    def __enter__(self) -> CollectiveDevices:
         import torch.distributed as dist
 
         for name in COLLECTIVES:
@@ -463,11 +572,14 @@ def method_checks(report: Report, root: Path, groups, device: torch.device) -> N
             try:
                 method_run(root, groups, device, method, kind)
                 problem = ""
-            except Exception as exc:  # noqa: BLE001 - reported as a failed check
+            except Exception as exc:
                 problem = f"{type(exc).__name__}: {str(exc)[:300]}"
         off = recorder.off(device)
-        report.check(f"{method} on {device}: trains, every collective on the group's device",
-                     not problem and not off, problem or f"({len(recorder.seen)} collectives, off the device: {off})")
+        report.check(
+            f"{method} on {device}: trains, every collective on the group's device",
+            not problem and not off,
+            problem or f"({len(recorder.seen)} collectives, off the device: {off})",
+        )
 
 
 def horovod_checks(report: Report, root: Path, groups, device: torch.device) -> None:
@@ -482,30 +594,59 @@ def horovod_checks(report: Report, root: Path, groups, device: torch.device) -> 
     built = "NCCL" if hvd.nccl_built() else "Gloo only"
     for precision in ("fp32", "fp16") if device.type == "cuda" else ("fp32", "bf16"):
         try:
-            losses = method_run(root, groups, device, "ddp", "mlp", {"backend": "horovod", "precision": precision})
+            losses = method_run(
+                root, groups, device, "ddp", "mlp", {"backend": "horovod", "precision": precision}
+            )
             problem = "" if losses[-1] < 0.69 else f"val loss {losses[-1]:.4f}"
-        except Exception as exc:  # noqa: BLE001 - reported as a failed check
+        except Exception as exc:
             problem = f"{type(exc).__name__}: {str(exc)[:300]}"
         report.check(f"horovod ({built}) {precision} on {device}: trains", not problem, problem)
 
 
-def method_run(root: Path, groups, device: torch.device, method: str, kind: str,
-               options: dict | None = None, rows: int = 20 * 512) -> list[float]:
+def method_run(
+    root: Path,
+    groups,
+    device: torch.device,
+    method: str,
+    kind: str,
+    options: dict | None = None,
+    rows: int = 20 * 512,
+) -> list[float]:
     """One epoch of `method` on about `rows` rows (one rank), checkpointing mid-epoch too; the
     validation loss after each epoch."""
-    result = run_loop(root, groups, device, method, kind, rows,
-                      **{"epochs": 1, "batch_size": 512, "checkpoint_every_steps": 8, **(options or {})})
+    result = run_loop(
+        root,
+        groups,
+        device,
+        method,
+        kind,
+        rows,
+        **{"epochs": 1, "batch_size": 512, "checkpoint_every_steps": 8, **(options or {})},
+    )
     return [r.evaluation.loss for r in result.records]
 
 
 def main(argv: list[str] | None = None) -> Report:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", choices=sorted(SIZES), default=None,
-                        help="gpu where there is one, else cpu (what the tests run); cpu-bench for make bench")
-    parser.add_argument("--devices", default=None, help="comma-separated, e.g. cuda:0,cpu (default: every GPU, then cpu)")
-    parser.add_argument("--out", default=os.environ.get("GPU_CHECK_OUT", "output/gpu_check.json"),
-                        help="the report (JSON); bench/gpu_results.json is the GPU run docs/gpu.md shows")
-    parser.add_argument("--record", action="store_true", help="also record the target rows in bench/results.json")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--size",
+        choices=sorted(SIZES),
+        default=None,
+        help="gpu where there is one, else cpu (what the tests run); cpu-bench for make bench",
+    )
+    parser.add_argument(
+        "--devices", default=None, help="comma-separated, e.g. cuda:0,cpu (default: every GPU, then cpu)"
+    )
+    parser.add_argument(
+        "--out",
+        default=os.environ.get("GPU_CHECK_OUT", "output/gpu_check.json"),
+        help="the report (JSON); bench/gpu_results.json is the GPU run docs/gpu.md shows",
+    )
+    parser.add_argument(
+        "--record", action="store_true", help="also record the target rows in bench/results.json"
+    )
     args = parser.parse_args(argv)
     gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
     devices = [torch.device(d) for d in (args.devices.split(",") if args.devices else [*gpus, "cpu"])]
@@ -519,12 +660,17 @@ def main(argv: list[str] | None = None) -> Report:
 def run(devices: list[torch.device], size_name: str | None = None) -> Report:
     """Every device's rows at `size_name`, or by default each at its own kind's size (gpu, cpu)."""
     sizes = {d: SIZES[size_name or ("gpu" if d.type == "cuda" else "cpu")] for d in devices}
-    report = Report(size_name or ", ".join(sorted({("gpu" if d.type == "cuda" else "cpu") for d in devices})),
-                    [describe(d) for d in devices])
+    report = Report(
+        size_name or ", ".join(sorted({("gpu" if d.type == "cuda" else "cpu") for d in devices})),
+        [describe(d) for d in devices],
+    )
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         rows = max(size.rows for size in sizes.values())
-        groups = {"train": write_split(root / "train", rows, 1), "val": write_split(root / "val", ROW_GROUP // 4, 2)}
+        groups = {
+            "train": write_split(root / "train", rows, 1),
+            "val": write_split(root / "val", ROW_GROUP // 4, 2),
+        }
         for device in devices:
             device_rows(report, root, groups, device, sizes[device])
     return report
@@ -555,13 +701,24 @@ def configurations(device: torch.device, size: Size):
                 yield kind, batch, precision
 
 
-def loop_check(report: Report, root: Path, groups, device: torch.device, kind: str, batch: int, precision: str,
-               graph: str, size: Size) -> None:
+def loop_check(
+    report: Report,
+    root: Path,
+    groups,
+    device: torch.device,
+    kind: str,
+    batch: int,
+    precision: str,
+    graph: str,
+    size: Size,
+) -> None:
     name = f"{device} {kind} {batch} {precision} graph {graph}"
     with failure_reported(report, name):
         per_s, util, losses = loop_row(root, groups, device, kind, batch, precision, graph, size)
         report.add(Row(str(device), kind, batch, precision, graph, "loop", per_s, util))
-        report.check(f"{name}: validation loss falls", losses[-1] < 0.69, f"(val loss {losses[-1]:.4f}; 0.693 guesses)")
+        report.check(
+            f"{name}: validation loss falls", losses[-1] < 0.69, f"(val loss {losses[-1]:.4f}; 0.693 guesses)"
+        )
 
 
 @contextlib.contextmanager
@@ -570,19 +727,48 @@ def failure_reported(report: Report, name: str):
     goes on to the next row."""
     try:
         yield
-    except Exception as exc:  # noqa: BLE001 - every failure is reported, none stops the check
+    except Exception as exc:
         traceback.print_exc()
         report.check(f"{name}: runs", False, f"{type(exc).__name__}: {str(exc)[:400]}")
 
 
-def ceiling_rows(report: Report, device: torch.device, kind: str, batch: int, precision: str, size: Size) -> None:
-    report.add(Row(str(device), kind, batch, precision, "eager", "bare eager",
-                   bare_eager(kind, device, batch, precision, size.bare_steps)))
+def ceiling_rows(
+    report: Report, device: torch.device, kind: str, batch: int, precision: str, size: Size
+) -> None:
+    report.add(
+        Row(
+            str(device),
+            kind,
+            batch,
+            precision,
+            "eager",
+            "bare eager",
+            bare_eager(kind, device, batch, precision, size.bare_steps),
+        )
+    )
     if device.type == "cuda" and precision != "fp16":  # fp16's scaler reads the host each step
-        report.add(Row(str(device), kind, batch, precision, "graph", "bare graph",
-                       bare_graph(kind, device, batch, precision, size.bare_steps)))
-        report.add(Row(str(device), kind, batch, precision, "graph", "bare graph fed",
-                       bare_graph_fed(kind, device, batch, precision, size.bare_steps)))
+        report.add(
+            Row(
+                str(device),
+                kind,
+                batch,
+                precision,
+                "graph",
+                "bare graph",
+                bare_graph(kind, device, batch, precision, size.bare_steps),
+            )
+        )
+        report.add(
+            Row(
+                str(device),
+                kind,
+                batch,
+                precision,
+                "graph",
+                "bare graph fed",
+                bare_graph_fed(kind, device, batch, precision, size.bare_steps),
+            )
+        )
 
 
 def describe(device: torch.device) -> str:
@@ -592,9 +778,16 @@ def describe(device: torch.device) -> str:
 
 
 def write(report: Report, path: Path) -> None:
-    doc = {"date": datetime.date.today().isoformat(), "size": report.size, "devices": report.devices,
-           "torch": torch.__version__, "cuda": torch.version.cuda, "rows": [r.as_dict() for r in report.rows],
-           "checks": report.checks, "ratios": ratios(report)}
+    doc = {
+        "date": datetime.date.today().isoformat(),
+        "size": report.size,
+        "devices": report.devices,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "rows": [r.as_dict() for r in report.rows],
+        "checks": report.checks,
+        "ratios": ratios(report),
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"report: {path}", flush=True)
@@ -611,7 +804,9 @@ def ratios(report: Report) -> list[dict]:
             out.append(_ratio(device, model, batch, precision, "loop / bare eager", per_s, base, 0.8))
         elif what == "loop" and graph == "on":
             base = found.get((device, model, batch, precision, "bare graph fed", "graph"))
-            out.append(_ratio(device, model, batch, precision, "graphed loop / bare graph fed", per_s, base, 0.5))
+            out.append(
+                _ratio(device, model, batch, precision, "graphed loop / bare graph fed", per_s, base, 0.5)
+            )
         elif what == "scoring":
             base = found.get((device, model, batch, precision, "bare forward", "-"))
             out.append(_ratio(device, model, batch, precision, "scoring / bare forward", per_s, base, 0.8))
@@ -621,8 +816,16 @@ def ratios(report: Report) -> list[dict]:
 def _ratio(device, model, batch, precision, name, ours, base, target) -> dict | None:
     if not base:
         return None
-    return {"device": device, "model": model, "batch": batch, "precision": precision, "ratio_of": name,
-            "ratio": round(ours / base, 3), "target": target, "met": ours / base >= target}
+    return {
+        "device": device,
+        "model": model,
+        "batch": batch,
+        "precision": precision,
+        "ratio_of": name,
+        "ratio": round(ours / base, 3),
+        "target": target,
+        "met": ours / base >= target,
+    }
 
 
 def record_targets(report: Report) -> None:
@@ -637,30 +840,53 @@ def record_targets(report: Report) -> None:
             continue
         ours = found[(r["device"], r["model"], r["batch"], "fp32", "loop", "off")]
         base = found[(r["device"], r["model"], r["batch"], "fp32", "bare eager", "eager")]
-        rows.append(entry(f"loop_vs_bare_eager_{device}_{r['model']}_{r['batch']}", ours, base, "samples/s",
-                          "higher", 0.8, note="bench.gpu: the project's loop (one rank, Parquet, compact rows) "
-                                              "against the bare eager step on data already on the device"))
+        rows.append(
+            entry(
+                f"loop_vs_bare_eager_{device}_{r['model']}_{r['batch']}",
+                ours,
+                base,
+                "samples/s",
+                "higher",
+                0.8,
+                note="bench.gpu: the project's loop (one rank, Parquet, compact rows) "
+                "against the bare eager step on data already on the device",
+            )
+        )
     record(rows)
 
 
 DOC = ROOT / "docs" / "gpu.md"
-BEGIN, END = "<!-- gpu-check table: python -m bench.gpu --write-doc -->", "<!-- end of the gpu-check table -->"
+BEGIN, END = (
+    "<!-- gpu-check table: python -m bench.gpu --write-doc -->",
+    "<!-- end of the gpu-check table -->",
+)
 
 
 def markdown(doc: dict) -> str:
     """The GPU run's report as the tables docs/gpu.md shows (generated, never edited by hand)."""
-    lines = [f"Run on {doc['date']}: {'; '.join(doc['devices'])}; torch {doc['torch']}, CUDA {doc['cuda']} "
-             f"(`bench/gpu_results.json`, size `{doc['size']}`).", "",
-             "| device | model | batch | precision | what | graph | samples or rows /s | GPU util % |",
-             "|---|---|---:|---|---|---|---:|---:|"]
+    lines = [
+        f"Run on {doc['date']}: {'; '.join(doc['devices'])}; torch {doc['torch']}, CUDA {doc['cuda']} "
+        f"(`bench/gpu_results.json`, size `{doc['size']}`).",
+        "",
+        "| device | model | batch | precision | what | graph | samples or rows /s | GPU util % |",
+        "|---|---|---:|---|---|---|---:|---:|",
+    ]
     for r in doc["rows"]:
         util = "" if r.get("gpu_util") is None else f"{r['gpu_util']:.0f}"
-        lines.append(f"| {r['device']} | {r['model']} | {r['batch']} | {r['precision']} | {r['what']} | {r['graph']} | "
-                     f"{r['per_s']:,.0f} | {util} |")
-    lines += ["", "| device | model | batch | precision | ratio | value | target | met |", "|---|---|---:|---|---|---:|---:|---|"]
+        lines.append(
+            f"| {r['device']} | {r['model']} | {r['batch']} | {r['precision']} | {r['what']} | {r['graph']} | "
+            f"{r['per_s']:,.0f} | {util} |"
+        )
+    lines += [
+        "",
+        "| device | model | batch | precision | ratio | value | target | met |",
+        "|---|---|---:|---|---|---:|---:|---|",
+    ]
     for r in doc["ratios"]:
-        lines.append(f"| {r['device']} | {r['model']} | {r['batch']} | {r['precision']} | {r['ratio_of']} | "
-                     f"{r['ratio']:.3f} | {r['target']} | {'yes' if r['met'] else '**no**'} |")
+        lines.append(
+            f"| {r['device']} | {r['model']} | {r['batch']} | {r['precision']} | {r['ratio_of']} | "
+            f"{r['ratio']:.3f} | {r['target']} | {'yes' if r['met'] else '**no**'} |"
+        )
     lines += ["", "Checks in the same run:", ""]
     lines += [f"- {'PASS' if ok else '**FAIL**'}: {name}" for name, ok in doc["checks"].items()]
     return "\n".join(lines) + "\n"

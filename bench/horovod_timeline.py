@@ -17,7 +17,10 @@ from collections import defaultdict
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "horovod_timeline.json"
-SIZES = {1: 240, 64: 24}  # MiB -> allreduces per way, in BLOCKS alternated blocks (a call's time is noisy here)
+SIZES = {
+    1: 240,
+    64: 24,
+}  # MiB -> allreduces per way, in BLOCKS alternated blocks (a call's time is noisy here)
 BLOCKS = 6
 WAYS = ("horovod_wait", "strategy_wait")
 PHASES = ("NEGOTIATE_ALLREDUCE", "ALLREDUCE", "GLOO_ALLREDUCE")
@@ -46,8 +49,11 @@ def timeline_rank(ctx, path: str) -> None:
 
 def spans_by_row(trace: list[dict]) -> dict[str, dict[str, list[tuple[float, float]]]]:
     """Each timeline row's (one tensor name's) begin/end pairs per phase, in order."""
-    names = {e["pid"]: e["args"]["name"] for e in trace
-             if e.get("ph") == "M" and e.get("name") == "process_name" and "name" in e.get("args", {})}
+    names = {
+        e["pid"]: e["args"]["name"]
+        for e in trace
+        if e.get("ph") == "M" and e.get("name") == "process_name" and "name" in e.get("args", {})
+    }
     stacks: dict[int, list[tuple[str, float]]] = defaultdict(list)
     spans: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for event in trace:

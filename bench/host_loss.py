@@ -34,16 +34,33 @@ EPOCHS = 6
 
 
 def submit(cluster: EmulatedHosts, job: str, *overrides: str) -> list[str]:
-    return [str(Path(sys.executable).parent / "spark-submit"), "--master", cluster.master_url,
-            "--load-spark-defaults", "--properties-file", str(ROOT / "conf/spark/cluster.conf"), str(ROOT / job),
-            "--config", str(ROOT / "conf/adult.yaml"), "--set", f"output.root={SHARED / 'out'}",
-            "--set", f"tracking.tracking_uri=sqlite:///{SHARED / 'mlflow.db'}",
-            *[a for o in overrides for a in ("--set", o)]]
+    return [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master",
+        cluster.master_url,
+        "--load-spark-defaults",
+        "--properties-file",
+        str(ROOT / "conf/spark/cluster.conf"),
+        str(ROOT / job),
+        "--config",
+        str(ROOT / "conf/adult.yaml"),
+        "--set",
+        f"output.root={SHARED / 'out'}",
+        "--set",
+        f"tracking.tracking_uri=sqlite:///{SHARED / 'mlflow.db'}",
+        *[a for o in overrides for a in ("--set", o)],
+    ]
 
 
 def train_argv(cluster: EmulatedHosts) -> list[str]:
-    return submit(cluster, "jobs/train.py", f"train.epochs={EPOCHS}", "train.min_ranks=1",
-                  f"train.elastic_wait_s={ELASTIC_WAIT_S}", "train.checkpoint_every_steps=20")
+    return submit(
+        cluster,
+        "jobs/train.py",
+        f"train.epochs={EPOCHS}",
+        "train.min_ranks=1",
+        f"train.elastic_wait_s={ELASTIC_WAIT_S}",
+        "train.checkpoint_every_steps=20",
+    )
 
 
 def uninterrupted(cluster: EmulatedHosts) -> float:
@@ -59,7 +76,9 @@ def with_host_loss(cluster: EmulatedHosts) -> dict[str, float]:
     checkpoints = SHARED / "out" / "checkpoints"
     before = set(checkpoints.glob("*")) if checkpoints.exists() else set()
     start = time.monotonic()
-    job = cluster.popen(0, train_argv(cluster), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=SHARED)
+    job = cluster.popen(
+        0, train_argv(cluster), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=SHARED
+    )
     run_dir = _wait_for(lambda: next(iter(set(checkpoints.glob("*")) - before), None), job)
     _wait_for(lambda: (run_dir / "ckpt-e00002-s0000000.pt").exists() or None, job)
     killed_at, killed_wall = time.monotonic(), dt.datetime.now()
@@ -78,6 +97,7 @@ def with_host_loss(cluster: EmulatedHosts) -> dict[str, float]:
 
 def _log_times(log: str, killed: dt.datetime) -> tuple[float, float]:
     """Seconds after the kill at which the driver logged the failed attempt and the relaunch."""
+
     def seconds_after(pattern: str) -> float:
         for line in log.splitlines():
             m = re.match(r"^(\d\d:\d\d:\d\d) .*" + pattern, line)
@@ -115,7 +135,9 @@ def main(rounds: int = 2) -> list[dict]:
     cluster = create_hosts(WORKDIR, 3, SHARED, keep=[str(ROOT), sys.prefix])
     try:
         start_spark(cluster)
-        prep = cluster.run(0, submit(cluster, "jobs/preprocess.py"), capture_output=True, text=True, cwd=SHARED)
+        prep = cluster.run(
+            0, submit(cluster, "jobs/preprocess.py"), capture_output=True, text=True, cwd=SHARED
+        )
         if prep.returncode != 0:
             raise RuntimeError(prep.stderr[-3000:])
         clean, lossy = [], []
@@ -129,12 +151,25 @@ def main(rounds: int = 2) -> list[dict]:
     finally:
         cluster.stop()
     med = {k: statistics.median(r[k] for r in lossy) for k in ("total", "detect", "relaunch", "resume")}
-    note = (f"host 2 killed at the start of epoch 3 of {EPOCHS}; detect {med['detect']:.0f} s, relaunch "
-            f"{med['relaunch']:.0f} s (of which train.elastic_wait_s={ELASTIC_WAIT_S}), training again "
-            f"{med['resume']:.0f} s after the kill; the run continues on 1 rank")
-    rows = [entry("host_loss_run_vs_uninterrupted", med["total"], statistics.median(clean), "s", "lower", None, note),
-            entry("host_loss_resume_s", med["resume"], ELASTIC_WAIT_S, "s", "lower", None,
-                  "seconds from the kill to the relaunched rank's first checkpoint; baseline: the elastic wait")]
+    note = (
+        f"host 2 killed at the start of epoch 3 of {EPOCHS}; detect {med['detect']:.0f} s, relaunch "
+        f"{med['relaunch']:.0f} s (of which train.elastic_wait_s={ELASTIC_WAIT_S}), training again "
+        f"{med['resume']:.0f} s after the kill; the run continues on 1 rank"
+    )
+    rows = [
+        entry(
+            "host_loss_run_vs_uninterrupted", med["total"], statistics.median(clean), "s", "lower", None, note
+        ),
+        entry(
+            "host_loss_resume_s",
+            med["resume"],
+            ELASTIC_WAIT_S,
+            "s",
+            "lower",
+            None,
+            "seconds from the kill to the relaunched rank's first checkpoint; baseline: the elastic wait",
+        ),
+    ]
     record(rows)
     return rows
 

@@ -27,7 +27,11 @@ def make_frame(spark, rows: int):
     from pyspark.sql import functions as F
 
     feats = F.array(*[F.rand(seed=i).cast("float") for i in range(DIM)]).alias("features")
-    df = spark.range(rows).select(F.col("id").alias("row_id"), feats).repartition(spark.sparkContext.defaultParallelism)
+    df = (
+        spark.range(rows)
+        .select(F.col("id").alias("row_id"), feats)
+        .repartition(spark.sparkContext.defaultParallelism)
+    )
     df = df.cache()
     df.count()
     return df
@@ -55,14 +59,19 @@ def task_rows(df, rows: int) -> list[dict]:
     from sparkml_dist.tasks.base import Target
 
     binary = bundle_for([64])
-    tasks = {"infer_multiclass10_vs_binary": Target("multiclass", tuple(str(d) for d in range(10))),
-             "infer_regression_vs_binary": Target("regression", mean=40.0, std=12.0)}
+    tasks = {
+        "infer_multiclass10_vs_binary": Target("multiclass", tuple(str(d) for d in range(10))),
+        "infer_regression_vs_binary": Target("regression", mean=40.0, std=12.0),
+    }
     out = []
     for name, target in tasks.items():
         bundle = bundle_for([64], target)
-        o, b = alternate(lambda: timed_rows_per_s(lambda: score_features(df, bundle), rows),
-                         lambda: timed_rows_per_s(lambda: score_features(df, binary), rows), rounds=ROUNDS,
-                         warm_up=True)
+        o, b = alternate(
+            lambda: timed_rows_per_s(lambda: score_features(df, bundle), rows),
+            lambda: timed_rows_per_s(lambda: score_features(df, binary), rows),
+            rounds=ROUNDS,
+            warm_up=True,
+        )
         out.append(entry(name, o, b, "rows/s", "higher", 0.9, note=f"MLP {DIM}-64-k, {rows:,} rows"))
     return out
 
@@ -91,7 +100,10 @@ def arrow_ceiling(df, bundle):
     def moved(batches):
         for batch in batches:
             x = dense_features(batch, None, where="a ceiling batch")
-            zeros = [_arrow(np.zeros(len(x), np.float64 if kind == "double" else np.int32), kind) for _, kind in outputs]
+            zeros = [
+                _arrow(np.zeros(len(x), np.float64 if kind == "double" else np.int32), kind)
+                for _, kind in outputs
+            ]
             yield pa.RecordBatch.from_arrays([batch.column("row_id"), *zeros], names=schema.names)
 
     return df.select("row_id", "features").mapInArrow(moved, schema)
@@ -136,8 +148,13 @@ def mlflow_columns_udf_frame(spark, wide, bundle, tmp: str):
         out = model(torch.from_numpy(sample.to_numpy(np.float32))).numpy()
     path = f"{tmp}/torch_columns"
     # pickle: the format that takes a pandas frame of columns (pt2 traces one tensor input)
-    mlflow.pytorch.save_model(model, path, signature=infer_signature(sample, out), pip_requirements=["torch"],
-                              serialization_format="pickle")
+    mlflow.pytorch.save_model(
+        model,
+        path,
+        signature=infer_signature(sample, out),
+        pip_requirements=["torch"],
+        serialization_format="pickle",
+    )
     udf = mlflow.pyfunc.spark_udf(spark, model_uri=path, result_type="double", env_manager="local")
     return lambda: wide.select("row_id", udf(*[f"f{i}" for i in range(DIM)]).alias("probability"))
 
@@ -149,7 +166,7 @@ def plain_torch_rows_per_s(model, x: np.ndarray, threads: int, batch_rows: int =
     t0 = time.perf_counter()
     with torch.inference_mode():
         for start in range(0, len(x), batch_rows):
-            torch.sigmoid(model(torch.from_numpy(x[start:start + batch_rows]))).numpy()
+            torch.sigmoid(model(torch.from_numpy(x[start : start + batch_rows]))).numpy()
     return len(x) / (time.perf_counter() - t0)
 
 
@@ -165,22 +182,59 @@ def main(rows: int = 1_000_000, spark=None) -> list[dict]:
     small = bundle_for([64])
     rows_out = []
     ours_small = lambda: score_features(df, small)  # noqa: E731
-    o, b = alternate(lambda: timed_rows_per_s(ours_small, rows),
-                     lambda: timed_rows_per_s(lambda: arrow_ceiling(df, small), rows), rounds=ROUNDS, warm_up=True)
-    rows_out.append(entry("infer_vs_arrow_ceiling", o, b, "rows/s", "higher", 0.95,
-                          note="ceiling: the same input read and the same three columns written, no model"))
+    o, b = alternate(
+        lambda: timed_rows_per_s(ours_small, rows),
+        lambda: timed_rows_per_s(lambda: arrow_ceiling(df, small), rows),
+        rounds=ROUNDS,
+        warm_up=True,
+    )
+    rows_out.append(
+        entry(
+            "infer_vs_arrow_ceiling",
+            o,
+            b,
+            "rows/s",
+            "higher",
+            0.95,
+            note="ceiling: the same input read and the same three columns written, no model",
+        )
+    )
     wide = columns_frame(df)
     with tempfile.TemporaryDirectory() as tmp:
         columns_udf = mlflow_columns_udf_frame(spark, wide, small, tmp)
-        o, b = alternate(lambda: timed_rows_per_s(ours_small, rows), lambda: timed_rows_per_s(columns_udf, rows),
-                         warm_up=True)
-        rows_out.append(entry("infer_vs_mlflow_spark_udf", o, b, "rows/s", "higher", 1.9,
-                              note=f"baseline: mlflow.pytorch model, column signature ({DIM} float columns)"))
+        o, b = alternate(
+            lambda: timed_rows_per_s(ours_small, rows),
+            lambda: timed_rows_per_s(columns_udf, rows),
+            warm_up=True,
+        )
+        rows_out.append(
+            entry(
+                "infer_vs_mlflow_spark_udf",
+                o,
+                b,
+                "rows/s",
+                "higher",
+                1.9,
+                note=f"baseline: mlflow.pytorch model, column signature ({DIM} float columns)",
+            )
+        )
         array_udf = mlflow_udf_frame(spark, df, small, tmp)
-        o, b = alternate(lambda: timed_rows_per_s(ours_small, rows), lambda: timed_rows_per_s(array_udf, rows),
-                         warm_up=True)
-        rows_out.append(entry("infer_vs_mlflow_spark_udf_array_signature", o, b, "rows/s", "higher", None,
-                              note="baseline: this project's pyfunc, signature features: Array(float)"))
+        o, b = alternate(
+            lambda: timed_rows_per_s(ours_small, rows),
+            lambda: timed_rows_per_s(array_udf, rows),
+            warm_up=True,
+        )
+        rows_out.append(
+            entry(
+                "infer_vs_mlflow_spark_udf_array_signature",
+                o,
+                b,
+                "rows/s",
+                "higher",
+                None,
+                note="baseline: this project's pyfunc, signature features: Array(float)",
+            )
+        )
     wide.unpersist()
     rows_out.extend(task_rows(df, rows))
 
@@ -191,10 +245,21 @@ def main(rows: int = 1_000_000, spark=None) -> list[dict]:
     n = len(x)
     sub = df.limit(n).repartition(cores).cache()  # limit() leaves one partition: spread it over the cores
     sub.count()
-    o, b = alternate(lambda: timed_rows_per_s(lambda: score_features(sub, big), n),
-                     lambda: plain_torch_rows_per_s(model, x, cores))
-    rows_out.append(entry("infer_compute_bound_vs_torch", o, b, "rows/s", "higher", 0.8,
-                          note=f"MLP 32-1024-1024-1 on {n:,} rows; torch with {cores} threads"))
+    o, b = alternate(
+        lambda: timed_rows_per_s(lambda: score_features(sub, big), n),
+        lambda: plain_torch_rows_per_s(model, x, cores),
+    )
+    rows_out.append(
+        entry(
+            "infer_compute_bound_vs_torch",
+            o,
+            b,
+            "rows/s",
+            "higher",
+            0.8,
+            note=f"MLP 32-1024-1024-1 on {n:,} rows; torch with {cores} threads",
+        )
+    )
     sub.unpersist()
     df.unpersist()
     record(rows_out)

@@ -31,8 +31,12 @@ def write_dataset(root: Path, rows: int, files: int = 4, row_group: int = 8192):
     per_file = rows // files
     for f in range(files):
         x = rng.random((per_file, DIM), dtype=np.float32)
-        table = pa.table({"features": pa.FixedSizeListArray.from_arrays(x.ravel(), DIM).cast(pa.list_(pa.float32())),
-                          "label": pa.array((x[:, 0] > 0.5).astype(np.float32))})
+        table = pa.table(
+            {
+                "features": pa.FixedSizeListArray.from_arrays(x.ravel(), DIM).cast(pa.list_(pa.float32())),
+                "label": pa.array((x[:, 0] > 0.5).astype(np.float32)),
+            }
+        )
         rel = f"train/part-{f}.parquet"
         pq.write_table(table, root / rel, row_group_size=row_group)
         meta = pq.ParquetFile(root / rel).metadata
@@ -65,8 +69,17 @@ def main(rows: int = 2_000_000) -> list[dict]:
         root = Path(tmp)
         groups = write_dataset(root, rows)
         o, b = alternate(lambda: ours(root, groups, 1024), lambda: raw_pyarrow(root), rounds=5)
-    rows_out = [entry("loader_vs_pyarrow", o, b, "rows/s", "higher", 0.7,
-                      note=f"{rows:,} rows x {DIM} float32, batch 1024, shuffle buffer 4 row groups")]
+    rows_out = [
+        entry(
+            "loader_vs_pyarrow",
+            o,
+            b,
+            "rows/s",
+            "higher",
+            0.7,
+            note=f"{rows:,} rows x {DIM} float32, batch 1024, shuffle buffer 4 row groups",
+        )
+    ]
     record(rows_out)
     return rows_out
 

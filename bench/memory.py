@@ -67,7 +67,9 @@ def child_plain_train(root: str, rows: int) -> None:
     model = build_model(compute_bound((64,)))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loss_fn = torch.nn.BCEWithLogitsLoss()
-    for xb, yb in torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=1024, shuffle=True):
+    for xb, yb in torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x, y), batch_size=1024, shuffle=True
+    ):
         optimizer.zero_grad()
         loss_fn(model(xb).squeeze(-1), yb).backward()
         optimizer.step()
@@ -76,8 +78,13 @@ def child_plain_train(root: str, rows: int) -> None:
 
 def train_peak(rows: int, kind: str = "child-train") -> float:
     with tempfile.TemporaryDirectory() as tmp:
-        out = subprocess.run([sys.executable, "-m", "bench.memory", kind, tmp, str(rows)],
-                             capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[1])
+        out = subprocess.run(
+            [sys.executable, "-m", "bench.memory", kind, tmp, str(rows)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parents[1],
+        )
     return json.loads(out.stdout.strip().splitlines()[-1])["peak_mib"]
 
 
@@ -114,9 +121,9 @@ class WorkerPeak:
 
 
 def score_peak(spark, rows: int, scorer: str = "ours") -> float:
-    from bench.inference import bundle_for
     from pyspark.sql import functions as F
 
+    from bench.inference import bundle_for
     from sparkml_dist.inference.udf import score_features
 
     feats = F.array(*[F.rand(seed=i).cast("float") for i in range(32)]).alias("features")
@@ -153,7 +160,9 @@ def predict_batch_udf_frame(df, bundle):
 
         return predict
 
-    udf = predict_batch_udf(make_predict_fn, return_type=FloatType(), batch_size=1024, input_tensor_shapes=[[32]])
+    udf = predict_batch_udf(
+        make_predict_fn, return_type=FloatType(), batch_size=1024, input_tensor_shapes=[[32]]
+    )
     return df.select("row_id", udf(F.col("features")).alias("probability"))
 
 
@@ -169,25 +178,66 @@ def main(spark=None, rounds: int = ROUNDS) -> list[dict]:
         for kind, peaks in in_turn([("small", small), ("big", big), ("plain", plain)], i):
             rows = BASE_ROWS if kind == "small" else 10 * BASE_ROWS
             peaks.append(train_peak(rows, "child-plain-train" if kind == "plain" else "child-train"))
-    rows_out = [entry("memory_stream_train", Measured(big), Measured(small), "MiB", "lower", 1.2,
-                      note=f"peak RSS of a rank training one epoch on {10 * BASE_ROWS:,} vs {BASE_ROWS:,} rows "
-                           f"(features alone: {10 * BASE_ROWS * 32 * 4 / 2**20:.0f} vs {BASE_ROWS * 32 * 4 / 2**20:.0f} MiB)")]
-    rows_out.append(entry("memory_train_vs_pandas_dataloader", Measured(big), Measured(plain), "MiB", "lower", 1.0,
-                          note=f"peak RSS of one epoch on {10 * BASE_ROWS:,} rows: our rank vs a torch script that "
-                               "reads the Parquet with pandas into a TensorDataset + DataLoader (same model, batch 1024)"))
+    rows_out = [
+        entry(
+            "memory_stream_train",
+            Measured(big),
+            Measured(small),
+            "MiB",
+            "lower",
+            1.2,
+            note=f"peak RSS of a rank training one epoch on {10 * BASE_ROWS:,} vs {BASE_ROWS:,} rows "
+            f"(features alone: {10 * BASE_ROWS * 32 * 4 / 2**20:.0f} vs {BASE_ROWS * 32 * 4 / 2**20:.0f} MiB)",
+        )
+    ]
+    rows_out.append(
+        entry(
+            "memory_train_vs_pandas_dataloader",
+            Measured(big),
+            Measured(plain),
+            "MiB",
+            "lower",
+            1.0,
+            note=f"peak RSS of one epoch on {10 * BASE_ROWS:,} rows: our rank vs a torch script that "
+            "reads the Parquet with pandas into a TensorDataset + DataLoader (same model, batch 1024)",
+        )
+    )
     one, ten, theirs = [], [], []
     for i in range(rounds):
         session = spark if (spark is not None and i == 0) else _session()
         for kind, peaks in in_turn([("one", one), ("ten", ten), ("theirs", theirs)], i):
-            peaks.append(score_peak(session, 1_000_000 if kind == "one" else 10_000_000,
-                                    "predict_batch_udf" if kind == "theirs" else "ours"))
+            peaks.append(
+                score_peak(
+                    session,
+                    1_000_000 if kind == "one" else 10_000_000,
+                    "predict_batch_udf" if kind == "theirs" else "ours",
+                )
+            )
         if session is not spark:
             session.stop()
-    rows_out.append(entry("memory_score_10m", Measured(ten), Measured(one), "MiB", "lower", 1.2,
-                          note="largest Python worker RSS (sampled) while scoring 10M vs 1M rows x 32 floats"))
-    rows_out.append(entry("memory_score_vs_predict_batch_udf", Measured(ten), Measured(theirs), "MiB", "lower", 1.0,
-                          note="largest Python worker RSS (sampled) while scoring 10M rows x 32 floats: ours vs "
-                               "predict_batch_udf(batch_size=1024) with the same model"))
+    rows_out.append(
+        entry(
+            "memory_score_10m",
+            Measured(ten),
+            Measured(one),
+            "MiB",
+            "lower",
+            1.2,
+            note="largest Python worker RSS (sampled) while scoring 10M vs 1M rows x 32 floats",
+        )
+    )
+    rows_out.append(
+        entry(
+            "memory_score_vs_predict_batch_udf",
+            Measured(ten),
+            Measured(theirs),
+            "MiB",
+            "lower",
+            1.0,
+            note="largest Python worker RSS (sampled) while scoring 10M rows x 32 floats: ours vs "
+            "predict_batch_udf(batch_size=1024) with the same model",
+        )
+    )
     record(rows_out)
     return rows_out
 

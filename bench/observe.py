@@ -24,9 +24,19 @@ def job(root: Path, groups, observe):
     from sparkml_dist.train.job import TrainJob
 
     ddp = get_method("ddp")
-    cfg = ddp.config(num_ranks=2, epochs=2, batch_size=256, threads_per_rank=1, device="cpu", log_every_steps=10_000)
-    return TrainJob(str(root), tuple(groups), tuple(groups[:1]), ModelSpec("mlp", DIM, 0.0, HIDDEN), cfg,
-                    scratch_dir(), placement=ddp.placement, observe=observe)
+    cfg = ddp.config(
+        num_ranks=2, epochs=2, batch_size=256, threads_per_rank=1, device="cpu", log_every_steps=10_000
+    )
+    return TrainJob(
+        str(root),
+        tuple(groups),
+        tuple(groups[:1]),
+        ModelSpec("mlp", DIM, 0.0, HIDDEN),
+        cfg,
+        scratch_dir(),
+        placement=ddp.placement,
+        observe=observe,
+    )
 
 
 def throughput(spark, payload) -> float:
@@ -34,8 +44,9 @@ def throughput(spark, payload) -> float:
     from sparkml_dist.launch import TorchBackend, run_barrier
     from sparkml_dist.train.loop import train_rank
 
-    records = run_barrier(spark, train_rank, replace(payload, checkpoint_dir=scratch_dir()), 2,
-                          TorchBackend())[0].records
+    records = run_barrier(
+        spark, train_rank, replace(payload, checkpoint_dir=scratch_dir()), 2, TorchBackend()
+    )[0].records
     return sum(r.samples for r in records) / sum(r.samples / r.samples_per_s for r in records)
 
 
@@ -52,9 +63,18 @@ def main(rows: int = 200_000, spark=None) -> list[dict]:
         watched, plain = job(root, groups, on), job(root, groups, off)
         throughput(spark, plain)  # warm the Python workers for both
         o, b = alternate(lambda: throughput(spark, watched), lambda: throughput(spark, plain), rounds=5)
-    rows_out = [entry("observe_overhead_2_ranks", o, b, "samples/s", "higher", 0.98,
-                      note=f"DDP, MLP 32-{'-'.join(map(str, HIDDEN))}-1, batch 256, {rows:,} rows x 2 epochs, 1 thread "
-                           "per rank; ours = system samples every 1 s + step breakdown + energy, baseline = all off")]
+    rows_out = [
+        entry(
+            "observe_overhead_2_ranks",
+            o,
+            b,
+            "samples/s",
+            "higher",
+            0.98,
+            note=f"DDP, MLP 32-{'-'.join(map(str, HIDDEN))}-1, batch 256, {rows:,} rows x 2 epochs, 1 thread "
+            "per rank; ours = system samples every 1 s + step breakdown + energy, baseline = all off",
+        )
+    ]
     record(rows_out)
     return rows_out
 

@@ -17,9 +17,16 @@ from bench.common import entry, make_bench_importable, record
 
 OUT = Path(__file__).resolve().parent / "parallel.json"
 NAMES = [f"_num_scaled_{i}" for i in range(16)] + [f"c{j}__onehot_{v}" for j in range(6) for v in range(8)]
-CASES = [("ddp", 2, {}), ("fsdp", 2, {}), ("tensor", 2, {}), ("pipeline", 2, {"schedule": "gpipe"}),
-         ("pipeline", 2, {"schedule": "1f1b"}), ("hybrid", 4, {"tensor_parallel": 2}), ("ddp", 4, {}),
-         ("fsdp", 4, {})]
+CASES = [
+    ("ddp", 2, {}),
+    ("fsdp", 2, {}),
+    ("tensor", 2, {}),
+    ("pipeline", 2, {"schedule": "gpipe"}),
+    ("pipeline", 2, {"schedule": "1f1b"}),
+    ("hybrid", 4, {"tensor_parallel": 2}),
+    ("ddp", 4, {}),
+    ("fsdp", 4, {}),
+]
 GLOBAL_BATCH, MICROBATCHES, STEPS = 64, 4, 12
 
 
@@ -52,14 +59,24 @@ def expected_bytes(strategy: str, ranks: int, params: float, activation: float, 
 
 
 def run_case(spark, strategy: str, ranks: int, options: dict) -> dict:
-    from sparkml_dist.launch import TorchBackend, run_barrier
     from bench.probe import Probe, probe_rank
+    from sparkml_dist.launch import TorchBackend, run_barrier
 
-    probe = Probe(spec(), strategy=strategy, steps=STEPS, global_batch=GLOBAL_BATCH, microbatches=MICROBATCHES,
-                  **options)
-    results = run_barrier(spark, probe_rank, probe, ranks, TorchBackend(timeout_s=300, needs_fresh_process=True))
+    probe = Probe(
+        spec(),
+        strategy=strategy,
+        steps=STEPS,
+        global_batch=GLOBAL_BATCH,
+        microbatches=MICROBATCHES,
+        **options,
+    )
+    results = run_barrier(
+        spark, probe_rank, probe, ranks, TorchBackend(timeout_s=300, needs_fresh_process=True)
+    )
     shape = spec().transformer
-    data_world = {"tensor": 1, "pipeline": 1, "hybrid": ranks // options.get("tensor_parallel", 2)}.get(strategy, ranks)
+    data_world = {"tensor": 1, "pipeline": 1, "hybrid": ranks // options.get("tensor_parallel", 2)}.get(
+        strategy, ranks
+    )
     activation = GLOBAL_BATCH / data_world * shape.tokens * shape.d_model * 4
     row = {
         "strategy": strategy + (f"-{options['schedule']}" if "schedule" in options else ""),
@@ -106,8 +123,16 @@ def ratio_rows(rows: list[dict]) -> list[dict]:
             continue
         name = f"parallel_{r['strategy'].replace('-', '_')}_{r['ranks']}r"
         out.append(entry(f"{name}_step_time_vs_ddp", r["step_ms"], base["step_ms"], "ms/step", "lower", None))
-        out.append(entry(f"{name}_state_vs_ddp", r["state_mib_per_rank"], base["state_mib_per_rank"], "MiB/rank",
-                         "lower", round(1.15 / r["ranks"], 3)))
+        out.append(
+            entry(
+                f"{name}_state_vs_ddp",
+                r["state_mib_per_rank"],
+                base["state_mib_per_rank"],
+                "MiB/rank",
+                "lower",
+                round(1.15 / r["ranks"], 3),
+            )
+        )
     return out
 
 

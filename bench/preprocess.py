@@ -23,7 +23,9 @@ def ours(spark, train_csv: str, test_csv: str, out: str) -> float:
     from sparkml_dist.config import load_config
     from sparkml_dist.stages import preprocess
 
-    cfg = load_config(CONFIG, [f"data.train_path={train_csv}", f"data.test_path={test_csv}", f"output.root={out}"])
+    cfg = load_config(
+        CONFIG, [f"data.train_path={train_csv}", f"data.test_path={test_csv}", f"output.root={out}"]
+    )
     t0 = time.perf_counter()
     result = preprocess(spark, cfg)
     seconds = time.perf_counter() - t0
@@ -69,16 +71,29 @@ def two_pass_floor(spark, train_csv: str, test_csv: str, out: str) -> float:
     categorical = [c.name for c in cols if c.role == "categorical"]
     t0 = time.perf_counter()
     for name, path in (("train", train_csv), ("test", test_csv)):
-        df = spark.read.csv(path, schema=schema, ignoreLeadingWhiteSpace=True, nullValue="?", mode="PERMISSIVE",
-                            columnNameOfCorruptRecord="_line")
+        df = spark.read.csv(
+            path,
+            schema=schema,
+            ignoreLeadingWhiteSpace=True,
+            nullValue="?",
+            mode="PERMISSIVE",
+            columnNameOfCorruptRecord="_line",
+        )
         label = F.regexp_replace("income", r"\.$", "")
         y = F.when(label == ">50K", 1).when(label == "<=50K", 0)
         row_id = F.monotonically_increasing_id()
         split = F.when(F.col("_line").isNotNull() | y.isNull(), "reject")
         split = split.when(F.abs(F.xxhash64(row_id, F.lit(7))) % 10 == 0, "val") if name == "train" else split
         split = split.otherwise(name)
-        rows = df.select(row_id.alias("row_id"), *numeric, *categorical, y.alias("label"), "_line",
-                         F.input_file_name().alias("file"), split.alias("split"))
+        rows = df.select(
+            row_id.alias("row_id"),
+            *numeric,
+            *categorical,
+            y.alias("label"),
+            "_line",
+            F.input_file_name().alias("file"),
+            split.alias("split"),
+        )
         rows.write.mode("overwrite").partitionBy("split").parquet(f"{out}/{name}")
     train = spark.read.parquet(f"{out}/train").where("split = 'train'")
     train.agg(*[f(c) for c in numeric for f in (F.count, F.mean, F.var_samp, F.median)]).collect()
@@ -101,9 +116,11 @@ def main(sizes=(1_000_000,), spark=None, rounds: int = 3) -> list[dict]:
             train, test = f"{tmp}/train_csv", f"{tmp}/test_csv"
             write_csv(adult_like(spark, rows, seed=1), train, 8)
             write_csv(adult_like(spark, max(rows // 10, 1000), seed=2), test, 2)
-            measure = {"ours": lambda: ours(spark, train, test, f"{tmp}/ours"),
-                       "floor": lambda: two_pass_floor(spark, train, test, f"{tmp}/floor"),
-                       "copy": lambda: plain_spark_io(spark, train, test, f"{tmp}/plain")}
+            measure = {
+                "ours": lambda: ours(spark, train, test, f"{tmp}/ours"),
+                "floor": lambda: two_pass_floor(spark, train, test, f"{tmp}/floor"),
+                "copy": lambda: plain_spark_io(spark, train, test, f"{tmp}/plain"),
+            }
             runs = {name: [] for name in measure}
             for i in range(rounds):
                 for name in in_turn(list(measure), i):
@@ -112,9 +129,18 @@ def main(sizes=(1_000_000,), spark=None, rounds: int = 3) -> list[dict]:
         label = f"{rows // 1_000_000}m" if rows >= 1_000_000 else str(rows)
         shape = f"{rows:,} train + {max(rows // 10, 1000):,} test Adult-shaped rows"
         rows_out.append(entry(f"preprocess_vs_spark_io_{label}", o, b, "rows/s", "higher", 0.5, note=shape))
-        rows_out.append(entry(f"preprocess_two_pass_floor_vs_spark_io_{label}", floor, b, "rows/s", "higher", None,
-                              note=f"{shape}; bench.preprocess.two_pass_floor: one typed parse and split write, "
-                                   "one statistics pass, nothing else"))
+        rows_out.append(
+            entry(
+                f"preprocess_two_pass_floor_vs_spark_io_{label}",
+                floor,
+                b,
+                "rows/s",
+                "higher",
+                None,
+                note=f"{shape}; bench.preprocess.two_pass_floor: one typed parse and split write, "
+                "one statistics pass, nothing else",
+            )
+        )
     record(rows_out)
     return rows_out
 

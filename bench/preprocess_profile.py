@@ -56,8 +56,13 @@ def main(rows: int = 1_000_000) -> list[dict]:
     from sparkml_dist.spark import build_session
     from sparkml_dist.stages import preprocess
 
-    spark = build_session(SparkConfig(master="local[2]", app_name="bench-preprocess-profile",  # UI on a kernel-picked port
-                                      conf={"spark.ui.enabled": "true", "spark.ui.port": "0"}))
+    spark = build_session(
+        SparkConfig(
+            master="local[2]",
+            app_name="bench-preprocess-profile",  # UI on a kernel-picked port
+            conf={"spark.ui.enabled": "true", "spark.ui.port": "0"},
+        )
+    )
     spark.sparkContext.setLogLevel("ERROR")
     with tempfile.TemporaryDirectory() as tmp:
         train, test = f"{tmp}/train_csv", f"{tmp}/test_csv"
@@ -65,14 +70,18 @@ def main(rows: int = 1_000_000) -> list[dict]:
         write_csv(adult_like(spark, max(rows // 10, 1000), seed=2), test, 2)
         api = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}"
         generated = {j["jobId"] for j in _get(f"{api}/jobs")}  # generating the data is not preprocessing
-        cfg = load_config(CONFIG, [f"data.train_path={train}", f"data.test_path={test}", f"output.root={tmp}/ours"])
+        cfg = load_config(
+            CONFIG, [f"data.train_path={train}", f"data.test_path={test}", f"output.root={tmp}/ours"]
+        )
         t0 = time.perf_counter()
         preprocess(spark, cfg)
         seconds = time.perf_counter() - t0
     table = phase_table(spark.sparkContext.uiWebUrl, spark.sparkContext.applicationId, generated)
     print(f"preprocess of {rows:,} + {max(rows // 10, 1000):,} rows: {seconds:.1f} s wall on 2 cores")
     for r in table:
-        print(f"{r['wall_s']:7.1f} s wall {r['executor_run_s']:7.1f} s in tasks  {int(r['jobs']):3d} jobs  {r['phase']}")
+        print(
+            f"{r['wall_s']:7.1f} s wall {r['executor_run_s']:7.1f} s in tasks  {int(r['jobs']):3d} jobs  {r['phase']}"
+        )
     OUT.write_text(json.dumps({"seconds": seconds, "phases": table}, indent=1))
     spark.stop()
     return table

@@ -51,7 +51,9 @@ class ProbeResult:
     stage_microbatch_s: float | None
 
 
-def synthetic_batches(spec: ModelSpec, steps: int, global_batch: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def synthetic_batches(
+    spec: ModelSpec, steps: int, global_batch: int, seed: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     rng = np.random.default_rng(seed)
     dim = spec.input_dim
     w = rng.normal(size=dim)
@@ -79,8 +81,11 @@ def reference_losses(probe: Probe) -> list[float]:
 
 def placement_config(probe: Probe, world: int):
     """The method's own train config for this probe (its options, this world size)."""
-    options = {"strategy": probe.strategy, "num_ranks": world,
-               "batch_size": probe.global_batch // _data_world(probe, world)}
+    options = {
+        "strategy": probe.strategy,
+        "num_ranks": world,
+        "batch_size": probe.global_batch // _data_world(probe, world),
+    }
     if probe.strategy == "pipeline":
         options["parallel"] = {"microbatches": probe.microbatches, "schedule": probe.schedule}
     elif probe.strategy == "hybrid":
@@ -110,10 +115,17 @@ def probe_rank(ctx, probe: Probe) -> ProbeResult:
         times.append(time.perf_counter() - t0)
         sent.append(_bytes_written() - wchar)
         losses.append(_global_mean_loss(strategy, loss, len(xs)))
-    return ProbeResult(ctx.rank, losses, float(np.median(times[1:] or times)), float(np.median(sent[1:] or sent)),
-                       _peak_rss_mib(), local_param_bytes(model), full_bytes,
-                       _optimizer_state_bytes(optimizer) + local_param_bytes(model),
-                       _stage_compute_s(strategy, model, probe) if isinstance(strategy, PipelineParallel) else None)
+    return ProbeResult(
+        ctx.rank,
+        losses,
+        float(np.median(times[1:] or times)),
+        float(np.median(sent[1:] or sent)),
+        _peak_rss_mib(),
+        local_param_bytes(model),
+        full_bytes,
+        _optimizer_state_bytes(optimizer) + local_param_bytes(model),
+        _stage_compute_s(strategy, model, probe) if isinstance(strategy, PipelineParallel) else None,
+    )
 
 
 def _data_world(probe: Probe, world: int) -> int:
@@ -122,7 +134,9 @@ def _data_world(probe: Probe, world: int) -> int:
 
 def _my_slice(t: torch.Tensor, strategy: Strategy) -> torch.Tensor:
     n = len(t)
-    return t[n * strategy.data_rank // strategy.data_world: n * (strategy.data_rank + 1) // strategy.data_world]
+    return t[
+        n * strategy.data_rank // strategy.data_world : n * (strategy.data_rank + 1) // strategy.data_world
+    ]
 
 
 def _global_mean_loss(strategy: Strategy, loss: torch.Tensor | None, rows: int) -> float:

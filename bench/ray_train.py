@@ -37,7 +37,7 @@ EPOCHS = 4  # about 13 s of training on 2 ranks here: start-up is not all there 
 
 def ray_available() -> bool:
     try:
-        import ray.train.torch  # noqa: F401
+        import ray.train.torch
         import ray.util.spark  # noqa: F401
     except ImportError:
         return False
@@ -66,9 +66,17 @@ def ray_rank(config: dict) -> None:
     from sparkml_dist.train.loop import train_rank
 
     rt = ray.train.get_context()
-    ctx = RankContext(rt.get_world_rank(), rt.get_world_size(), rt.get_local_rank(), rt.get_local_world_size(),
-                      rt.get_node_rank(), 1, "127.0.0.1", os.environ.get("MASTER_ADDR", "127.0.0.1"),
-                      int(os.environ.get("MASTER_PORT", "0")))
+    ctx = RankContext(
+        rt.get_world_rank(),
+        rt.get_world_size(),
+        rt.get_local_rank(),
+        rt.get_local_world_size(),
+        rt.get_node_rank(),
+        1,
+        "127.0.0.1",
+        os.environ.get("MASTER_ADDR", "127.0.0.1"),
+        int(os.environ.get("MASTER_PORT", "0")),
+    )
     result = train_rank(ctx, config["job"])
     if result.records:  # rank 0's; Ray Train keeps reported metrics only with a checkpoint, so a file
         Path(config["epoch_file"]).write_text(str(median_epoch_s(result.records)))
@@ -87,8 +95,11 @@ def on_ray(spark, job) -> tuple[float, float]:
     try:
         ray.init(runtime_env={"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}})
         epoch_file = Path(job.checkpoint_dir) / "epoch_s"
-        trainer = TorchTrainer(ray_rank, train_loop_config={"job": job, "epoch_file": str(epoch_file)},
-                               scaling_config=ScalingConfig(num_workers=2, use_gpu=False))
+        trainer = TorchTrainer(
+            ray_rank,
+            train_loop_config={"job": job, "epoch_file": str(epoch_file)},
+            scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
+        )
         trainer.fit()
         wall = time.perf_counter() - t0
     finally:
@@ -123,19 +134,41 @@ def one_cold_job(kind: str, epochs: int, rows: int) -> None:
 
 def main(rows: int = 60_000, epochs: int = EPOCHS) -> list[dict]:
     if not ray_available():
-        print("bench.ray_train: skipped (Ray is not installed: .venv/bin/pip install -c requirements/constraints.txt "
-              "-e '.[bench]')", flush=True)
+        print(
+            "bench.ray_train: skipped (Ray is not installed: .venv/bin/pip install -c requirements/constraints.txt "
+            "-e '.[bench]')",
+            flush=True,
+        )
         return []
     make_bench_importable()
     runs: dict[str, list[tuple[float, float]]] = {"ours": [], "ray": []}
-    alternate(lambda: _keep(runs["ours"], cold("ours", epochs, rows)), lambda: _keep(runs["ray"], cold("ray", epochs, rows)))
-    setup = (f"same rank function, MLP 32-1024-1024-1, {rows:,} rows, 2 ranks x 1 thread, {epochs} epochs, both cold; "
-             "Ray: setup_ray_cluster(max_worker_nodes=2) + TorchTrainer(num_workers=2)")
+    alternate(
+        lambda: _keep(runs["ours"], cold("ours", epochs, rows)),
+        lambda: _keep(runs["ray"], cold("ray", epochs, rows)),
+    )
+    setup = (
+        f"same rank function, MLP 32-1024-1024-1, {rows:,} rows, 2 ranks x 1 thread, {epochs} epochs, both cold; "
+        "Ray: setup_ray_cluster(max_worker_nodes=2) + TorchTrainer(num_workers=2)"
+    )
     rows_out = [
-        entry("train_vs_ray_train", Measured([w for w, _ in runs["ours"]]), Measured([w for w, _ in runs["ray"]]),
-              "s", "lower", 0.75, note=f"{setup}; end to end"),
-        entry("train_vs_ray_train_epoch", Measured([e for _, e in runs["ours"]]), Measured([e for _, e in runs["ray"]]),
-              "s/epoch", "lower", None, note=f"{setup}; median epoch"),
+        entry(
+            "train_vs_ray_train",
+            Measured([w for w, _ in runs["ours"]]),
+            Measured([w for w, _ in runs["ray"]]),
+            "s",
+            "lower",
+            0.75,
+            note=f"{setup}; end to end",
+        ),
+        entry(
+            "train_vs_ray_train_epoch",
+            Measured([e for _, e in runs["ours"]]),
+            Measured([e for _, e in runs["ray"]]),
+            "s/epoch",
+            "lower",
+            None,
+            note=f"{setup}; median epoch",
+        ),
     ]
     record(rows_out)
     return rows_out
@@ -148,7 +181,9 @@ def _keep(runs: list, measured: tuple[float, float]) -> float:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--cold", choices=["ours", "ray"], help="run one job in this process and print WALL and EPOCH")
+    parser.add_argument(
+        "--cold", choices=["ours", "ray"], help="run one job in this process and print WALL and EPOCH"
+    )
     parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--rows", type=int, default=60_000)
     args = parser.parse_args()

@@ -22,40 +22,82 @@ from pathlib import Path
 from bench.common import RESULTS
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
-GENERATED = (DOCS, DOCS.parent / "streaming.md", DOCS.parent / "serving.md")  # every file with generated tables
+GENERATED = (
+    DOCS,
+    DOCS.parent / "streaming.md",
+    DOCS.parent / "serving.md",
+)  # every file with generated tables
 BLOCK = re.compile(r"(<!-- bench\.report: (\S+) -->\n)(.*?)(<!-- /bench\.report -->)", re.S)
 
-ORDER = ["infer_vs_arrow_ceiling", "infer_vs_mlflow_spark_udf", "infer_vs_mlflow_spark_udf_array_signature",
-         "infer_compute_bound_vs_torch",
-         "train_1rank_vs_plain_torch", "train_scaling_2_ranks", "train_scaling_2_ranks_no_comm_ceiling",
-         "train_scaling_2_ranks_vs_no_comm_ceiling", "train_scaling_2_ranks_lockstep_vs_no_comm_ceiling",
-         "train_scaling_2_ranks_vs_lockstep_ceiling", "train_scaling_2_ranks_gloo_vs_no_comm_ceiling",
-         "train_vs_torch_distributor",
-         "train_vs_torch_distributor_1_epoch", "train_vs_ray_train", "train_vs_ray_train_epoch", "run_start_vs_torch_distributor", "dataframe_fed_vs_parquet", "dataframe_fed_launch_vs_parquet", "dataframe_fed_vs_torch_distributor_df",
-         "loader_vs_pyarrow",
-         "allreduce_torch_vs_gloo", "allreduce_torch_vs_gloo_16mib", "allreduce_torch_vs_gloo_1mib",
-         "allreduce_horovod_vs_gloo", "allreduce_horovod_vs_gloo_16mib", "allreduce_horovod_vs_gloo_1mib",
-         "preprocess_vs_spark_io_1m", "preprocess_vs_spark_io_10m", "memory_stream_train", "memory_score_10m",
-         "memory_train_vs_pandas_dataloader", "memory_score_vs_predict_batch_udf",
-         "host_loss_run_vs_uninterrupted", "host_loss_resume_s", "tune_epochs_median_vs_unpruned",
-         "tune_best_val_median_vs_unpruned", "tune_epochs_asha_vs_unpruned", "tune_best_val_asha_vs_unpruned", "tune_trials_per_hour", "tune_test_accuracy_vs_default", "observe_overhead_2_ranks",
-         "stream_vs_batch_scoring", "stream_latency_p50", "stream_latency_p95",
-         "serve_latency_1_row_p50", "serve_latency_1_row_p95", "serve_latency_100_rows_p50",
-         "serve_latency_100_rows_p95", "pyfunc_raw_vs_spark_scorer"]
+ORDER = [
+    "infer_vs_arrow_ceiling",
+    "infer_vs_mlflow_spark_udf",
+    "infer_vs_mlflow_spark_udf_array_signature",
+    "infer_compute_bound_vs_torch",
+    "train_1rank_vs_plain_torch",
+    "train_scaling_2_ranks",
+    "train_scaling_2_ranks_no_comm_ceiling",
+    "train_scaling_2_ranks_vs_no_comm_ceiling",
+    "train_scaling_2_ranks_lockstep_vs_no_comm_ceiling",
+    "train_scaling_2_ranks_vs_lockstep_ceiling",
+    "train_scaling_2_ranks_gloo_vs_no_comm_ceiling",
+    "train_vs_torch_distributor",
+    "train_vs_torch_distributor_1_epoch",
+    "train_vs_ray_train",
+    "train_vs_ray_train_epoch",
+    "run_start_vs_torch_distributor",
+    "dataframe_fed_vs_parquet",
+    "dataframe_fed_launch_vs_parquet",
+    "dataframe_fed_vs_torch_distributor_df",
+    "loader_vs_pyarrow",
+    "allreduce_torch_vs_gloo",
+    "allreduce_torch_vs_gloo_16mib",
+    "allreduce_torch_vs_gloo_1mib",
+    "allreduce_horovod_vs_gloo",
+    "allreduce_horovod_vs_gloo_16mib",
+    "allreduce_horovod_vs_gloo_1mib",
+    "preprocess_vs_spark_io_1m",
+    "preprocess_vs_spark_io_10m",
+    "memory_stream_train",
+    "memory_score_10m",
+    "memory_train_vs_pandas_dataloader",
+    "memory_score_vs_predict_batch_udf",
+    "host_loss_run_vs_uninterrupted",
+    "host_loss_resume_s",
+    "tune_epochs_median_vs_unpruned",
+    "tune_best_val_median_vs_unpruned",
+    "tune_epochs_asha_vs_unpruned",
+    "tune_best_val_asha_vs_unpruned",
+    "tune_trials_per_hour",
+    "tune_test_accuracy_vs_default",
+    "observe_overhead_2_ranks",
+    "stream_vs_batch_scoring",
+    "stream_latency_p50",
+    "stream_latency_p95",
+    "serve_latency_1_row_p50",
+    "serve_latency_1_row_p95",
+    "serve_latency_100_rows_p50",
+    "serve_latency_100_rows_p95",
+    "pyfunc_raw_vs_spark_scorer",
+]
 
 
 def table(results: list[dict], prefix: str = "*") -> str:
     """The markdown table of the rows named `prefix...` (`*`: all), in the docs' order."""
     rank = {name: i for i, name in enumerate(ORDER)}
     chosen = [r for r in results if prefix == "*" or r["name"].startswith(prefix)]
-    lines = ["| name | ours | baseline | unit | ratio | ratio range | target | |",
-             "|---|---:|---:|---|---:|---|---|---|"]
+    lines = [
+        "| name | ours | baseline | unit | ratio | ratio range | target | |",
+        "|---|---:|---:|---|---:|---|---|---|",
+    ]
     for r in sorted(chosen, key=lambda r: (rank.get(r["name"], len(ORDER)), r["name"])):
         sign = "≥" if r["better"] == "higher" else "≤"
         goal = "report" if r["target"] is None else f"{sign} {r['target']}"
         verdict = "" if r["met"] is None else "met" if r["met"] else "missed"
-        lines.append(f"| `{r['name']}` | {r['ours']:,.2f} | {r['baseline']:,.2f} | {r['unit']} | **{r['ratio']:.3f}** "
-                     f"| {ratio_range(r)} | {goal} | {verdict} |")
+        lines.append(
+            f"| `{r['name']}` | {r['ours']:,.2f} | {r['baseline']:,.2f} | {r['unit']} | **{r['ratio']:.3f}** "
+            f"| {ratio_range(r)} | {goal} | {verdict} |"
+        )
     return "\n".join(lines)
 
 
@@ -90,7 +132,11 @@ def write_docs(paths: tuple[Path, ...] = GENERATED) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--write", action="store_true", help="rewrite the generated tables in " + ", ".join(p.name for p in GENERATED))
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help="rewrite the generated tables in " + ", ".join(p.name for p in GENERATED),
+    )
     if parser.parse_args().write:
         write_docs()
     else:

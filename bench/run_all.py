@@ -1,8 +1,8 @@
 """Run the benchmarks in this folder and write bench/results.json (see docs/benchmarks.md).
 
-    make bench                                  # every benchmark below (Ray Train's with the bench extra)
-    .venv/bin/python -m bench.run_all --full    # adds raw-row scoring and the
-                                                # model-parallel suite
+make bench                                  # every benchmark below (Ray Train's with the bench extra)
+.venv/bin/python -m bench.run_all --full    # adds raw-row scoring and the
+                                            # model-parallel suite
 """
 
 from __future__ import annotations
@@ -13,8 +13,25 @@ import shutil
 import time
 from contextlib import contextmanager
 
-from bench import (allreduce, byo, gpu, host_loss, inference, loader, memory, observe, parallel, preprocess,
-                   ray_train, scaling, scoring_raw, serving, streaming, training, tune)
+from bench import (
+    allreduce,
+    byo,
+    gpu,
+    host_loss,
+    inference,
+    loader,
+    memory,
+    observe,
+    parallel,
+    preprocess,
+    ray_train,
+    scaling,
+    scoring_raw,
+    serving,
+    streaming,
+    training,
+    tune,
+)
 from bench.common import make_bench_importable
 
 
@@ -37,7 +54,17 @@ def main(full: bool = False) -> None:
     with timed("training"):
         training.main()
     with timed("gpu"):  # the loop against the bare eager step, on this machine's CPU (GPUs: make gpu-check)
-        gpu.main(["--size", "cpu-bench", "--devices", "cpu", "--out", "output/gpu_check_cpu_bench.json", "--record"])
+        gpu.main(
+            [
+                "--size",
+                "cpu-bench",
+                "--devices",
+                "cpu",
+                "--out",
+                "output/gpu_check_cpu_bench.json",
+                "--record",
+            ]
+        )
     with timed("memory"):
         memory.main()  # its own session: Python workers that no other benchmark has grown
     with timed("byo"):
@@ -78,6 +105,7 @@ def main(full: bool = False) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--full", action="store_true",
-                        help="also score raw rows and run the model-parallel suite")
+    parser.add_argument(
+        "--full", action="store_true", help="also score raw rows and run the model-parallel suite"
+    )
     main(parser.parse_args().full)

@@ -14,7 +14,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.common import Measured, alternate, cold_figures, entry, in_turn, make_bench_importable, record, scratch_dir
+from bench.common import (
+    Measured,
+    alternate,
+    cold_figures,
+    entry,
+    in_turn,
+    make_bench_importable,
+    record,
+    scratch_dir,
+)
 from bench.loader import DIM, write_dataset
 
 # 2 ranks train this compute-bound MLP at 22,000-44,000 samples/s on the machines this ran on
@@ -24,23 +33,44 @@ LONG_EPOCHS = 48
 # other benchmarks' three (about 21 s a round here)
 SCALING_ROUNDS = 7
 
+
 def compute_bound(hidden: tuple[int, ...] = (1024, 1024)):
     from sparkml_dist.models.spec import ModelSpec
 
     return ModelSpec("mlp", DIM, dropout=0.0, hidden=hidden)
 
 
-def make_job(root: Path, groups, ranks: int, epochs: int = 1, hidden: tuple[int, ...] = (1024, 1024),
-             allreduce: str = "shared_memory"):
+def make_job(
+    root: Path,
+    groups,
+    ranks: int,
+    epochs: int = 1,
+    hidden: tuple[int, ...] = (1024, 1024),
+    allreduce: str = "shared_memory",
+):
     """The rank loop's payload under DDP, built as the ddp method builds it."""
     from sparkml_dist.methods import get_method
     from sparkml_dist.train.job import TrainJob
 
     ddp = get_method("ddp")
-    cfg = ddp.config(num_ranks=ranks, epochs=epochs, batch_size=1024, threads_per_rank=1, device="cpu",
-                     log_every_steps=10_000, intra_host_allreduce=allreduce)
-    return TrainJob(str(root), tuple(groups), tuple(groups[:1]), compute_bound(hidden), cfg, scratch_dir(),
-                    placement=ddp.placement)
+    cfg = ddp.config(
+        num_ranks=ranks,
+        epochs=epochs,
+        batch_size=1024,
+        threads_per_rank=1,
+        device="cpu",
+        log_every_steps=10_000,
+        intra_host_allreduce=allreduce,
+    )
+    return TrainJob(
+        str(root),
+        tuple(groups),
+        tuple(groups[:1]),
+        compute_bound(hidden),
+        cfg,
+        scratch_dir(),
+        placement=ddp.placement,
+    )
 
 
 def throughput(spark, job, ranks: int) -> float:
@@ -69,7 +99,9 @@ def no_comm_throughput(spark, job) -> float:
     from sparkml_dist.launch import TorchBackend, run_barrier
 
     job = replace(job, checkpoint_dir=scratch_dir())
-    return sum(r.records[-1].samples_per_s for r in run_barrier(spark, independent_rank, job, 2, TorchBackend()))
+    return sum(
+        r.records[-1].samples_per_s for r in run_barrier(spark, independent_rank, job, 2, TorchBackend())
+    )
 
 
 def lockstep_rank(ctx, job):
@@ -121,7 +153,9 @@ def distributor_rank(job):
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    ctx = RankContext(rank, world, rank, world, 0, 1, "127.0.0.1", os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+    ctx = RankContext(
+        rank, world, rank, world, 0, 1, "127.0.0.1", os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    )
     try:
         return train_rank(ctx, job).records
     finally:
@@ -133,7 +167,8 @@ def distributor_wall(job) -> float:
 
     t0 = time.perf_counter()
     TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(
-        distributor_rank, replace(job, checkpoint_dir=scratch_dir()))
+        distributor_rank, replace(job, checkpoint_dir=scratch_dir())
+    )
     return time.perf_counter() - t0
 
 
@@ -159,7 +194,9 @@ def one_cold_job(kind: str, epochs: int, rows: int) -> None:
     spark.stop()
 
 
-def main(rows: int = 60_000, spark=None, long_epochs: int = LONG_EPOCHS, only: str | None = None) -> list[dict]:
+def main(
+    rows: int = 60_000, spark=None, long_epochs: int = LONG_EPOCHS, only: str | None = None
+) -> list[dict]:
     """Every row; `only="scaling"` or `"distributor"` for one half (the second is 12 cold jobs)."""
     from sparkml_dist.config import SparkConfig
     from sparkml_dist.spark import build_session
@@ -186,31 +223,80 @@ def scaling_rows(spark, rows: int, rounds: int = SCALING_ROUNDS) -> list[dict]:
         groups = write_dataset(root, rows, row_group=2048)
         one, two = make_job(root, groups, 1, epochs=2), make_job(root, groups, 2, epochs=2)
         two_gloo = make_job(root, groups, 2, epochs=2, allreduce="process_group")
-        measure = {"ddp": lambda: throughput(spark, two, 2), "gloo": lambda: throughput(spark, two_gloo, 2),
-                   "ideal": lambda: 2 * throughput(spark, one, 1), "ceiling": lambda: no_comm_throughput(spark, one),
-                   "lockstep": lambda: lockstep_throughput(spark, two)}
+        measure = {
+            "ddp": lambda: throughput(spark, two, 2),
+            "gloo": lambda: throughput(spark, two_gloo, 2),
+            "ideal": lambda: 2 * throughput(spark, one, 1),
+            "ceiling": lambda: no_comm_throughput(spark, one),
+            "lockstep": lambda: lockstep_throughput(spark, two),
+        }
         runs = {name: [] for name in measure}
         for i in range(rounds):
             for name in in_turn(list(measure), i):
                 runs[name].append(measure[name]())
     ddp, gloo, ideal, ceiling, lockstep = (Measured(runs[name]) for name in measure)
-    model = f"MLP 32-1024-1024-1, {rows:,} rows, batch 1024 per rank, 1 thread per rank, the second epoch's rate"
+    model = (
+        f"MLP 32-1024-1024-1, {rows:,} rows, batch 1024 per rank, 1 thread per rank, the second epoch's rate"
+    )
     return [
-        entry("train_scaling_2_ranks", ddp, ideal, "samples/s", "higher", 0.9, note=f"{model}; baseline = 2 x one rank"),
-        entry("train_scaling_2_ranks_no_comm_ceiling", ceiling, ideal, "samples/s", "higher", None,
-              note=f"{model}; two ranks training at once with no communication vs 2 x one rank: what this machine "
-                   "leaves two ranks"),
-        entry("train_scaling_2_ranks_vs_no_comm_ceiling", ddp, ceiling, "samples/s", "higher", 0.95,
-              note=f"{model}; DDP's 2 ranks vs the same two processes with no communication"),
-        entry("train_scaling_2_ranks_lockstep_vs_no_comm_ceiling", lockstep, ceiling, "samples/s", "higher", None,
-              note=f"{model}; DDP's 2 ranks meeting at the barrier at every gradient bucket but exchanging no "
-                   "gradients vs the no-communication pair: what keeping in step alone costs here"),
-        entry("train_scaling_2_ranks_vs_lockstep_ceiling", ddp, lockstep, "samples/s", "higher", 0.95,
-              note=f"{model}; DDP's 2 ranks vs the same ranks keeping in step without gradients: what moving "
-                   "the gradients costs"),
-        entry("train_scaling_2_ranks_gloo_vs_no_comm_ceiling", gloo, ceiling, "samples/s", "higher", None,
-              note=f"{model}; DDP's 2 ranks averaging through gloo's allreduce "
-                   "(train.intra_host_allreduce=process_group) vs the same ceiling"),
+        entry(
+            "train_scaling_2_ranks",
+            ddp,
+            ideal,
+            "samples/s",
+            "higher",
+            0.9,
+            note=f"{model}; baseline = 2 x one rank",
+        ),
+        entry(
+            "train_scaling_2_ranks_no_comm_ceiling",
+            ceiling,
+            ideal,
+            "samples/s",
+            "higher",
+            None,
+            note=f"{model}; two ranks training at once with no communication vs 2 x one rank: what this machine "
+            "leaves two ranks",
+        ),
+        entry(
+            "train_scaling_2_ranks_vs_no_comm_ceiling",
+            ddp,
+            ceiling,
+            "samples/s",
+            "higher",
+            0.95,
+            note=f"{model}; DDP's 2 ranks vs the same two processes with no communication",
+        ),
+        entry(
+            "train_scaling_2_ranks_lockstep_vs_no_comm_ceiling",
+            lockstep,
+            ceiling,
+            "samples/s",
+            "higher",
+            None,
+            note=f"{model}; DDP's 2 ranks meeting at the barrier at every gradient bucket but exchanging no "
+            "gradients vs the no-communication pair: what keeping in step alone costs here",
+        ),
+        entry(
+            "train_scaling_2_ranks_vs_lockstep_ceiling",
+            ddp,
+            lockstep,
+            "samples/s",
+            "higher",
+            0.95,
+            note=f"{model}; DDP's 2 ranks vs the same ranks keeping in step without gradients: what moving "
+            "the gradients costs",
+        ),
+        entry(
+            "train_scaling_2_ranks_gloo_vs_no_comm_ceiling",
+            gloo,
+            ceiling,
+            "samples/s",
+            "higher",
+            None,
+            note=f"{model}; DDP's 2 ranks averaging through gloo's allreduce "
+            "(train.intra_host_allreduce=process_group) vs the same ceiling",
+        ),
     ]
 
 
@@ -218,15 +304,28 @@ def distributor_rows(rows: int, long_epochs: int) -> list[dict]:
     setup = "same rank function and data, both cold (a fresh process each); TorchDistributor(num_processes=2, local_mode=False)"
     o, b = alternate(lambda: cold_wall("ours", 1, rows), lambda: cold_wall("distributor", 1, rows))
     out = [entry("train_vs_torch_distributor_1_epoch", o, b, "s", "lower", None, note=f"{setup}; 1 epoch")]
-    o, b = alternate(lambda: cold_wall("ours", long_epochs, rows), lambda: cold_wall("distributor", long_epochs, rows))
-    out.append(entry("train_vs_torch_distributor", o, b, "s", "lower", 0.5,
-                     note=f"{setup}; {long_epochs} epochs (over a minute of training)"))
+    o, b = alternate(
+        lambda: cold_wall("ours", long_epochs, rows), lambda: cold_wall("distributor", long_epochs, rows)
+    )
+    out.append(
+        entry(
+            "train_vs_torch_distributor",
+            o,
+            b,
+            "s",
+            "lower",
+            0.5,
+            note=f"{setup}; {long_epochs} epochs (over a minute of training)",
+        )
+    )
     return out
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--cold", choices=["ours", "distributor"], help="run one job in this process and print WALL s")
+    parser.add_argument(
+        "--cold", choices=["ours", "distributor"], help="run one job in this process and print WALL s"
+    )
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--rows", type=int, default=60_000)
     parser.add_argument("--only", choices=["scaling", "distributor"], help="one half of the rows")

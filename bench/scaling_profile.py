@@ -77,9 +77,14 @@ def main(spark=None) -> dict:
     no_sync = max(r["step_s"] for r in run_barrier(spark, profile_rank, "no_sync", 2, TorchBackend()))
     ddp = run_barrier(spark, profile_rank, "ddp", 2, TorchBackend())
     synced = max(r["step_s"] for r in ddp)
-    report = {"one_rank_step_ms": 1000 * one, "two_ranks_no_sync_step_ms": 1000 * no_sync,
-              "two_ranks_ddp_step_ms": 1000 * synced, "scaling": one / synced,
-              "contention_factor": no_sync / one, "communication_factor": synced / no_sync}
+    report = {
+        "one_rank_step_ms": 1000 * one,
+        "two_ranks_no_sync_step_ms": 1000 * no_sync,
+        "two_ranks_ddp_step_ms": 1000 * synced,
+        "scaling": one / synced,
+        "contention_factor": no_sync / one,
+        "communication_factor": synced / no_sync,
+    }
     print(json.dumps(report, indent=1))
     print(ddp[0]["profile"])
     OUT.write_text(json.dumps({**report, "profile_rank0": ddp[0]["profile"]}, indent=1))

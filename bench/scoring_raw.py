@@ -30,7 +30,12 @@ def _bundle(input_dim: int):
 
 def main(rows: int = 1_000_000, spark=None) -> list[dict]:
     from sparkml_dist.config import SparkConfig, load_config
-    from sparkml_dist.data.features import build_feature_pipeline, feature_names, scoring_frame, to_feature_frame
+    from sparkml_dist.data.features import (
+        build_feature_pipeline,
+        feature_names,
+        scoring_frame,
+        to_feature_frame,
+    )
     from sparkml_dist.data.generate import adult_like, write_csv
     from sparkml_dist.data.ingest import ingest
     from sparkml_dist.inference.udf import score_features
@@ -52,11 +57,27 @@ def main(rows: int = 1_000_000, spark=None) -> list[dict]:
             def vectors():
                 return score_features(to_feature_frame(model, raw.accepted, with_label=False), bundle)
 
-            same = compiled().orderBy("row_id").limit(2000).toPandas().probability.equals(
-                vectors().orderBy("row_id").limit(2000).toPandas().probability)
-            o, b = alternate(lambda: timed_rows_per_s(compiled, rows), lambda: timed_rows_per_s(vectors, rows))
-    out = [entry("score_raw_compiled_vs_vectors", o, b, "rows/s", "higher", None,
-                 note=f"{rows:,} Adult-shaped rows (cached typed), MLP 116-64-1; same predictions: {same}")]
+            same = (
+                compiled()
+                .orderBy("row_id")
+                .limit(2000)
+                .toPandas()
+                .probability.equals(vectors().orderBy("row_id").limit(2000).toPandas().probability)
+            )
+            o, b = alternate(
+                lambda: timed_rows_per_s(compiled, rows), lambda: timed_rows_per_s(vectors, rows)
+            )
+    out = [
+        entry(
+            "score_raw_compiled_vs_vectors",
+            o,
+            b,
+            "rows/s",
+            "higher",
+            None,
+            note=f"{rows:,} Adult-shaped rows (cached typed), MLP 116-64-1; same predictions: {same}",
+        )
+    ]
     record(out)
     return out
 

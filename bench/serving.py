@@ -32,11 +32,32 @@ from bench.streaming import champion
 def _serve(root: str, name: str) -> tuple[subprocess.Popen, int]:
     port = unused_port()
     venv_bin = str(Path(sys.executable).parent)
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{root}/mlflow.db",
-           "PATH": os.pathsep.join([venv_bin, os.environ.get("PATH", "")])}
-    server = subprocess.Popen([f"{venv_bin}/mlflow", "models", "serve", "-m", f"models:/{name}@champion",
-                               "--env-manager", "local", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                              env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{root}/mlflow.db",
+        "PATH": os.pathsep.join([venv_bin, os.environ.get("PATH", "")]),
+    }
+    server = subprocess.Popen(
+        [
+            f"{venv_bin}/mlflow",
+            "models",
+            "serve",
+            "-m",
+            f"models:/{name}@champion",
+            "--env-manager",
+            "local",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         try:
@@ -49,8 +70,9 @@ def _serve(root: str, name: str) -> tuple[subprocess.Popen, int]:
 
 
 def _request_ms(port: int, body: bytes) -> float:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=body,
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/invocations", data=body, headers={"Content-Type": "application/json"}
+    )
     t0 = time.perf_counter()
     with urllib.request.urlopen(request, timeout=60) as response:
         response.read()
@@ -59,7 +81,9 @@ def _request_ms(port: int, body: bytes) -> float:
 
 def latency(port: int, model, frame, rows: int, requests: int) -> tuple[list[float], list[float]]:
     """(server ms, in-process ms) per request of `rows` rows, `requests` times after a warm-up."""
-    body = json.dumps({"dataframe_split": json.loads(frame.head(rows).to_json(orient="split", index=False))}).encode()
+    body = json.dumps(
+        {"dataframe_split": json.loads(frame.head(rows).to_json(orient="split", index=False))}
+    ).encode()
     served, local = [], []
     for i in range(requests + 5):
         s = _request_ms(port, body)
@@ -84,7 +108,9 @@ def throughput(spark, cfg, model, frame, csv: str, rows: int) -> tuple[float, fl
     from sparkml_dist.tracking.models import load_bundle
 
     torch.set_num_threads(1)
-    bundle = load_bundle(f"models:/{cfg.tracking.registered_model}@champion", resolve_tracking_uri(cfg.tracking))
+    bundle = load_bundle(
+        f"models:/{cfg.tracking.registered_model}@champion", resolve_tracking_uri(cfg.tracking)
+    )
     pipeline = load_pipeline(bundle)
     with ingest(spark, csv, cfg.data, require_label=False) as raw:
         accepted = raw.accepted.repartition(1).cache()  # one partition: one task, one core
@@ -110,8 +136,10 @@ def raw_frame(csv_dir: str, cfg):
     import pandas as pd
 
     columns = [c for c in cfg.data.columns]
-    frames = [pd.read_csv(f, header=None, names=[c.name for c in columns], skipinitialspace=True, na_values=["?"])
-              for f in sorted(Path(csv_dir).glob("part-*"))]
+    frames = [
+        pd.read_csv(f, header=None, names=[c.name for c in columns], skipinitialspace=True, na_values=["?"])
+        for f in sorted(Path(csv_dir).glob("part-*"))
+    ]
     frame = pd.concat(frames, ignore_index=True)
     features = [c.name for c in columns if c.role in ("numeric", "categorical")]
     frame = frame[features]
@@ -137,8 +165,9 @@ def main(requests: int = 200, rows: int = 200_000, spark=None) -> list[dict]:
     with tempfile.TemporaryDirectory() as root:
         cfg = champion(spark, root, rows)
         name = cfg.tracking.registered_model
-        model = mlflow.pyfunc.load_model(resolve_registry_uri(f"models:/{name}@champion",
-                                                              resolve_tracking_uri(cfg.tracking)))
+        model = mlflow.pyfunc.load_model(
+            resolve_registry_uri(f"models:/{name}@champion", resolve_tracking_uri(cfg.tracking))
+        )
         write_csv(adult_like(spark, rows, seed=11), f"{root}/rows", 4)
         frame = raw_frame(f"{root}/rows", cfg)
         server, port = _serve(root, name)
@@ -151,15 +180,38 @@ def main(requests: int = 200, rows: int = 200_000, spark=None) -> list[dict]:
         ours, baseline = throughput(spark, cfg, model, frame, f"{root}/rows", rows)
     note = f"mlflow models serve, 1 worker, --env-manager local; {requests} requests after 5 warm-up ones"
     out = [
-        entry("serve_latency_1_row_p50", statistics.median(one), statistics.median(one_local), "ms", "lower", None,
-              note=note + "; baseline: the same rows through the pyfunc in-process"),
+        entry(
+            "serve_latency_1_row_p50",
+            statistics.median(one),
+            statistics.median(one_local),
+            "ms",
+            "lower",
+            None,
+            note=note + "; baseline: the same rows through the pyfunc in-process",
+        ),
         entry("serve_latency_1_row_p95", _p95(one), _p95(one_local), "ms", "lower", None, note=note),
-        entry("serve_latency_100_rows_p50", statistics.median(hundred), statistics.median(hundred_local), "ms",
-              "lower", None, note=note),
-        entry("serve_latency_100_rows_p95", _p95(hundred), _p95(hundred_local), "ms", "lower", None, note=note),
-        entry("pyfunc_raw_vs_spark_scorer", ours, baseline, "rows/s", "higher", None,
-              note=f"{rows:,} Adult-shaped raw rows, one core each: the pyfunc on a pandas DataFrame (1 torch "
-                   f"thread) vs the Spark scorer over one cached partition"),
+        entry(
+            "serve_latency_100_rows_p50",
+            statistics.median(hundred),
+            statistics.median(hundred_local),
+            "ms",
+            "lower",
+            None,
+            note=note,
+        ),
+        entry(
+            "serve_latency_100_rows_p95", _p95(hundred), _p95(hundred_local), "ms", "lower", None, note=note
+        ),
+        entry(
+            "pyfunc_raw_vs_spark_scorer",
+            ours,
+            baseline,
+            "rows/s",
+            "higher",
+            None,
+            note=f"{rows:,} Adult-shaped raw rows, one core each: the pyfunc on a pandas DataFrame (1 torch "
+            f"thread) vs the Spark scorer over one cached partition",
+        ),
     ]
     record(out)
     return out

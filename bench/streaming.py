@@ -40,9 +40,17 @@ def champion(spark, root: str, rows: int):
     from sparkml_dist.tracking.models import register
 
     write_csv(adult_like(spark, 50_000, seed=5), f"{root}/train", 2)
-    cfg = load_config(CONFIG, [f"data.train_path={root}/train", f"data.test_path={root}/train",
-                               f"output.root={root}/out", f"tracking.tracking_uri=sqlite:///{root}/mlflow.db",
-                               "train.epochs=1", "train.num_ranks=1"])
+    cfg = load_config(
+        CONFIG,
+        [
+            f"data.train_path={root}/train",
+            f"data.test_path={root}/train",
+            f"output.root={root}/out",
+            f"tracking.tracking_uri=sqlite:///{root}/mlflow.db",
+            "train.epochs=1",
+            "train.num_ranks=1",
+        ],
+    )
     with tracked_run(cfg.tracking, "bench", {}) as run:
         trained = train(spark, cfg, preprocess(spark, cfg), run)
         version = register(run, trained.model_uri, cfg.tracking.registered_model, {})
@@ -85,14 +93,19 @@ def latency(spark, cfg, root: str, files: int) -> list[float]:
     incoming.mkdir()
     staging.mkdir()
     source = next(f for f in sorted(Path(root, "incoming").iterdir()) if f.name.startswith("part-"))
-    lines = [line for line in source.read_text().splitlines() if line.strip()][:100 * files]
+    lines = [line for line in source.read_text().splitlines() if line.strip()][: 100 * files]
     stop, failed = threading.Event(), []
 
     def run() -> None:
         try:
-            stream(spark, cfg.with_overrides(f"stream.interval={TRIGGER_S} seconds"), str(incoming), str(out),
-                   stop=stop)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+            stream(
+                spark,
+                cfg.with_overrides(f"stream.interval={TRIGGER_S} seconds"),
+                str(incoming),
+                str(out),
+                stop=stop,
+            )
+        except BaseException as exc:
             failed.append(exc)
 
     query = threading.Thread(target=run, daemon=True)
@@ -103,7 +116,7 @@ def latency(spark, cfg, root: str, files: int) -> list[float]:
         for i in range(files):
             time.sleep(rng.uniform(0.0, TRIGGER_S))
             staged = staging / f"f{i}.csv"
-            staged.write_text("\n".join(lines[i * 100:(i + 1) * 100]) + "\n")
+            staged.write_text("\n".join(lines[i * 100 : (i + 1) * 100]) + "\n")
             arrived = time.perf_counter()
             os.replace(staged, incoming / staged.name)
             while _scored_rows(out) < (i + 1) * 100:
@@ -136,14 +149,35 @@ def main(rows: int = 200_000, files: int = 20, spark=None) -> list[dict]:
         waits = latency(spark, cfg, root, files)
     p50, p95 = statistics.median(waits), statistics.quantiles(waits, n=20)[-1]
     out = [
-        entry("stream_vs_batch_scoring", ours, baseline, "rows/s", "higher", 0.8,
-              note=f"{rows:,} Adult-shaped rows in 8 CSV files, conf/adult.yaml's model; stream.trigger=available_now "
-                   f"(a fresh checkpoint per round) vs the score stage, both end to end"),
-        entry("stream_latency_p50", p50, TRIGGER_S, "s", "lower", None,
-              note=f"{files} files of 100 rows, each moved in at a random phase of a {TRIGGER_S:g} s trigger; "
-                   f"arrival to rows readable in scored/; baseline column: the trigger interval"),
-        entry("stream_latency_p95", p95, TRIGGER_S, "s", "lower", None,
-              note=f"as stream_latency_p50; {len(waits)} files"),
+        entry(
+            "stream_vs_batch_scoring",
+            ours,
+            baseline,
+            "rows/s",
+            "higher",
+            0.8,
+            note=f"{rows:,} Adult-shaped rows in 8 CSV files, conf/adult.yaml's model; stream.trigger=available_now "
+            f"(a fresh checkpoint per round) vs the score stage, both end to end",
+        ),
+        entry(
+            "stream_latency_p50",
+            p50,
+            TRIGGER_S,
+            "s",
+            "lower",
+            None,
+            note=f"{files} files of 100 rows, each moved in at a random phase of a {TRIGGER_S:g} s trigger; "
+            f"arrival to rows readable in scored/; baseline column: the trigger interval",
+        ),
+        entry(
+            "stream_latency_p95",
+            p95,
+            TRIGGER_S,
+            "s",
+            "lower",
+            None,
+            note=f"as stream_latency_p50; {len(waits)} files",
+        ),
     ]
     record(out)
     return out

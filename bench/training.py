@@ -32,9 +32,15 @@ def ours_epoch_seconds(root: Path, groups, threads: int) -> float:
 
     ddp = get_method("ddp")
     with tempfile.TemporaryDirectory() as ckpt:
-        job = TrainJob(str(root), tuple(groups), tuple(groups[:1]), ModelSpec("mlp", DIM, 0.0, tuple(HIDDEN)),
-                       ddp.config(num_ranks=1, epochs=1, batch_size=BATCH, threads_per_rank=threads, device="cpu"),
-                       ckpt, placement=ddp.placement)
+        job = TrainJob(
+            str(root),
+            tuple(groups),
+            tuple(groups[:1]),
+            ModelSpec("mlp", DIM, 0.0, tuple(HIDDEN)),
+            ddp.config(num_ranks=1, epochs=1, batch_size=BATCH, threads_per_rank=threads, device="cpu"),
+            ckpt,
+            placement=ddp.placement,
+        )
         ctx = RankContext(0, 1, 0, 1, 0, 1, "127.0.0.1", "127.0.0.1", 0)
         record = train_rank(ctx, job).records[0]
     return record.samples / record.samples_per_s
@@ -52,7 +58,7 @@ def plain_epoch_seconds(x: torch.Tensor, y: torch.Tensor, threads: int) -> float
     t0 = time.perf_counter()
     perm = torch.randperm(len(x))
     for i in range(0, len(x), BATCH):
-        idx = perm[i:i + BATCH]
+        idx = perm[i : i + BATCH]
         opt.zero_grad()
         loss_fn(model(x[idx]), y[idx]).backward()
         opt.step()
@@ -64,11 +70,26 @@ def main(rows: int = 300_000, threads: int = 2) -> list[dict]:
         root = Path(tmp)
         groups = write_dataset(root, rows)
         tables = [pq.read_table(root / f"train/part-{f}.parquet") for f in range(4)]
-        x = torch.from_numpy(np.concatenate([np.stack(t["features"].to_numpy(zero_copy_only=False)) for t in tables]).astype(np.float32))
+        x = torch.from_numpy(
+            np.concatenate([np.stack(t["features"].to_numpy(zero_copy_only=False)) for t in tables]).astype(
+                np.float32
+            )
+        )
         y = torch.from_numpy(np.concatenate([t["label"].to_numpy() for t in tables]).astype(np.float32))
-        o, b = alternate(lambda: ours_epoch_seconds(root, groups, threads), lambda: plain_epoch_seconds(x, y, threads))
-    rows_out = [entry("train_1rank_vs_plain_torch", o, b, "s/epoch", "lower", 1.10,
-                      note=f"{rows:,} rows x {DIM}, MLP {HIDDEN}, batch {BATCH}, {threads} threads")]
+        o, b = alternate(
+            lambda: ours_epoch_seconds(root, groups, threads), lambda: plain_epoch_seconds(x, y, threads)
+        )
+    rows_out = [
+        entry(
+            "train_1rank_vs_plain_torch",
+            o,
+            b,
+            "s/epoch",
+            "lower",
+            1.10,
+            note=f"{rows:,} rows x {DIM}, MLP {HIDDEN}, batch {BATCH}, {threads} threads",
+        )
+    ]
     record(rows_out)
     return rows_out
 

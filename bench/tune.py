@@ -32,9 +32,16 @@ def study(spark, tmp: str, pruner: str) -> dict:
     from sparkml_dist.config import load_config
     from sparkml_dist.tune import run_tune
 
-    cfg = load_config(ROOT / "conf/adult.yaml", [
-        f"output.root={tmp}/{pruner}", f"tracking.tracking_uri=sqlite:///{tmp}/{pruner}.db",
-        f"tune.trials={TRIALS}", f"tune.pruner={pruner}", "tune.seed=11"])
+    cfg = load_config(
+        ROOT / "conf/adult.yaml",
+        [
+            f"output.root={tmp}/{pruner}",
+            f"tracking.tracking_uri=sqlite:///{tmp}/{pruner}.db",
+            f"tune.trials={TRIALS}",
+            f"tune.pruner={pruner}",
+            "tune.seed=11",
+        ],
+    )
     start = time.perf_counter()
     result = run_tune(spark, cfg)
     seconds = time.perf_counter() - start
@@ -43,18 +50,27 @@ def study(spark, tmp: str, pruner: str) -> dict:
     trials = optuna.load_study(study_name=result.study_name, storage=result.storage).get_trials()
     epochs = sum(int(t.user_attrs.get("epochs", 0)) for t in trials)
     finished = sum(1 for t in trials if t.state.name in ("COMPLETE", "PRUNED"))
-    print(f"   {pruner}: {finished} trials ({result.states}), {epochs} epochs, best val {result.best_value:.4f}, "
-          f"test accuracy {result.test_metrics['accuracy']:.4f}, {seconds:.0f} s", flush=True)
-    return {"epochs": epochs, "best": result.best_value, "per_hour": finished * 3600 / seconds,
-            "test": result.test_metrics["accuracy"]}
+    print(
+        f"   {pruner}: {finished} trials ({result.states}), {epochs} epochs, best val {result.best_value:.4f}, "
+        f"test accuracy {result.test_metrics['accuracy']:.4f}, {seconds:.0f} s",
+        flush=True,
+    )
+    return {
+        "epochs": epochs,
+        "best": result.best_value,
+        "per_hour": finished * 3600 / seconds,
+        "test": result.test_metrics["accuracy"],
+    }
 
 
 def default_test_accuracy(spark, tmp: str) -> float:
     from sparkml_dist.config import load_config
     from sparkml_dist.pipeline import run_pipeline
 
-    cfg = load_config(ROOT / "conf/adult.yaml", [f"output.root={tmp}/default",
-                                                 f"tracking.tracking_uri=sqlite:///{tmp}/default.db"])
+    cfg = load_config(
+        ROOT / "conf/adult.yaml",
+        [f"output.root={tmp}/default", f"tracking.tracking_uri=sqlite:///{tmp}/default.db"],
+    )
     return run_pipeline(spark, cfg).test_metrics["accuracy"]
 
 
@@ -78,15 +94,43 @@ def main(spark=None) -> list[dict]:
     for name, pruned in (("median", median), ("asha", asha)):
         worst = (unpruned["best"] - 0.005) / unpruned["best"]
         rows += [
-            entry(f"tune_epochs_{name}_vs_unpruned", pruned["epochs"], unpruned["epochs"], "epochs", "lower", 0.6),
-            entry(f"tune_best_val_{name}_vs_unpruned", pruned["best"], unpruned["best"], "val acc", "higher",
-                  round(worst, 4), note="at most 0.5 accuracy points below the unpruned study's best"),
+            entry(
+                f"tune_epochs_{name}_vs_unpruned",
+                pruned["epochs"],
+                unpruned["epochs"],
+                "epochs",
+                "lower",
+                0.6,
+            ),
+            entry(
+                f"tune_best_val_{name}_vs_unpruned",
+                pruned["best"],
+                unpruned["best"],
+                "val acc",
+                "higher",
+                round(worst, 4),
+                note="at most 0.5 accuracy points below the unpruned study's best",
+            ),
         ]
     rows += [
-        entry("tune_trials_per_hour", median["per_hour"], unpruned["per_hour"], "trials/h", "higher", None,
-              note=f"median pruner vs none: {TRIALS} trials x 8 epochs, 1 rank each, 2 at a time, 2 cores"),
-        entry("tune_test_accuracy_vs_default", median["test"], default, "test acc", "higher", 1.0,
-              note="the median-pruned study's registered model vs conf/adult.yaml's default training"),
+        entry(
+            "tune_trials_per_hour",
+            median["per_hour"],
+            unpruned["per_hour"],
+            "trials/h",
+            "higher",
+            None,
+            note=f"median pruner vs none: {TRIALS} trials x 8 epochs, 1 rank each, 2 at a time, 2 cores",
+        ),
+        entry(
+            "tune_test_accuracy_vs_default",
+            median["test"],
+            default,
+            "test acc",
+            "higher",
+            1.0,
+            note="the median-pruned study's registered model vs conf/adult.yaml's default training",
+        ),
     ]
     record(rows)
     return rows

@@ -31,5 +31,6 @@ class WideAndDeep(nn.Module):
 
 
 def wide_and_deep(inputs, task, options) -> nn.Module:
-    return WideAndDeep(inputs.dim, task.output_dim, list(options.get("deep", [128, 64])),
-                       float(options.get("dropout", 0.1)))
+    return WideAndDeep(
+        inputs.dim, task.output_dim, list(options.get("deep", [128, 64])), float(options.get("dropout", 0.1))
+    )

@@ -30,13 +30,17 @@ def dump(archive: Path) -> Path:
     archive.parent.mkdir(parents=True, exist_ok=True)
     partial = archive.with_name(archive.name + ".partial")
     partial.unlink(missing_ok=True)
-    os.environ["PYSPARK_SUBMIT_ARGS"] = f'--driver-java-options "-XX:ArchiveClassesAtExit={partial} -Xlog:cds*=off" pyspark-shell'
+    os.environ["PYSPARK_SUBMIT_ARGS"] = (
+        f'--driver-java-options "-XX:ArchiveClassesAtExit={partial} -Xlog:cds*=off" pyspark-shell'
+    )
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     with tempfile.TemporaryDirectory(prefix="spark-class-archive-") as tmp:
         _run_workload(Path(tmp))
         _stop_driver_jvm()
     if not partial.exists() or partial.stat().st_size < MIN_ARCHIVE_BYTES:
-        raise SystemExit(f"{partial}: the driver JVM wrote no archive (or too small a one); the suite runs without it")
+        raise SystemExit(
+            f"{partial}: the driver JVM wrote no archive (or too small a one); the suite runs without it"
+        )
     os.replace(partial, archive)
     return archive
 
@@ -47,8 +51,17 @@ def _run_workload(tmp: Path) -> None:
     a job loads, in a third of the time a whole pipeline would take here."""
     from sparkml_dist.cli import main
 
-    status = main(["preprocess", "--config", str(ROOT / "conf" / "adult.yaml"),
-                   "--set", f"output.root={tmp / 'out'}", "--set", f"tracking.tracking_uri=sqlite:///{tmp / 'mlflow.db'}"])
+    status = main(
+        [
+            "preprocess",
+            "--config",
+            str(ROOT / "conf" / "adult.yaml"),
+            "--set",
+            f"output.root={tmp / 'out'}",
+            "--set",
+            f"tracking.tracking_uri=sqlite:///{tmp / 'mlflow.db'}",
+        ]
+    )
     if status != 0:
         raise SystemExit(f"Adult's preprocess stage failed (exit {status}); no archive written")
     _barrier_arrow_and_pandas_udf()
@@ -56,7 +69,8 @@ def _run_workload(tmp: Path) -> None:
 
 def _barrier_arrow_and_pandas_udf() -> None:
     import pandas as pd
-    from pyspark.sql import SparkSession, functions as F
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
 
     spark = SparkSession.getActiveSession()
 
@@ -64,17 +78,21 @@ def _barrier_arrow_and_pandas_udf() -> None:
         from pyspark import BarrierTaskContext
 
         BarrierTaskContext.get().barrier()
-        for batch in batches:
-            yield batch
+        yield from batches
 
     def times_two(values):
         return values * 2.0
 
-    times_two.__annotations__ = {"values": pd.Series, "return": pd.Series}  # real types: this module's are strings
+    times_two.__annotations__ = {
+        "values": pd.Series,
+        "return": pd.Series,
+    }  # real types: this module's are strings
     doubled = F.pandas_udf(times_two, "double")
 
     frame = spark.range(0, 2000, numPartitions=2).withColumn("x", F.col("id").cast("double"))
-    frame.mapInArrow(rank_sums, frame.schema, barrier=True).select(doubled("x").alias("y")).agg(F.sum("y")).collect()
+    frame.mapInArrow(rank_sums, frame.schema, barrier=True).select(doubled("x").alias("y")).agg(
+        F.sum("y")
+    ).collect()
 
 
 def _stop_driver_jvm() -> None:
@@ -99,7 +117,9 @@ def main(argv: list[str]) -> int:
         return 2
     start = time.time()
     archive = dump(Path(argv[0]).resolve())
-    print(f"[setup] Spark class archive: {archive} ({archive.stat().st_size >> 20} MiB, {time.time() - start:.0f} s)")
+    print(
+        f"[setup] Spark class archive: {archive} ({archive.stat().st_size >> 20} MiB, {time.time() - start:.0f} s)"
+    )
     return 0
 
 

@@ -1,7 +1,7 @@
 """Keep notebooks/*.ipynb in step with the Databricks-source notebooks/*.py they are made from.
 
-    python scripts/sync_notebooks.py          # rewrite the .ipynb files
-    python scripts/sync_notebooks.py --check  # exit 1 if any .ipynb is out of step
+python scripts/sync_notebooks.py          # rewrite the .ipynb files
+python scripts/sync_notebooks.py --check  # exit 1 if any .ipynb is out of step
 """
 
 from __future__ import annotations
@@ -24,12 +24,19 @@ def cells_from_databricks(text: str) -> list[dict]:
         if not lines:
             continue
         if lines[0].startswith(MAGIC_MD):
-            md = [ln[len(MAGIC):].removeprefix(" ") for ln in lines]
+            md = [ln[len(MAGIC) :].removeprefix(" ") for ln in lines]
             md[0] = md[0].removeprefix("%md").lstrip()
             cells.append({"cell_type": "markdown", "metadata": {}, "source": _source(md)})
         else:
-            cells.append({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
-                          "source": _source(lines)})
+            cells.append(
+                {
+                    "cell_type": "code",
+                    "metadata": {},
+                    "execution_count": None,
+                    "outputs": [],
+                    "source": _source(lines),
+                }
+            )
     return cells
 
 
@@ -40,9 +47,15 @@ def _source(lines: list[str]) -> list[str]:
 
 
 def notebook(cells: list[dict]) -> dict:
-    return {"cells": cells, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-                                         "language_info": {"name": "python"}},
-            "nbformat": 4, "nbformat_minor": 5}
+    return {
+        "cells": cells,
+        "metadata": {
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python"},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
 
 
 def expected_ipynb(py: Path) -> str:

@@ -41,11 +41,14 @@ def table(kept: dict) -> str:
     files = list(kept["files_s"].items())
     rest = files[TABLE_FILES:]
     workers = ", ".join(f"{w} {s:.0f} s" for w, s in kept["workers_s"].items())
-    lines = [BEGIN,
-             f"Measured {kept['measured']}: {kept['tests']} tests in {kept['wall_s'] / 60:.1f} minutes of wall "
-             f"time on two workers" + (f" ({workers} of test time)." if workers else "."),
-             "",
-             "| file | seconds |", "|---|---:|"]
+    lines = [
+        BEGIN,
+        f"Measured {kept['measured']}: {kept['tests']} tests in {kept['wall_s'] / 60:.1f} minutes of wall "
+        f"time on two workers" + (f" ({workers} of test time)." if workers else "."),
+        "",
+        "| file | seconds |",
+        "|---|---:|",
+    ]
     lines += [f"| `tests/{name}` | {s:.0f} |" for name, s in files[:TABLE_FILES]]
     if rest:
         lines.append(f"| {len(rest)} other files | {sum(s for _, s in rest):.0f} |")
@@ -64,10 +67,16 @@ def with_table(readme: str, kept: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="fail if the README's table is not the kept times'")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="fail if the README's table is not the kept times'"
+    )
     parser.add_argument("--report", type=Path, default=REPORT)
-    parser.add_argument("--partial", action="store_true", help="keep a report of fewer tests than the kept times'")
+    parser.add_argument(
+        "--partial", action="store_true", help="keep a report of fewer tests than the kept times'"
+    )
     args = parser.parse_args(argv)
     readme = README.read_text()
     if args.check:
@@ -82,14 +91,18 @@ def main(argv: list[str] | None = None) -> int:
     if KEPT.exists() and not args.partial:
         before = json.loads(KEPT.read_text())["tests"]
         if report["tests"] < 0.9 * before:
-            raise SystemExit(f"{args.report}: {report['tests']} tests, the kept times {before}: a partial run "
-                             "(every pytest run writes the report); run the full `make test`, or pass --partial")
+            raise SystemExit(
+                f"{args.report}: {report['tests']} tests, the kept times {before}: a partial run "
+                "(every pytest run writes the report); run the full `make test`, or pass --partial"
+            )
     kept = keep(report)
     for path, text in ((KEPT, json.dumps(kept, indent=1) + "\n"), (README, with_table(readme, kept))):
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(text)
         os.replace(tmp, path)
-    print(f"wrote {KEPT.relative_to(ROOT)} and the README's table ({kept['tests']} tests, {kept['wall_s']:.0f} s)")
+    print(
+        f"wrote {KEPT.relative_to(ROOT)} and the README's table ({kept['tests']} tests, {kept['wall_s']:.0f} s)"
+    )
     return 0
 
 

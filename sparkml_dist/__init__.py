@@ -100,7 +100,7 @@ _EXPORTS: dict[str, str] = {
     "TrainingFailed": "sparkml_dist.errors",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605 -- a list; the names resolve lazily (__getattr__)
 
 
 __getattr__ = lazy_getattr("sparkml_dist", _EXPORTS, globals())

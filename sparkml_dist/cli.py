@@ -15,8 +15,8 @@ import re
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from sparkml_dist.config.loader import load_config
 from sparkml_dist.config.schema import JobConfig
@@ -37,7 +37,9 @@ def _preprocess(spark, cfg: JobConfig, args) -> str:
     from sparkml_dist.stages.preprocess import preprocess
 
     prep = preprocess(spark, cfg)
-    return f"preprocess: {json.dumps(prep.manifest.inputs)} -> {prep.path} (manifest {prep.path}/manifest.json)"
+    return (
+        f"preprocess: {json.dumps(prep.manifest.inputs)} -> {prep.path} (manifest {prep.path}/manifest.json)"
+    )
 
 
 def _train(spark, cfg: JobConfig, args) -> str:
@@ -47,8 +49,10 @@ def _train(spark, cfg: JobConfig, args) -> str:
     last = result.records[-1]
     e = last.evaluation
     held_out = f"{e.rows}_{e.metric} {e.value:.4f}" if e else ""
-    return (f"train: run {result.run_id} ({result.outcome.method}), model {result.model_uri}, rows per rank "
-            f"{[r.samples for r in result.outcome.ranks]}, {held_out}, ranks in step: {result.ranks_in_step}")
+    return (
+        f"train: run {result.run_id} ({result.outcome.method}), model {result.model_uri}, rows per rank "
+        f"{[r.samples for r in result.outcome.ranks]}, {held_out}, ranks in step: {result.ranks_in_step}"
+    )
 
 
 def _evaluate(spark, cfg: JobConfig, args) -> str:
@@ -69,8 +73,10 @@ def _score(spark, cfg: JobConfig, args) -> str:
 
     result = score(spark, cfg, args.model_uri, args.input, args.output)
     energy = f"; {result.energy_text()}" if result.energy_text() else ""
-    return (f"score: {result.input_rows:,} rows in, {result.scored_rows:,} scored, {result.rejected_rows:,} rejected "
-            f"-> {result.path} (model {result.model_uri}){energy}")
+    return (
+        f"score: {result.input_rows:,} rows in, {result.scored_rows:,} scored, {result.rejected_rows:,} rejected "
+        f"-> {result.path} (model {result.model_uri}){energy}"
+    )
 
 
 def _stream(spark, cfg: JobConfig, args) -> str:
@@ -87,10 +93,12 @@ def _stream(spark, cfg: JobConfig, args) -> str:
             signal.signal(sig, handler)
     versions = sorted({b.report.model_version for b in result.batches})
     refused = "".join(f"; version {v} refused: {why}" for v, why in result.refused.items())
-    return (f"stream: {len(result.batches)} micro-batches, {result.total('input_rows'):,} rows in, "
-            f"{result.total('rejected_rows'):,} rejected, {result.total('scored_rows'):,} scored by version(s) "
-            f"{', '.join(versions) or '-'} -> {result.output}/scored (checkpoint {result.checkpoint}); "
-            f"{result.stopped}{refused}")
+    return (
+        f"stream: {len(result.batches)} micro-batches, {result.total('input_rows'):,} rows in, "
+        f"{result.total('rejected_rows'):,} rejected, {result.total('scored_rows'):,} scored by version(s) "
+        f"{', '.join(versions) or '-'} -> {result.output}/scored (checkpoint {result.checkpoint}); "
+        f"{result.stopped}{refused}"
+    )
 
 
 def _pipeline(spark, cfg: JobConfig, args) -> str:
@@ -135,43 +143,83 @@ def _tune(spark, cfg: JobConfig, args) -> str:
     return result_lines(run_tune(spark, cfg))
 
 
-COMMANDS: dict[str, Command] = {c.name: c for c in (
-    Command("preprocess", "ingest, quarantine bad rows, fit features, write the Parquet splits", _preprocess),
-    Command("train", "train on the preprocessed splits with train.strategy's method", _train),
-    Command("evaluate", "score the test rows with the last trained model (or --model-uri)", _evaluate),
-    Command("register", "register the evaluated model; champion only through the gate", _register),
-    Command("score", "score raw rows with models:/<name>@champion (or --model-uri)", _score),
-    Command("stream", "score files as they arrive in --input with Structured Streaming, following @champion",
-            _stream),
-    Command("pipeline", "preprocess -> train -> evaluate -> register -> score in one MLflow run", _pipeline),
-    Command("finetune", "continue training a registered model on new rows", _finetune),
-    Command("contribute", "validate a contributor's parameter delta and merge it if it passes", _contribute),
-    Command("federated", "federated rounds over client partitions (federated.client_column)", _federated),
-    Command("tune", "hyperparameter search over tune.space: concurrent barrier trials, pruning, best model "
-                    "through the gate", _tune),
-)}
+COMMANDS: dict[str, Command] = {
+    c.name: c
+    for c in (
+        Command(
+            "preprocess", "ingest, quarantine bad rows, fit features, write the Parquet splits", _preprocess
+        ),
+        Command("train", "train on the preprocessed splits with train.strategy's method", _train),
+        Command("evaluate", "score the test rows with the last trained model (or --model-uri)", _evaluate),
+        Command("register", "register the evaluated model; champion only through the gate", _register),
+        Command("score", "score raw rows with models:/<name>@champion (or --model-uri)", _score),
+        Command(
+            "stream",
+            "score files as they arrive in --input with Structured Streaming, following @champion",
+            _stream,
+        ),
+        Command(
+            "pipeline", "preprocess -> train -> evaluate -> register -> score in one MLflow run", _pipeline
+        ),
+        Command("finetune", "continue training a registered model on new rows", _finetune),
+        Command(
+            "contribute", "validate a contributor's parameter delta and merge it if it passes", _contribute
+        ),
+        Command("federated", "federated rounds over client partitions (federated.client_column)", _federated),
+        Command(
+            "tune",
+            "hyperparameter search over tune.space: concurrent barrier trials, pruning, best model "
+            "through the gate",
+            _tune,
+        ),
+    )
+}
 STAGES = tuple(COMMANDS)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="sparkml-dist", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="commands:\n" + "\n".join(f"  {c.name:11s} {c.help}" for c in COMMANDS.values())
-                                     + f"\n  {'init':11s} print a config for a CSV with a header: sparkml-dist init "
-                                       "--data PATH --label COLUMN")
+    parser = argparse.ArgumentParser(
+        prog="sparkml-dist",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="commands:\n"
+        + "\n".join(f"  {c.name:11s} {c.help}" for c in COMMANDS.values())
+        + f"\n  {'init':11s} print a config for a CSV with a header: sparkml-dist init "
+        "--data PATH --label COLUMN",
+    )
     parser.add_argument("stage", choices=STAGES, metavar="command")
     parser.add_argument("--config", required=True, help="YAML job config, e.g. conf/adult.yaml")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one config key, e.g. --set train.epochs=3 (repeatable)")
-    parser.add_argument("--run-date", help="scope outputs to <output.root>/run_date=<date>; a re-run for the same "
-                                           "date replaces them (scheduled workflows pass their logical date)")
-    parser.add_argument("--model-uri", help="evaluate/register/score: model to use (default: last trained / @champion)")
-    parser.add_argument("--input", help="score: raw rows to score (default: data.score_path or data.test_path); "
-                                        "stream: the directory new files arrive in")
-    parser.add_argument("--output", help="score: where predictions go (default: <output.root>/predictions); "
-                                         "stream: default <output.root>/stream")
-    parser.add_argument("--checkpoint", help="stream: the query's checkpoint; a restart with the same one continues "
-                                             "(default: <output>/_checkpoint)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one config key, e.g. --set train.epochs=3 (repeatable)",
+    )
+    parser.add_argument(
+        "--run-date",
+        help="scope outputs to <output.root>/run_date=<date>; a re-run for the same "
+        "date replaces them (scheduled workflows pass their logical date)",
+    )
+    parser.add_argument(
+        "--model-uri", help="evaluate/register/score: model to use (default: last trained / @champion)"
+    )
+    parser.add_argument(
+        "--input",
+        help="score: raw rows to score (default: data.score_path or data.test_path); "
+        "stream: the directory new files arrive in",
+    )
+    parser.add_argument(
+        "--output",
+        help="score: where predictions go (default: <output.root>/predictions); "
+        "stream: default <output.root>/stream",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        help="stream: the query's checkpoint; a restart with the same one continues "
+        "(default: <output>/_checkpoint)",
+    )
     parser.add_argument("--delta", help="contribute: the parameter delta, a file or an MLflow artifact URI")
     parser.add_argument("--contributor", default="anonymous", help="contribute: who submitted the delta")
     return parser.parse_args(argv)
@@ -230,10 +278,12 @@ def _lost_driver(exc: BaseException, stage: str) -> str | None:
     how = driver_jvm_exit()
     if how is None and not isinstance(exc, Py4JNetworkError):
         return None
-    return (f"the Spark driver's JVM {how or 'stopped answering'} during the {stage} job "
-            f"({type(exc).__name__}: {exc}). Its own output above says why: java.lang.OutOfMemoryError -> raise "
-            f"spark.driver.memory (spark.conf in the job config, or spark-submit --driver-memory); nothing -> the "
-            f"OS may have killed it (dmesg). Outputs are written atomically: re-running the same command is safe.")
+    return (
+        f"the Spark driver's JVM {how or 'stopped answering'} during the {stage} job "
+        f"({type(exc).__name__}: {exc}). Its own output above says why: java.lang.OutOfMemoryError -> raise "
+        f"spark.driver.memory (spark.conf in the job config, or spark-submit --driver-memory); nothing -> the "
+        f"OS may have killed it (dmesg). Outputs are written atomically: re-running the same command is safe."
+    )
 
 
 def _init(argv: list[str]) -> int:
@@ -241,13 +291,23 @@ def _init(argv: list[str]) -> int:
     header (no Spark: the header and pandas' type inference over the first rows)."""
     from sparkml_dist.config.header import init_config
 
-    parser = argparse.ArgumentParser(prog="sparkml-dist init", description="print a complete job config for a CSV "
-                                     "with a header: columns, inferred types and roles, the label's task")
-    parser.add_argument("--data", required=True, help="the training rows: a CSV file with a header (or a directory "
-                                                      "of them), pkg://<package>/<file> too")
+    parser = argparse.ArgumentParser(
+        prog="sparkml-dist init",
+        description="print a complete job config for a CSV "
+        "with a header: columns, inferred types and roles, the label's task",
+    )
+    parser.add_argument(
+        "--data",
+        required=True,
+        help="the training rows: a CSV file with a header (or a directory "
+        "of them), pkg://<package>/<file> too",
+    )
     parser.add_argument("--label", required=True, help="the label column")
-    parser.add_argument("--test", help="held-out rows for the test metrics and the gate (default: --data; "
-                                       "replace it with rows the model does not train on)")
+    parser.add_argument(
+        "--test",
+        help="held-out rows for the test metrics and the gate (default: --data; "
+        "replace it with rows the model does not train on)",
+    )
     parser.add_argument("--delimiter", default=",", help="field separator (default ',')")
     args = parser.parse_args(argv)
     data = {"train_path": args.data, "test_path": args.test or args.data, "label": {"column": args.label}}
@@ -263,9 +323,12 @@ def _init(argv: list[str]) -> int:
 
 def scoped_to_run_date(cfg: JobConfig, run_date: str) -> JobConfig:
     if not re.fullmatch(r"[0-9A-Za-z_.:-]+", run_date):
-        raise SparkMLDistError(f"--run-date {run_date!r}: use a date like 2026-11-29 (letters, digits, '-', '_', '.', ':')")
-    output = cfg.output.model_copy(update={"root": f"{cfg.output.root.rstrip('/')}/run_date={run_date}",
-                                           "run_date": run_date})
+        raise SparkMLDistError(
+            f"--run-date {run_date!r}: use a date like 2026-11-29 (letters, digits, '-', '_', '.', ':')"
+        )
+    output = cfg.output.model_copy(
+        update={"root": f"{cfg.output.root.rstrip('/')}/run_date={run_date}", "run_date": run_date}
+    )
     return cfg.model_copy(update={"output": output})
 
 
@@ -279,7 +342,9 @@ def _quiet_mlflow() -> dict[str, str]:
 
 def _configure_logging() -> None:
     """The CLI owns the process, so it may configure logging (library code never does)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
+    )
     for noisy in ("py4j", "mlflow", "alembic", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     for handler in logging.getLogger().handlers:

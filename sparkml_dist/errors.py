@@ -99,7 +99,7 @@ class RankReport:
         return asdict(self)
 
     @staticmethod
-    def from_json(raw: dict) -> "RankReport":
+    def from_json(raw: dict) -> RankReport:
         return RankReport(**{k: raw[k] for k in RankReport.__dataclass_fields__ if k in raw})
 
 
@@ -114,8 +114,10 @@ class RankFailure(SparkMLDistError, RuntimeError):
     @staticmethod
     def _describe(reports: list[RankReport], stage_error: str) -> str:
         if not reports:
-            return ("the barrier stage failed and no rank sent a report (if the rank code never started, "
-                    f"look for an import or pickling problem): {stage_error}")
+            return (
+                "the barrier stage failed and no rank sent a report (if the rank code never started, "
+                f"look for an import or pickling problem): {stage_error}"
+            )
         lines = []
         for r in reports:
             where = f" (host {r.host})" if r.host else ""
@@ -151,9 +153,12 @@ class TrainingFailed(SparkMLDistError, RuntimeError):
         self.attempts = attempts
         self.last_failure = last_failure
         self.retryable = retryable  # type: ignore[misc]  # per instance: was the last failure worth retrying
-        advice = ("raise train.max_attempts or fix the cause" if retryable else
-                  "not relaunched: a rank failed on the data or the config, which a relaunch would meet "
-                  "again; fix the cause")
+        advice = (
+            "raise train.max_attempts or fix the cause"
+            if retryable
+            else "not relaunched: a rank failed on the data or the config, which a relaunch would meet "
+            "again; fix the cause"
+        )
         super().__init__(
             f"training failed after {attempts} attempt(s), each resumed from the last checkpoint; "
             f"{advice}. Last failure:\n{last_failure}"

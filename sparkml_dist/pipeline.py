@@ -7,9 +7,10 @@ import json
 import logging
 import math
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -17,12 +18,12 @@ from sparkml_dist import storage
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.ingest import ingest
 from sparkml_dist.data.sources import with_types_of
+from sparkml_dist.spark.session import job_group
 from sparkml_dist.stages import evaluate, log_report, preprocess, register, score, train
 from sparkml_dist.stages.preprocess import describe_target
 from sparkml_dist.stages.score import ScoreResult
-from sparkml_dist.tasks.base import get_task
 from sparkml_dist.storage.paths import OutputPaths
-from sparkml_dist.spark.session import job_group
+from sparkml_dist.tasks.base import get_task
 from sparkml_dist.tracking.client import RankTracker, RunHandle, tracked_run
 from sparkml_dist.tracking.cost import RunCost
 from sparkml_dist.tracking.models import champion_version
@@ -64,8 +65,9 @@ def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:
         prep = preprocess(spark, cfg)
     with timer("train"):
         trained = train(spark, cfg, prep, run)
-    with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, prep.manifest.schema),
-                key="data.test_path") as test_input:
+    with ingest(
+        spark, cfg.data.test_path, with_types_of(cfg.data, prep.manifest.schema), key="data.test_path"
+    ) as test_input:
         with timer("evaluate"):
             report = evaluate(spark, cfg, trained.model_uri, run.tracking_uri, test_input.accepted)
             log_report(run, report, cfg, step=trained.outcome.last.epoch)
@@ -80,9 +82,10 @@ def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:
             scored = score(spark, cfg)
     cost = RunCost.of_outcome(trained.outcome)
     if scored.scored_rows and not math.isnan(scored.joules):
-        RankTracker(run, 0).log({"score_joules": scored.joules,
-                                 "score_joules_per_million_rows": scored.joules_per_million_rows},
-                                trained.outcome.last.epoch)
+        RankTracker(run, 0).log(
+            {"score_joules": scored.joules, "score_joules_per_million_rows": scored.joules_per_million_rows},
+            trained.outcome.last.epoch,
+        )
     manifest = prep.manifest
     summary = Summary(
         rows={
@@ -102,10 +105,14 @@ def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:
         version=decision.version,
         alias=decision.alias,
         gate_reason=decision.reason,
-        outputs={"preprocess": prep.path, "predictions": scored.path or "none: no champion to score with yet",
-                 "model_uri": trained.model_uri,
-                 "registered": f"models:/{decision.name}/{decision.version}", "plots": paths.plots,
-                 "summary": paths.summary},
+        outputs={
+            "preprocess": prep.path,
+            "predictions": scored.path or "none: no champion to score with yet",
+            "model_uri": trained.model_uri,
+            "registered": f"models:/{decision.name}/{decision.version}",
+            "plots": paths.plots,
+            "summary": paths.summary,
+        },
         task=trained.outcome.model.target.task,
         target=describe_target(trained.outcome.model.target),
         seconds=timer.seconds,

@@ -45,7 +45,9 @@ def main() -> None:
     sys.path[:] = prefer_installed_pyspark(sys.path)
     # the workers forked from here inherit sys.path, and the processes they start the variable
     if os.environ.get("PYTHONPATH"):
-        os.environ["PYTHONPATH"] = os.pathsep.join(prefer_installed_pyspark(os.environ["PYTHONPATH"].split(os.pathsep)))
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            prefer_installed_pyspark(os.environ["PYTHONPATH"].split(os.pathsep))
+        )
     from pyspark.daemon import manager
 
     manager()

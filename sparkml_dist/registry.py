@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import importlib
 import threading
-from typing import Generic, Iterator, TypeVar
+from collections.abc import Iterator
+from typing import Generic, TypeVar
 
 from sparkml_dist.errors import ConfigError
 
@@ -34,8 +35,9 @@ class Registry(Generic[T]):
         with self._lock:
             current = self._entries.get(name)
             if current is not None and not replace and not _same_entry(current, entry):
-                raise ValueError(f"{self.key}={name} is registered already ({current!r}); pass replace=True "
-                                 f"to override it")
+                raise ValueError(
+                    f"{self.key}={name} is registered already ({current!r}); pass replace=True to override it"
+                )
             self._entries[name] = entry
         return entry
 
@@ -49,8 +51,10 @@ class Registry(Generic[T]):
         with self._lock:
             entry = self._entries.get(name)
         if entry is None:
-            raise ConfigError(f"{self.key}: unknown value {name!r}; known: {', '.join(self.names())}. "
-                              f"A new one is registered from its own module (see docs/architecture.md)")
+            raise ConfigError(
+                f"{self.key}: unknown value {name!r}; known: {', '.join(self.names())}. "
+                f"A new one is registered from its own module (see docs/architecture.md)"
+            )
         return entry
 
     def names(self) -> list[str]:
@@ -82,5 +86,8 @@ def _same_entry(a: object, b: object) -> bool:
     the same module (a re-imported module makes new but identical instances)."""
     if a is b or a == b:
         return True
-    return (type(a).__qualname__, type(a).__module__, getattr(a, "name", None)) == \
-        (type(b).__qualname__, type(b).__module__, getattr(b, "name", None))
+    return (type(a).__qualname__, type(a).__module__, getattr(a, "name", None)) == (
+        type(b).__qualname__,
+        type(b).__module__,
+        getattr(b, "name", None),
+    )

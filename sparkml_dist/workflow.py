@@ -38,8 +38,9 @@ def job_arguments(config: str, run_date: str) -> list[str]:
     return ["--config", config, "--run-date", run_date]
 
 
-def spark_submit_command(task: Task, config: str, run_date: str, master: str | None = None,
-                         extra: list[str] | tuple[str, ...] = ()) -> list[str]:
+def spark_submit_command(
+    task: Task, config: str, run_date: str, master: str | None = None, extra: list[str] | tuple[str, ...] = ()
+) -> list[str]:
     cmd = ["spark-submit"]
     if master:
         cmd += ["--master", master]

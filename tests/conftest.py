@@ -25,8 +25,11 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # offline tests; no s
 # (scripts/spark_class_archive.py): a session's tiny job took 5.5-8 CPU-s with it against 10.5.
 # A JVM whose jars differ from the archive's runs without it, silently (-Xlog:cds*=off).
 _CLASS_ARCHIVE = Path(sys.prefix) / "spark-classes.jsa"
-os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1" + (
-    f" -XX:SharedArchiveFile={_CLASS_ARCHIVE} -Xlog:cds*=off" if _CLASS_ARCHIVE.is_file() else ""))
+os.environ.setdefault(
+    "JDK_JAVA_OPTIONS",
+    "-XX:TieredStopAtLevel=1"
+    + (f" -XX:SharedArchiveFile={_CLASS_ARCHIVE} -Xlog:cds*=off" if _CLASS_ARCHIVE.is_file() else ""),
+)
 # Code under test must use the store its config names; anything that falls back to MLflow's
 # process-global URI lands in this empty store instead of a developer's ./mlflow.db.
 os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{tempfile.mkdtemp(prefix='stray-mlflow-')}/stray.db")
@@ -58,7 +61,9 @@ def no_env_leaks():
     before = dict(os.environ)
     yield
     after = dict(os.environ)
-    leaked = {k: after.get(k) for k in set(before) ^ set(after) | {k for k in before if before[k] != after.get(k)}}
+    leaked = {
+        k: after.get(k) for k in set(before) ^ set(after) | {k for k in before if before[k] != after.get(k)}
+    }
     # pytest's; torch sets the others once per process (the inductor cache; CUDA's lazy module
     # loading, at the first CUDA call where a GPU is)
     for owned_by_others in ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "CUDA_MODULE_LOADING"):
@@ -71,19 +76,24 @@ def spark():
     from sparkml_dist.config import SparkConfig
     from sparkml_dist.spark import build_session
 
-    session = build_session(SparkConfig(master="local[4]", app_name="sparkml_dist-tests"),
-                            extra_conf={"spark.sql.shuffle.partitions": "4"})
+    session = build_session(
+        SparkConfig(master="local[4]", app_name="sparkml_dist-tests"),
+        extra_conf={"spark.sql.shuffle.partitions": "4"},
+    )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
 
 
 def adult_config(tmp_path: Path, *overrides: str):
-    from sparkml_dist.config import load_config
     from stores import fresh_store
 
-    return load_config(ADULT_CONFIG, [f"output.root={tmp_path / 'out'}",
-                                      f"tracking.tracking_uri={fresh_store(tmp_path)}", *overrides])
+    from sparkml_dist.config import load_config
+
+    return load_config(
+        ADULT_CONFIG,
+        [f"output.root={tmp_path / 'out'}", f"tracking.tracking_uri={fresh_store(tmp_path)}", *overrides],
+    )
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _empty_store() -> Path:
     from mlflow.tracking import MlflowClient
 

@@ -125,8 +125,12 @@ def test_a_training_method_is_never_compared_by_name_outside_its_own_registratio
             constants: list[ast.AST] = []
             if isinstance(node, ast.Compare):
                 constants = [node.left, *node.comparators]
-                constants += [e for c in node.comparators if isinstance(c, (ast.Tuple, ast.List, ast.Set))
-                              for e in c.elts]
+                constants += [
+                    e
+                    for c in node.comparators
+                    if isinstance(c, (ast.Tuple, ast.List, ast.Set))
+                    for e in c.elts
+                ]
             elif isinstance(node, ast.Dict):
                 constants = [k for k in node.keys if k is not None]
             hits = [c.value for c in constants if isinstance(c, ast.Constant) and c.value in names]
@@ -137,11 +141,14 @@ def test_a_training_method_is_never_compared_by_name_outside_its_own_registratio
 
 def test_importing_the_package_and_reading_a_config_stay_light():
     """`import sparkml_dist` and choosing a method while validating a config import neither torch nor pyspark."""
-    code = ("import sys, sparkml_dist; from sparkml_dist.config import load_config; "
-            "load_config('conf/adult.yaml', ['train.strategy=pipeline', 'model.kind=transformer']); "
-            "print(sorted(m for m in ('torch', 'pyspark', 'mlflow') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=PACKAGE.parent).stdout
+    code = (
+        "import sys, sparkml_dist; from sparkml_dist.config import load_config; "
+        "load_config('conf/adult.yaml', ['train.strategy=pipeline', 'model.kind=transformer']); "
+        "print(sorted(m for m in ('torch', 'pyspark', 'mlflow') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE.parent
+    ).stdout
     assert out.strip() == "[]"
 
 
@@ -157,22 +164,30 @@ def test_the_public_surface_resolves_and_is_documented():
     assert missing == [], "docs/architecture.md lists every public name"
 
 
-@pytest.mark.parametrize("error", [
-    "ConfigError('train.epochs: must be >= 1')",
-    "DataError('x.csv: no rows')",
-    "SlotError(2, 4)",
-    "TrainingFailed(3, 'rank 1 failed', retryable=False)",
-    "RankFailure([RankReport(1, 'h', 'DataError', 'bad file', retryable=False)], 'stage failed')",
-])
+@pytest.mark.parametrize(
+    "error",
+    [
+        "ConfigError('train.epochs: must be >= 1')",
+        "DataError('x.csv: no rows')",
+        "SlotError(2, 4)",
+        "TrainingFailed(3, 'rank 1 failed', retryable=False)",
+        "RankFailure([RankReport(1, 'h', 'DataError', 'bad file', retryable=False)], 'stage failed')",
+    ],
+)
 def test_errors_pickle_and_say_whether_a_retry_can_help(error):
     from sparkml_dist import errors
 
-    value = eval(error, vars(errors))  # noqa: S307 - literals from this test
+    value = eval(error, vars(errors))
     again = pickle.loads(pickle.dumps(value))
     assert type(again) is type(value) and str(again) == str(value)
     assert again.retryable == value.retryable
-    expected = {"ConfigError": False, "DataError": False, "SlotError": True, "TrainingFailed": False,
-                "RankFailure": False}[type(value).__name__]
+    expected = {
+        "ConfigError": False,
+        "DataError": False,
+        "SlotError": True,
+        "TrainingFailed": False,
+        "RankFailure": False,
+    }[type(value).__name__]
     assert value.retryable is expected
 
 

@@ -4,14 +4,14 @@ from dataclasses import replace
 
 import pytest
 from mlflow.tracking import MlflowClient
+from stores import fresh_store
+from test_training import job_for
 
 from sparkml_dist.launch import TorchBackend, run_barrier
 from sparkml_dist.methods import make_job
 from sparkml_dist.train.async_ps import ParameterServer, async_rank, shard_names
 from sparkml_dist.train.job import Fault
 from sparkml_dist.train.loop import train_rank
-from stores import fresh_store
-from test_training import job_for
 
 FRESH = TorchBackend(timeout_s=120, needs_fresh_process=True)
 
@@ -20,7 +20,9 @@ def test_a_too_stale_update_is_dropped_or_downweighted_and_counted():
     import torch
 
     for policy, applied in (("drop", 1), ("downweight", 2)):
-        server = ParameterServer({"w": torch.zeros(3)}, lr=0.1, weight_decay=0.0, max_staleness=0, policy=policy)
+        server = ParameterServer(
+            {"w": torch.zeros(3)}, lr=0.1, weight_decay=0.0, max_staleness=0, policy=policy
+        )
         assert server.push({"w": torch.ones(3)}, seen=0)  # fresh: applied, version 1
         assert server.push({"w": torch.ones(3)}, seen=0) == (policy == "downweight")  # one version old
         assert server.stats.applied == applied and server.stats.staleness == [0, 1]
@@ -44,10 +46,18 @@ def test_async_sgd_reaches_synchronous_ddp_accuracy_and_logs_staleness(spark, ad
 
     cfg, prep = adult_prep
     ddp_job = job_for(cfg, prep, tmp_path / "ddp", "epochs=4")
-    ddp = run_barrier(spark, train_rank, ddp_job, 2, TorchBackend(timeout_s=120))[0].records[-1].evaluation.value
+    ddp = (
+        run_barrier(spark, train_rank, ddp_job, 2, TorchBackend(timeout_s=120))[0]
+        .records[-1]
+        .evaluation.value
+    )
 
-    async_cfg = cfg.with_overrides("train.strategy=async", "train.num_ranks=3", "train.epochs=4",
-                                   f"tracking.tracking_uri={fresh_store(tmp_path)}")
+    async_cfg = cfg.with_overrides(
+        "train.strategy=async",
+        "train.num_ranks=3",
+        "train.epochs=4",
+        f"tracking.tracking_uri={fresh_store(tmp_path)}",
+    )
     with tracked_run(async_cfg.tracking, "train", async_cfg.flat_params()) as run:
         result = train(spark, async_cfg, prep, run)
     final = result.records[-1]
@@ -56,7 +66,13 @@ def test_async_sgd_reaches_synchronous_ddp_accuracy_and_logs_staleness(spark, ad
     assert [r.role for r in result.outcome.ranks] == ["server", "worker", "worker"]
     metrics = MlflowClient(async_cfg.tracking.tracking_uri).get_run(run.run_id).data.metrics
     assert metrics["updates_applied"] + metrics["updates_dropped"] > 0
-    assert {"staleness_mean", "staleness_max", "samples_per_s_rank1", "samples_per_s_rank2", "val_accuracy"} <= set(metrics)
+    assert {
+        "staleness_mean",
+        "staleness_max",
+        "samples_per_s_rank1",
+        "samples_per_s_rank2",
+        "val_accuracy",
+    } <= set(metrics)
     assert result.model_uri.startswith("runs:/"), "the model from the servers' parameters is logged"
     # what each rank cost: workers' pulls and pushes timed as communication, servers' energy too
     for worker in (1, 2):
@@ -71,7 +87,10 @@ def test_async_sgd_reaches_synchronous_ddp_accuracy_and_logs_staleness(spark, ad
 @pytest.mark.slow
 def test_a_slowed_worker_does_not_slow_the_others(spark, adult_prep, tmp_path):
     cfg, prep = adult_prep
-    job, _ = async_job(cfg, prep, tmp_path / "even", "epochs=2", "num_ranks=4", "async_ps.stale_policy=downweight")
+    job, _ = async_job(
+        cfg, prep, tmp_path / "even", "epochs=2", "num_ranks=4", "async_ps.stale_policy=downweight"
+    )
+
     def even_steps_ms(name: str) -> dict[int, float]:
         results = run_barrier(spark, async_rank, replace(job, checkpoint_dir=str(tmp_path / name)), 4, FRESH)
         return {r.stats.rank: r.stats.step_ms for r in results}
@@ -79,7 +98,9 @@ def test_a_slowed_worker_does_not_slow_the_others(spark, adult_prep, tmp_path):
     # the even run before and after the slowed one: the machine's other load (the test suite's
     # second worker) may change between runs, and the slower of the two is the fair reference
     before = even_steps_ms("even-before")
-    slowed_job = replace(job, checkpoint_dir=str(tmp_path / "s"), faults=(Fault(rank=3, kind="slow", seconds=0.05),))
+    slowed_job = replace(
+        job, checkpoint_dir=str(tmp_path / "s"), faults=(Fault(rank=3, kind="slow", seconds=0.05),)
+    )
     slowed = {r.stats.rank: r for r in run_barrier(spark, async_rank, slowed_job, 4, FRESH)}
     after = even_steps_ms("even-after")
     assert slowed[3].stats.step_ms >= 50, "the fault slowed rank 3"
@@ -88,9 +109,12 @@ def test_a_slowed_worker_does_not_slow_the_others(spark, adult_prep, tmp_path):
         # >= 50 ms; on 2 shared cores with 4 ranks and a JVM a fast worker's few-ms step still
         # varies run to run (2.9 vs 5.1 ms seen), so the bound against the even runs is 2x
         even = max(before[rank], after[rank])
-        assert slowed[rank].stats.step_ms < 0.25 * slowed[3].stats.step_ms, "not held to the slow worker's pace"
+        assert slowed[rank].stats.step_ms < 0.25 * slowed[3].stats.step_ms, (
+            "not held to the slow worker's pace"
+        )
         assert slowed[rank].stats.step_ms <= 2 * even, (
-            f"rank {rank}: {slowed[rank].stats.step_ms:.1f} ms a step beside a slow peer, {even:.1f} without")
+            f"rank {rank}: {slowed[rank].stats.step_ms:.1f} ms a step beside a slow peer, {even:.1f} without"
+        )
     server = slowed[0].counters
     assert server["staleness_max"] >= 1 and server["applied"] + server["dropped"] > 0
 
@@ -107,7 +131,9 @@ def test_a_relaunch_resumes_the_parameter_servers_from_the_last_epoch(spark, adu
     cfg, prep = adult_prep
     job, _ = async_job(cfg, prep, tmp_path / "ckpt", "num_ranks=3", "epochs=3", "timeout_s=60")
     job = replace(job, faults=(Fault(rank=2, epoch=1, step=7), Fault(rank=1, epoch=0, step=3, attempt=1)))
-    launched = run_with_relaunch(spark, async_rank, lambda a: replace(job, attempt=a), 3, FRESH, max_attempts=2)
+    launched = run_with_relaunch(
+        spark, async_rank, lambda a: replace(job, attempt=a), 3, FRESH, max_attempts=2
+    )
     assert launched.attempts == 2
     saved = [p.rsplit("/", 1)[-1] for p in list_checkpoints(tmp_path / "ckpt")]
     assert saved == ["ckpt-e00001-s0000000.pt", "ckpt-e00002-s0000000.pt"], "one per epoch, newest kept"

@@ -23,10 +23,9 @@ def test_failed_write_keeps_the_previous_output_and_rerun_replaces_it(spark, tmp
     final = str(tmp_path / "predictions")
     with atomic_dir(spark, final) as staging:
         write_rows(spark, f"{staging}/scored", 10)
-    with pytest.raises(RuntimeError, match="killed mid-write"):
-        with atomic_dir(spark, final) as staging:
-            write_rows(spark, f"{staging}/scored", 99)
-            raise RuntimeError("killed mid-write")
+    with pytest.raises(RuntimeError, match="killed mid-write"), atomic_dir(spark, final) as staging:
+        write_rows(spark, f"{staging}/scored", 99)
+        raise RuntimeError("killed mid-write")
     assert spark.read.parquet(f"{final}/scored").count() == 10
     assert sorted(p.name for p in tmp_path.iterdir()) == ["predictions"], "no staging leftovers"
     with atomic_dir(spark, final) as staging:
@@ -62,7 +61,9 @@ with atomic_dir(spark, final) as staging:
 
 def test_a_job_killed_mid_write_leaves_the_previous_output_readable(spark, tmp_path):
     final = tmp_path / "predictions"
-    proc = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(final)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER, str(final)], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == -9
     assert spark.read.parquet(str(final / "scored")).count() == 10
     # the next run cleans the dead run's staging directory and replaces the output
@@ -76,11 +77,12 @@ def test_a_second_writer_of_one_output_is_refused_and_the_first_one_commits(spar
     final = str(tmp_path / "predictions")
     with atomic_dir(spark, final) as first:
         write_rows(spark, f"{first}/scored", 10)
-        with pytest.raises(OutputInUseError, match=rf"being written by another job \(pid {os.getpid()} on host "
-                                                   rf"{socket.gethostname()}.*delete .*predictions.lock"):
-            with atomic_dir(spark, final):
-                pass
-        assert Path(first.removeprefix("file:")).is_dir(), "the refused writer left the first one's staging alone"
+        refused = rf"being written by another job \(pid {os.getpid()} on host {socket.gethostname()}.*delete .*predictions.lock"
+        with pytest.raises(OutputInUseError, match=refused), atomic_dir(spark, final):
+            pass
+        assert Path(first.removeprefix("file:")).is_dir(), (
+            "the refused writer left the first one's staging alone"
+        )
     assert spark.read.parquet(f"{final}/scored").count() == 10
     assert sorted(p.name for p in tmp_path.iterdir()) == ["predictions"], "the lock is released"
 
@@ -91,9 +93,8 @@ def test_the_lock_of_a_live_process_holds_and_a_dead_ones_is_taken_over(spark, t
     try:
         owner = Writer(socket.gethostname(), other.pid, _process_start(other.pid), "2026-01-01T00:00:00")
         (tmp_path / "out.lock").write_text(json.dumps(owner.__dict__))
-        with pytest.raises(OutputInUseError, match=rf"pid {other.pid}"):
-            with atomic_dir(spark, str(final)):
-                pass
+        with pytest.raises(OutputInUseError, match=rf"pid {other.pid}"), atomic_dir(spark, str(final)):
+            pass
     finally:
         other.kill()
         other.wait()

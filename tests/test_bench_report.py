@@ -5,7 +5,9 @@ from bench.report import BLOCK, DOCS, GENERATED, load_results, render
 
 def test_the_docs_tables_are_the_results_file():
     docs = DOCS.read_text()
-    assert render(docs, load_results()) == docs, "run `.venv/bin/python -m bench.report --write` after `make bench`"
+    assert render(docs, load_results()) == docs, (
+        "run `.venv/bin/python -m bench.report --write` after `make bench`"
+    )
     prefixes = [m.group(2) for m in BLOCK.finditer(docs)]
     assert "*" in prefixes, "the full table is generated"
     missing = [r["name"] for r in load_results() if f"| `{r['name']}` |" not in docs]
@@ -13,7 +15,9 @@ def test_the_docs_tables_are_the_results_file():
     for other in GENERATED:
         text = other.read_text()
         assert BLOCK.search(text), f"{other.name} has a generated table"
-        assert render(text, load_results()) == text, f"{other.name}: run `.venv/bin/python -m bench.report --write`"
+        assert render(text, load_results()) == text, (
+            f"{other.name}: run `.venv/bin/python -m bench.report --write`"
+        )
 
 
 def test_a_changed_result_changes_the_docs():

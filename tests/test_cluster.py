@@ -36,13 +36,33 @@ def package_zip(tmp_path_factory):
 
 def submit(cluster, package_zip, job, tmp_path, *overrides, env_extra=None):
     spark_submit = Path(sys.executable).parent / "spark-submit"
-    cmd = [str(spark_submit), "--master", cluster.master_url,
-           "--conf", "spark.executor.cores=1", "--conf", "spark.cores.max=2",
-           "--conf", f"spark.pyspark.python={sys.executable}", "--py-files", package_zip,
-           str(ROOT / job), "--config", str(ROOT / "conf/adult.yaml"),
-           "--set", f"output.root={tmp_path / 'out'}", "--set", f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
-           *[a for o in overrides for a in ("--set", o)]]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_CONF_DIR": str(cluster.conf_dir), **(env_extra or {})}
+    cmd = [
+        str(spark_submit),
+        "--master",
+        cluster.master_url,
+        "--conf",
+        "spark.executor.cores=1",
+        "--conf",
+        "spark.cores.max=2",
+        "--conf",
+        f"spark.pyspark.python={sys.executable}",
+        "--py-files",
+        package_zip,
+        str(ROOT / job),
+        "--config",
+        str(ROOT / "conf/adult.yaml"),
+        "--set",
+        f"output.root={tmp_path / 'out'}",
+        "--set",
+        f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        *[a for o in overrides for a in ("--set", o)],
+    ]
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_CONF_DIR": str(cluster.conf_dir),
+        **(env_extra or {}),
+    }
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-4000:]
     assert f"master {cluster.master_url}" in out.stderr, "the job ran on the cluster, not a local fallback"
@@ -68,8 +88,14 @@ STOP = ".venv/bin/python -m sparkml_dist.services.spark_cluster stop --dir /tmp/
 
 def run_as_written(command: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
     assert command in (ROOT / "README.md").read_text(), f"the README shows `{command}`"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKML_DIST_", "MLFLOW_TRACKING", "PYSPARK"))}
-    return subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SPARKML_DIST_", "MLFLOW_TRACKING", "PYSPARK"))
+    }
+    return subprocess.run(
+        command, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_the_readme_cluster_recipe_as_written(tmp_path):
@@ -83,7 +109,9 @@ def test_the_readme_cluster_recipe_as_written(tmp_path):
         assert run_as_written(PACK, tmp_path).returncode == 0
         done = run_as_written(SUBMIT, tmp_path)
         assert done.returncode == 0, done.stderr[-4000:]
-        assert "master spark://127.0.0.1:7077" in done.stderr, "the job ran on the cluster, not a local fallback"
+        assert "master spark://127.0.0.1:7077" in done.stderr, (
+            "the job ran on the cluster, not a local fallback"
+        )
     finally:
         stopped = run_as_written(STOP, tmp_path, timeout=120)
     assert stopped.returncode == 0 and not list(Path("/tmp/spark-cluster/pids").glob("*.pid"))
@@ -97,11 +125,25 @@ def test_a_job_the_workers_cannot_host_fails_naming_the_gap(cluster, package_zip
     """The profile's 4g executors on 2g workers: no executor can start. The job fails within the
     bound, saying what it asked for and what each worker has free, instead of waiting forever."""
     spark_submit = Path(sys.executable).parent / "spark-submit"
-    cmd = [str(spark_submit), "--master", cluster.master_url, "--load-spark-defaults",
-           "--properties-file", str(ROOT / "conf/spark/cluster.conf"),
-           "--conf", f"spark.master.ui.port={cluster.web_url.rsplit(':', 1)[1]}", "--py-files", package_zip,
-           str(ROOT / "jobs/preprocess.py"), "--config", str(ROOT / "conf/adult.yaml"),
-           "--set", f"output.root={tmp_path / 'out'}", "--set", "spark.executor_wait_s=15"]
+    cmd = [
+        str(spark_submit),
+        "--master",
+        cluster.master_url,
+        "--load-spark-defaults",
+        "--properties-file",
+        str(ROOT / "conf/spark/cluster.conf"),
+        "--conf",
+        f"spark.master.ui.port={cluster.web_url.rsplit(':', 1)[1]}",
+        "--py-files",
+        package_zip,
+        str(ROOT / "jobs/preprocess.py"),
+        "--config",
+        str(ROOT / "conf/adult.yaml"),
+        "--set",
+        f"output.root={tmp_path / 'out'}",
+        "--set",
+        "spark.executor_wait_s=15",
+    ]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_CONF_DIR": str(cluster.conf_dir)}
     started = time.monotonic()
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -121,12 +163,19 @@ def test_an_application_without_the_clusters_secret_is_refused(cluster, tmp_path
     assert conf.stat().st_mode & 0o077 == 0, "the secret is readable by its owner only"
     assert "spark.network.crypto.enabled       true" in conf.read_text()
     probe = tmp_path / "probe.py"
-    probe.write_text("from pyspark.sql import SparkSession\nprint('COUNTED', SparkSession.builder.getOrCreate()"
-                     ".range(5).count())\n")
+    probe.write_text(
+        "from pyspark.sql import SparkSession\nprint('COUNTED', SparkSession.builder.getOrCreate()"
+        ".range(5).count())\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "SPARK_CONF_DIR"} | {"PYSPARK_PYTHON": sys.executable}
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "spark-submit"), "--master", cluster.master_url,
-                             str(probe)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "spark-submit"), "--master", cluster.master_url, str(probe)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     said: list[str] = []
     reader = threading.Thread(target=lambda: said.extend(proc.stdout), daemon=True)  # until the refusal shows
     reader.start()
@@ -143,7 +192,9 @@ def test_an_application_without_the_clusters_secret_is_refused(cluster, tmp_path
 
 @pytest.mark.parametrize("backend", ["torch", "horovod"])
 def test_two_rank_training_one_rank_per_executor(cluster, package_zip, workdir, backend):
-    stdout = submit(cluster, package_zip, "jobs/train.py", workdir, "train.epochs=2", f"train.backend={backend}")
+    stdout = submit(
+        cluster, package_zip, "jobs/train.py", workdir, "train.epochs=2", f"train.backend={backend}"
+    )
     assert "ranks in step: True" in stdout
     assert "rows per rank [14692, 14692]" in stdout
 
@@ -156,9 +207,17 @@ def test_custom_model_shipped_only_by_the_job(cluster, package_zip, tmp_path):
     source.mkdir(parents=True)
     (source / "__init__.py").write_text("")
     shutil.copy(ROOT / "tests" / "user_code" / "nets.py", source / "nets.py")
-    stdout = submit(cluster, package_zip, "jobs/pipeline.py", tmp_path, "train.epochs=2", "model.kind=custom",
-                    f"model.factory={package}.nets:residual_mlp", "model.options={width: 32}",
-                    env_extra={"PYTHONPATH": os.pathsep.join([str(source.parent), os.environ.get("PYTHONPATH", "")])})
+    stdout = submit(
+        cluster,
+        package_zip,
+        "jobs/pipeline.py",
+        tmp_path,
+        "train.epochs=2",
+        "model.kind=custom",
+        f"model.factory={package}.nets:residual_mlp",
+        "model.options={width: 32}",
+        env_extra={"PYTHONPATH": os.pathsep.join([str(source.parent), os.environ.get("PYTHONPATH", "")])},
+    )
     assert "=== sparkml_dist pipeline summary ===" in stdout
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["test_metrics"]["accuracy"] >= 0.83

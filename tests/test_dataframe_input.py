@@ -22,7 +22,9 @@ def _test_accuracy(spark, cfg, prep) -> tuple[float, object]:
 def test_dataframe_fed_training_matches_the_parquet_path(spark, adult_prep, make_adult_config):
     _, prep = adult_prep
     parquet, _ = _test_accuracy(spark, make_adult_config("train.epochs=3"), prep)
-    dataframe, result = _test_accuracy(spark, make_adult_config("train.epochs=3", "train.input=dataframe"), prep)
+    dataframe, result = _test_accuracy(
+        spark, make_adult_config("train.epochs=3", "train.input=dataframe"), prep
+    )
     assert abs(dataframe - parquet) <= 0.005, (dataframe, parquet)
     assert dataframe >= 0.84
     rows = [r.samples for r in result.outcome.ranks]

@@ -14,10 +14,16 @@ import pytest
 from pyspark.ml.feature import VectorAssembler
 from pyspark.ml.torch.distributor import TorchDistributor as PySparkTorchDistributor
 from sklearn.datasets import load_breast_cancer
+from user_code.breast_cancer import (
+    fail_on_rank,
+    resume_after_failure,
+    step_and_leave,
+    train,
+    train_from_dataframe,
+)
 
 import sparkml_dist as sd
 from sparkml_dist.errors import ConfigError, DataError, RankFailure, SlotError, UserCodeError
-from user_code.breast_cancer import fail_on_rank, resume_after_failure, step_and_leave, train, train_from_dataframe
 
 SCRIPT = Path(__file__).parent / "user_code" / "train_script.py"
 
@@ -33,7 +39,9 @@ def test_users_function_trains_on_two_ranks_with_torchrun_environment(spark, cap
     assert result["env"]["RANK"] == "0" and result["env"]["WORLD_SIZE"] == "2"
     assert result["env"]["MASTER_ADDR"] == "127.0.0.1" and int(result["env"]["MASTER_PORT"]) > 0
     assert result["env"]["CUDA_VISIBLE_DEVICES"] == "", "use_gpu=False: no GPU, as pyspark's ranks see none"
-    assert result["env"]["LOCAL_RANK"] == "0", "one process per task, as torchrun --nproc_per_node=1 in pyspark's"
+    assert result["env"]["LOCAL_RANK"] == "0", (
+        "one process per task, as torchrun --nproc_per_node=1 in pyspark's"
+    )
     assert result["accuracy"] > 0.95  # the 30-feature MLP learns the breast-cancer data
     # both ranks' prints reached the driver's log
     assert "[rank 1] rank 1 epoch 9 loss" in caplog.text and "[rank 0] rank 0 epoch 0 loss" in caplog.text
@@ -41,7 +49,9 @@ def test_users_function_trains_on_two_ranks_with_torchrun_environment(spark, cap
 
 def test_same_final_parameters_as_pysparks_torch_distributor(spark):
     ours = barrier(spark=spark).run(train, 0.05, epochs=3)
-    theirs = PySparkTorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(train, 0.05, epochs=3)
+    theirs = PySparkTorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(
+        train, 0.05, epochs=3
+    )
     assert len(ours["params"]) == len(theirs["params"]) == 4
     for mine, other in zip(ours["params"], theirs["params"]):
         np.testing.assert_allclose(mine, other, rtol=0, atol=1e-6)
@@ -64,7 +74,8 @@ def test_local_mode_runs_processes_on_the_driver_with_the_same_result(spark):
 def test_script_path_with_arguments(spark, tmp_path, local_mode):
     out = tmp_path / "result.json"
     returned = sd.TorchDistributor(num_processes=2, local_mode=local_mode, use_gpu=False, spark=spark).run(
-        str(SCRIPT), "--learning-rate=0.2", "--epochs", "4", f"--out={out}")
+        str(SCRIPT), "--learning-rate=0.2", "--epochs", "4", f"--out={out}"
+    )
     assert returned is None  # as pyspark: a script's result is what it writes
     written = json.loads(out.read_text())
     assert written["world"] == 2 and written["accuracy"] > 0.9
@@ -74,7 +85,9 @@ def test_script_path_with_arguments(spark, tmp_path, local_mode):
 @pytest.mark.parametrize("local_mode", [False, True])
 def test_failing_rank_raises_its_report(spark, local_mode):
     with pytest.raises(RankFailure) as failure:
-        sd.TorchDistributor(num_processes=2, local_mode=local_mode, use_gpu=False, spark=spark).run(fail_on_rank, 1)
+        sd.TorchDistributor(num_processes=2, local_mode=local_mode, use_gpu=False, spark=spark).run(
+            fail_on_rank, 1
+        )
     report = {r.rank: r for r in failure.value.reports}[1]
     assert report.exc_type == "ValueError" and "bad value on rank 1" in report.message
     assert "fail_on_rank" in report.traceback
@@ -122,8 +135,13 @@ def test_pysparks_own_distributor_tests_pass_against_ours():
     import sys
 
     port = Path(__file__).parent / "peers" / "pyspark_test_distributor.py"
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "--noconftest", "-p", "no:cacheprovider", str(port)],
-                         capture_output=True, text=True, timeout=600, cwd=port.parent)
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "--noconftest", "-p", "no:cacheprovider", str(port)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=port.parent,
+    )
     assert out.returncode == 0, out.stdout[-4000:]
     assert "7 passed" in out.stdout, out.stdout[-2000:]
 
@@ -184,7 +202,8 @@ def test_bad_input_is_refused_before_any_rank_starts(spark, tmp_path):
         barrier(spark=spark).run_on_dataframe(train_from_dataframe, strings, 0.1)
     with pytest.raises(ConfigError, match="local_mode=False"):
         sd.TorchDistributor(num_processes=2, local_mode=True, use_gpu=False).run_on_dataframe(
-            train_from_dataframe, strings, 0.1)
+            train_from_dataframe, strings, 0.1
+        )
     with pytest.raises(SlotError, match="64 ranks requested: lower num_processes to at most"):
         sd.TorchDistributor(num_processes=64, local_mode=False, use_gpu=False, spark=spark).run(train, 0.1)
     with pytest.raises(RuntimeError, match="'spark.task.resource.gpu.amount' was unset.*use_gpu=False"):

@@ -40,7 +40,11 @@ def free_block(size: int) -> PortRange:
 
 
 def listening_ports(pid: int) -> set[int]:
-    return {c.laddr.port for c in psutil.Process(pid).net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+    return {
+        c.laddr.port
+        for c in psutil.Process(pid).net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN
+    }
 
 
 @pytest.mark.parametrize("text", ["80-90", "40100-40000", "40100-70000", "forty", "40100:40119", "-5"])
@@ -66,14 +70,18 @@ def test_the_driver_listeners_take_free_ports_of_the_range_and_say_when_it_is_fu
         relay = OutputRelay("127.0.0.1", ports=ports)
         started.append(relay)
         taken = {coordinator.address.port, relay.address.port}
-        assert taken == {ports.first + 1, ports.first + 2}, "the first free ports of the range, the held one skipped"
+        assert taken == {ports.first + 1, ports.first + 2}, (
+            "the first free ports of the range, the held one skipped"
+        )
         with pytest.raises(ConfigError, match=f"{DRIVER_PORTS_CONF}={ports}: every port in it is in use"):
             LaunchCoordinator("127.0.0.1", 2, ports)
         with pytest.raises(ConfigError, match=f"{DRIVER_PORTS_CONF}={ports}: every port in it is in use"):
             StoreGateway("127.0.0.1", 9, os.urandom(32), ports)
         with ThreadPoolExecutor(2) as pool:  # the ranks reach the coordinator on its port of the range
-            answers = [f.result(timeout=10) for f in [pool.submit(all_gather, coordinator.address, "start", r, str(r))
-                                                      for r in range(2)]]
+            answers = [
+                f.result(timeout=10)
+                for f in [pool.submit(all_gather, coordinator.address, "start", r, str(r)) for r in range(2)]
+            ]
         assert answers == [["0", "1"]] * 2
     finally:
         for listener in started:
@@ -86,8 +94,11 @@ def test_horovods_driver_gateway_takes_a_port_of_the_range():
     gateway = StoreGateway("127.0.0.1", 9, os.urandom(32), ports)
     try:
         assert gateway.port == ports.first
-        mine = [c for c in psutil.Process(gateway.process.pid).net_connections(kind="tcp")
-                if c.status == psutil.CONN_LISTEN]
+        mine = [
+            c
+            for c in psutil.Process(gateway.process.pid).net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN
+        ]
         assert [(c.laddr.ip, c.laddr.port) for c in mine] == [("127.0.0.1", ports.first)]
     finally:
         gateway.close()
@@ -102,7 +113,9 @@ def test_a_launch_in_a_session_with_the_conf_listens_on_the_driver_only_within_t
     before = listening_ports(os.getpid())
     spark.conf.set(DRIVER_PORTS_CONF, str(ports))
     try:
-        during = run_barrier(spark, driver_listeners, os.getpid(), 2, TorchBackend(timeout_s=60), stream_output=True)[0]
+        during = run_barrier(
+            spark, driver_listeners, os.getpid(), 2, TorchBackend(timeout_s=60), stream_output=True
+        )[0]
     finally:
         spark.conf.unset(DRIVER_PORTS_CONF)
     opened = set(during) - before

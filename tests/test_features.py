@@ -5,11 +5,11 @@ import contextlib
 import numpy as np
 import pytest
 from pyspark.sql import functions as F
+from test_ingest import small_config
 
 from sparkml_dist.config import FeatureConfig
 from sparkml_dist.data.features import build_feature_pipeline, feature_names, raw_features, to_feature_frame
 from sparkml_dist.data.ingest import ingest
-from test_ingest import small_config
 
 pytestmark = pytest.mark.spark
 
@@ -39,7 +39,9 @@ def test_scaled_numerics_are_standardised(spark, tmp_path):
     cfg = small_config(train)
     rows = ingest(spark, str(train), cfg).accepted
     out = to_feature_frame(build_feature_pipeline(cfg, FeatureConfig()).fit(rows), rows, with_label=False)
-    stats = out.select(F.avg(F.col("features")[0]).alias("m"), F.stddev(F.col("features")[0]).alias("s")).first()
+    stats = out.select(
+        F.avg(F.col("features")[0]).alias("m"), F.stddev(F.col("features")[0]).alias("s")
+    ).first()
     assert abs(stats["m"]) < 1e-5 and abs(stats["s"] - 1) < 1e-5
 
 
@@ -56,22 +58,29 @@ def _dense_from_compact(model, rows):
 def _dense_from_spark_ml(model, rows):
     from sparkml_dist.data.loader import features_to_numpy
 
-    return features_to_numpy(to_feature_frame(model, rows, with_label=False).orderBy("row_id").toArrow().column("features"))
+    return features_to_numpy(
+        to_feature_frame(model, rows, with_label=False).orderBy("row_id").toArrow().column("features")
+    )
 
 
-@pytest.mark.parametrize("one_hot,scale,impute", [(True, True, "median"), (False, False, "median"), (True, True, "mean")])
+@pytest.mark.parametrize(
+    "one_hot,scale,impute", [(True, True, "median"), (False, False, "median"), (True, True, "mean")]
+)
 def test_compact_storage_rebuilds_spark_ml_vectors_exactly(spark, tmp_path, one_hot, scale, impute):
     """Every slot of every row equals Spark ML's own output, from the compiled SQL columns and from
     numpy over the raw rows: missing numbers and categories, a category never seen in training, a
     constant column (std 0), with and without one-hot/scaling."""
     train = tmp_path / "train.csv"
-    train.write_text("".join(f"{20 + i % 7}, 1.5, {['Paris', 'Rome', 'Oslo'][i % 3]}, yes\n" for i in range(30))
-                     + "?, 1.5, ?, no\n41, 1.5, Rome, no\n")
+    train.write_text(
+        "".join(f"{20 + i % 7}, 1.5, {['Paris', 'Rome', 'Oslo'][i % 3]}, yes\n" for i in range(30))
+        + "?, 1.5, ?, no\n41, 1.5, Rome, no\n"
+    )
     score = tmp_path / "score.csv"
     score.write_text("35, 1.5, Tokyo, yes\n?, 1.5, Paris, no\n33, 1.5, ?, no\n")
     cfg = small_config(train)
-    model = build_feature_pipeline(cfg, FeatureConfig(one_hot=one_hot, scale_numeric=scale, impute_strategy=impute)).fit(
-        ingest(spark, str(train), cfg).accepted)
+    model = build_feature_pipeline(
+        cfg, FeatureConfig(one_hot=one_hot, scale_numeric=scale, impute_strategy=impute)
+    ).fit(ingest(spark, str(train), cfg).accepted)
     for path in (train, score):
         rows = ingest(spark, str(path), cfg).accepted
         layout, compact = _dense_from_compact(model, rows)
@@ -80,7 +89,9 @@ def test_compact_storage_rebuilds_spark_ml_vectors_exactly(spark, tmp_path, one_
         assert np.array_equal(compact, dense), f"{path.name}: compact storage differs from Spark ML"
         # and in numpy from the raw rows, as the logged model scores them without Spark
         raw = rows.orderBy("row_id").toPandas()
-        assert np.array_equal(raw_features(model).dense(raw), dense), f"{path.name}: numpy differs from Spark ML"
+        assert np.array_equal(raw_features(model).dense(raw), dense), (
+            f"{path.name}: numpy differs from Spark ML"
+        )
     assert [b.kind for b in layout.blocks] == ["value", "value", "onehot" if one_hot else "value"]
 
 
@@ -94,23 +105,35 @@ def test_a_category_with_thousands_of_values_compiles_at_once_and_matches_spark_
 
     cities = [f"c{i}" for i in range(3000)] + ["a.b", "(x|y)", "$ 1000", "[", "\\", "^x*"]
     train = tmp_path / "train.csv"
-    train.write_text("".join(f"{20 + i % 7}, 1.5, {city}, yes\n" for i, city in enumerate(cities)) + "?, 1.5, ?, no\n")
+    train.write_text(
+        "".join(f"{20 + i % 7}, 1.5, {city}, yes\n" for i, city in enumerate(cities)) + "?, 1.5, ?, no\n"
+    )
     score = tmp_path / "score.csv"
-    score.write_text("35, 1.5, Tokyo, yes\n?, 1.5, (x|y), no\n33, 1.5, ?, no\n40, 2.5, c2999, no\n41, 1.5, ^x*, no\n")
+    score.write_text(
+        "35, 1.5, Tokyo, yes\n?, 1.5, (x|y), no\n33, 1.5, ?, no\n40, 2.5, c2999, no\n41, 1.5, ^x*, no\n"
+    )
     cfg = small_config(train)
-    model = build_feature_pipeline(cfg, FeatureConfig(one_hot=one_hot)).fit(ingest(spark, str(train), cfg).accepted)
+    model = build_feature_pipeline(cfg, FeatureConfig(one_hot=one_hot)).fit(
+        ingest(spark, str(train), cfg).accepted
+    )
     planned = spark.createDataFrame([("Oslo",)], "city string").select(compile_features(model).columns[-1])
     leaves = planned._jdf.queryExecution().analyzed().expressions().head().collectLeaves().size()
     assert leaves < 10, f"the city's lookup is {leaves} expressions (it was two literals a city)"
     for path in (train, score):
         rows = ingest(spark, str(path), cfg).accepted
         layout, compact = _dense_from_compact(model, rows)
-        assert np.array_equal(compact, _dense_from_spark_ml(model, rows)), f"{path.name}: differs from Spark ML"
-    assert layout.dim == (2 + len(cities) + 2 if one_hot else 3), "every city, the missing one and the unseen slot"
+        assert np.array_equal(compact, _dense_from_spark_ml(model, rows)), (
+            f"{path.name}: differs from Spark ML"
+        )
+    assert layout.dim == (2 + len(cities) + 2 if one_hot else 3), (
+        "every city, the missing one and the unseen slot"
+    )
 
 
 @pytest.mark.parametrize("one_hot", [True, False])
-def test_max_categories_keeps_the_most_frequent_values_and_the_rest_share_the_unseen_slot(spark, tmp_path, one_hot):
+def test_max_categories_keeps_the_most_frequent_values_and_the_rest_share_the_unseen_slot(
+    spark, tmp_path, one_hot
+):
     """features.max_categories: 3 keeps the three most frequent cities (a tie broken
     alphabetically, as Spark's frequencyDesc order does); a rarer city, a missing one below the
     cut and one never seen all take the unseen slot. The compiled columns equal the capped Spark ML
@@ -119,22 +142,33 @@ def test_max_categories_keeps_the_most_frequent_values_and_the_rest_share_the_un
 
     counts = {"Rome": 6, "Paris": 5, "Oslo": 4, "Bern": 4, "Kyiv": 2, "Lima": 1}
     train = tmp_path / "train.csv"
-    train.write_text("".join(f"{20 + i}, 1.5, {city}, yes\n" for city, n in counts.items() for i in range(n))
-                     + "?, 1.5, ?, no\n")
+    train.write_text(
+        "".join(f"{20 + i}, 1.5, {city}, yes\n" for city, n in counts.items() for i in range(n))
+        + "?, 1.5, ?, no\n"
+    )
     score = tmp_path / "score.csv"
-    score.write_text("35, 1.5, Tokyo, yes\n36, 1.5, Lima, no\n33, 1.5, ?, no\n40, 2.5, Oslo, no\n41, 2.5, Bern, no\n")
+    score.write_text(
+        "35, 1.5, Tokyo, yes\n36, 1.5, Lima, no\n33, 1.5, ?, no\n40, 2.5, Oslo, no\n41, 2.5, Bern, no\n"
+    )
     cfg = small_config(train)
     model = build_feature_pipeline(cfg, FeatureConfig(one_hot=one_hot, max_categories=3)).fit(
-        ingest(spark, str(train), cfg).accepted)
+        ingest(spark, str(train), cfg).accepted
+    )
     (cities,) = [s for s in raw_features(model).slots if s.source == "city"]
-    assert cities.labels == ("Rome", "Paris", "Bern"), "the three most frequent; Bern before Oslo at 4 rows each"
+    assert cities.labels == ("Rome", "Paris", "Bern"), (
+        "the three most frequent; Bern before Oslo at 4 rows each"
+    )
     model.save(str(tmp_path / "pipeline"))
     for fitted in (model, PipelineModel.load(str(tmp_path / "pipeline"))):
         for path in (train, score):
             rows = ingest(spark, str(path), cfg).accepted
             layout, compact = _dense_from_compact(fitted, rows)
-            assert np.array_equal(compact, _dense_from_spark_ml(fitted, rows)), f"{path.name}: differs from Spark ML"
-            assert np.array_equal(raw_features(fitted).dense(rows.orderBy("row_id").toPandas()), compact), "numpy"
+            assert np.array_equal(compact, _dense_from_spark_ml(fitted, rows)), (
+                f"{path.name}: differs from Spark ML"
+            )
+            assert np.array_equal(raw_features(fitted).dense(rows.orderBy("row_id").toPandas()), compact), (
+                "numpy"
+            )
     assert layout.dim == (2 + 3 + 1 if one_hot else 3), "three cities and the slot the others share"
     city = compact[:, 2:]
     unseen = np.eye(4)[3] if one_hot else np.array([3.0])
@@ -167,7 +201,9 @@ def test_scoring_from_compiled_columns_gives_the_same_predictions(spark, tmp_pat
     from sparkml_dist.models.weights import state_dict_to_bytes
 
     train = tmp_path / "train.csv"
-    train.write_text("".join(f"{20 + i}, {i % 5}.5, {['Paris', 'Rome', '?'][i % 3]}, yes\n" for i in range(40)))
+    train.write_text(
+        "".join(f"{20 + i}, {i % 5}.5, {['Paris', 'Rome', '?'][i % 3]}, yes\n" for i in range(40))
+    )
     score = tmp_path / "score.csv"
     score.write_text("35, 2.5, Tokyo, yes\n?, 1.5, Paris, no\n33, ?, ?, no\n")
     cfg = small_config(train)
@@ -179,7 +215,9 @@ def test_scoring_from_compiled_columns_gives_the_same_predictions(spark, tmp_pat
     frame, layout = scoring_frame(model, rows, with_label=False)
     assert layout is not None and "features" not in frame.columns
     compiled = score_features(frame, bundle, layout=layout).orderBy("row_id").toPandas()
-    vectors = score_features(to_feature_frame(model, rows, with_label=False), bundle).orderBy("row_id").toPandas()
+    vectors = (
+        score_features(to_feature_frame(model, rows, with_label=False), bundle).orderBy("row_id").toPandas()
+    )
     assert len(compiled) == 3 and compiled["probability"].tolist() == vectors["probability"].tolist()
 
 
@@ -217,15 +255,24 @@ def test_the_one_pass_imputer_is_spark_mls_imputer(spark, tmp_path, strategy):
     from sparkml_dist.errors import DataError
 
     nan = float("nan")
-    rows = spark.createDataFrame([(1.0, 10, None), (nan, None, 2.5), (4.0, 30, 3.5), (None, 20, nan), (2.5, 5, 1.0)],
-                                 "a double, b int, c double")
+    rows = spark.createDataFrame(
+        [(1.0, 10, None), (nan, None, 2.5), (4.0, 30, 3.5), (None, 20, nan), (2.5, 5, 1.0)],
+        "a double, b int, c double",
+    )
     spark_ml = Imputer(inputCols=["a", "b", "c"], outputCols=["a_", "b_", "c_"], strategy=strategy).fit(rows)
     imputed = ["a_", "b_", "c_"]  # the inputs hold NaN, which never equals itself
     for width in (imputer_module._SQL_COLUMNS, 0):
         with narrow_sql_limit(imputer_module, width):
-            ours = OnePassImputer(Imputer(inputCols=["a", "b", "c"], outputCols=imputed, strategy=strategy)).fit(rows)
-        assert ours.surrogateDF.first().asDict() == pytest.approx(spark_ml.surrogateDF.first().asDict(), rel=1e-12)
-        assert ours.transform(rows).select(imputed).collect() == spark_ml.transform(rows).select(imputed).collect()
+            ours = OnePassImputer(
+                Imputer(inputCols=["a", "b", "c"], outputCols=imputed, strategy=strategy)
+            ).fit(rows)
+        assert ours.surrogateDF.first().asDict() == pytest.approx(
+            spark_ml.surrogateDF.first().asDict(), rel=1e-12
+        )
+        assert (
+            ours.transform(rows).select(imputed).collect()
+            == spark_ml.transform(rows).select(imputed).collect()
+        )
     PipelineModel([ours]).save(str(tmp_path / "pipeline"))
     loaded = PipelineModel.load(str(tmp_path / "pipeline"))
     assert loaded.transform(rows).select(imputed).collect() == ours.transform(rows).select(imputed).collect()
@@ -264,23 +311,42 @@ def test_the_scaler_fitted_from_the_imputers_pass_is_spark_mls_scaler(spark, tmp
 
     nan = float("nan")
     rows = spark.createDataFrame(
-        [(1.0, 10.0, None, 7.0, None), (nan, None, 2.5, 7.0, 3.0), (4.0, 30.0, 3.5, 7.0, None),
-         (None, 20.0, nan, 7.0, None), (2.5, 5.0, 1.0, 7.0, None), (8.0, 1.0, 0.5, 7.0, None)],
-        "a double, b double, c double, d double, e double")
+        [
+            (1.0, 10.0, None, 7.0, None),
+            (nan, None, 2.5, 7.0, 3.0),
+            (4.0, 30.0, 3.5, 7.0, None),
+            (None, 20.0, nan, 7.0, None),
+            (2.5, 5.0, 1.0, 7.0, None),
+            (8.0, 1.0, 0.5, 7.0, None),
+        ],
+        "a double, b double, c double, d double, e double",
+    )
     names = rows.columns
     imputed = [f"{n}_" for n in names]
 
     def fitted(rows):
         imputer = OnePassImputer(Imputer(inputCols=names, outputCols=imputed, strategy=strategy))
         scaler = StandardScaler(inputCol="v", outputCol="s", withMean=True, withStd=True)
-        ours = Pipeline(stages=[imputer, VectorAssembler(inputCols=imputed, outputCol="v"),
-                                ImputedScaler(imputer, scaler)]).fit(rows)
-        theirs = Pipeline(stages=[Imputer(inputCols=names, outputCols=imputed, strategy=strategy),
-                                  VectorAssembler(inputCols=imputed, outputCol="v"), scaler]).fit(rows)
+        ours = Pipeline(
+            stages=[
+                imputer,
+                VectorAssembler(inputCols=imputed, outputCol="v"),
+                ImputedScaler(imputer, scaler),
+            ]
+        ).fit(rows)
+        theirs = Pipeline(
+            stages=[
+                Imputer(inputCols=names, outputCols=imputed, strategy=strategy),
+                VectorAssembler(inputCols=imputed, outputCol="v"),
+                scaler,
+            ]
+        ).fit(rows)
         assert np.allclose(ours.stages[-1].mean.toArray(), theirs.stages[-1].mean.toArray(), rtol=1e-12)
         assert np.allclose(ours.stages[-1].std.toArray(), theirs.stages[-1].std.toArray(), rtol=1e-12)
         scaled = [list(r["s"]) for r in ours.transform(rows).select("s").collect()]
-        assert np.allclose(scaled, [list(r["s"]) for r in theirs.transform(rows).select("s").collect()], rtol=1e-9)
+        assert np.allclose(
+            scaled, [list(r["s"]) for r in theirs.transform(rows).select("s").collect()], rtol=1e-9
+        )
         return ours, scaled
 
     for width in (imputer_module._SQL_COLUMNS, 0):  # SQL aggregates, then the Summarizer path
@@ -323,7 +389,9 @@ def test_a_saved_pipeline_scores_from_its_plain_data_exactly_as_from_its_stages(
     shutil.copytree(saved, without)
     (without / RAW_FEATURES_FILE).unlink()
     from_stages = ScoringPipeline.load(str(without))
-    assert from_stages.compiled is not None and from_stages.compiled.layout == layout, "compiled from the stages"
+    assert from_stages.compiled is not None and from_stages.compiled.layout == layout, (
+        "compiled from the stages"
+    )
     assert from_stages.frame(rows, with_label=False)[0].orderBy("row_id").toPandas().equals(want)
 
 
@@ -334,12 +402,19 @@ def test_a_categorical_column_with_a_value_per_row_is_named_with_what_to_do():
     from sparkml_dist.data.raw_features import CategorySlot, NumericSlot, RawFeatures
 
     def raw(values: int) -> RawFeatures:
-        return RawFeatures((NumericSlot("year__scaled", "year", 1990.0, 1990.0, 0.1),
-                            CategorySlot("title__index", "title", tuple(f"t{i}" for i in range(values)), True,
-                                         values + 1)))
+        return RawFeatures(
+            (
+                NumericSlot("year__scaled", "year", 1990.0, 1990.0, 0.1),
+                CategorySlot(
+                    "title__index", "title", tuple(f"t{i}" for i in range(values)), True, values + 1
+                ),
+            )
+        )
 
     (said,) = identifier_like(raw(45_798), 52_909)
     assert said.startswith("data.columns: 'title' has 45,798 distinct values in 52,909 training rows")
-    assert "45,800 wide" in said and "role id" in said and "ignore" in said and "features.max_categories" in said
+    assert (
+        "45,800 wide" in said and "role id" in said and "ignore" in said and "features.max_categories" in said
+    )
     assert identifier_like(raw(4_043), 281_373) == [], "tail numbers repeat"
     assert identifier_like(raw(40), 60) == [], "a few values in a small table are ordinary categories"

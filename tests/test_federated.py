@@ -19,8 +19,10 @@ def masked_round(updates: list[np.ndarray], salt: bytes):
     sealed = {i: secure.seal(k, digests[i], salt) for i, k in keys.items()}
     publics = {i: secure.public_bytes(k) for i, k in keys.items()}
     opened = {i: secure.unseal(sealed[i], digests[i], salt) for i in keys}
-    return publics, [secure.masked(i, opened[i], publics, salt, secure.quantise(u, len(updates)))
-                     for i, u in enumerate(updates)]
+    return publics, [
+        secure.masked(i, opened[i], publics, salt, secure.quantise(u, len(updates)))
+        for i, u in enumerate(updates)
+    ]
 
 
 def test_the_masked_sum_equals_the_plain_sum_exactly_in_the_ring():
@@ -70,8 +72,11 @@ def test_a_client_that_drops_out_after_the_key_exchange_fails_the_round_with_its
 
     publics = {0: b"a", 3: b"b", 5: b"c"}
     _check_every_keyed_client_answered(publics, [{"client": c} for c in publics], 2)
-    with pytest.raises(FederatedRoundError, match=r"round 3: client\(s\) \[5\] took part in the key exchange but "
-                                                  r"sent no masked update.*no dropout recovery.*resumes at this round"):
+    with pytest.raises(
+        FederatedRoundError,
+        match=r"round 3: client\(s\) \[5\] took part in the key exchange but "
+        r"sent no masked update.*no dropout recovery.*resumes at this round",
+    ):
         _check_every_keyed_client_answered(publics, [{"client": 0}, {"client": 3}], 2)
 
 
@@ -86,7 +91,16 @@ def test_the_accountant_reports_epsilon_that_grows_with_rounds_and_shrinks_with_
 
 def test_the_driver_refuses_anything_but_parameter_shaped_updates():
     log = ReceivedLog({"w": (2, 3)})
-    log.check({"client": 0, "samples": 5, "update": {"w": torch.zeros(2, 3)}, "late": False, "norm": 0.0, "clipped": False})
+    log.check(
+        {
+            "client": 0,
+            "samples": 5,
+            "update": {"w": torch.zeros(2, 3)},
+            "late": False,
+            "norm": 0.0,
+            "clipped": False,
+        }
+    )
     with pytest.raises(UnexpectedPayload, match="unexpected fields \\['rows'\\]"):
         log.check({"client": 1, "samples": 5, "rows": [[1.0, 2.0]]})
     with pytest.raises(UnexpectedPayload, match="not shaped like the model's parameters"):
@@ -98,11 +112,12 @@ def test_the_driver_refuses_anything_but_parameter_shaped_updates():
 def centralized_accuracy(adult_prep, tmp_path, epochs: int) -> float:
     """The same MLP trained on all rows in one process, scored on the same test rows."""
 
+    from test_training import ONE_RANK, job_for
+
     from sparkml_dist.data.loader import read_split
     from sparkml_dist.models.factory import build_model
     from sparkml_dist.models.weights import state_dict_from_bytes
     from sparkml_dist.train.loop import train_rank
-    from test_training import ONE_RANK, job_for
 
     cfg, prep = adult_prep
     job = job_for(cfg, prep, tmp_path / "central", f"epochs={epochs}")
@@ -128,7 +143,9 @@ def run(spark, cfg, slow_clients=None):
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_fedavg_over_occupations_comes_within_2pc_of_centralized(spark, make_adult_config, adult_prep, tmp_path):
+def test_fedavg_over_occupations_comes_within_2pc_of_centralized(
+    spark, make_adult_config, adult_prep, tmp_path
+):
     from mlflow.tracking import MlflowClient
 
     cfg = make_adult_config("federated.client_column=occupation", "federated.rounds=5")
@@ -142,7 +159,9 @@ def test_fedavg_over_occupations_comes_within_2pc_of_centralized(spark, make_adu
     # 15 clients x 5 rounds, and nothing but parameter-shaped updates ever reached the driver
     assert result.received.payloads == 75
     history = MlflowClient(cfg.tracking.tracking_uri).get_metric_history(run_id, "test_accuracy")
-    assert [m.step for m in history] == [0, 1, 2, 3, 4], "each round measured on the driver's test rows, named so"
+    assert [m.step for m in history] == [0, 1, 2, 3, 4], (
+        "each round measured on the driver's test rows, named so"
+    )
     assert all(r.evaluation.rows == "test" for r in result.records)
     assert [r.role for r in trained.outcome.ranks] == ["client"] * 15
     # the logged model carries its feature pipeline: the Spark UDF scores raw test rows with it
@@ -160,10 +179,16 @@ def test_secure_aggregation_with_a_late_client_clipping_noise_and_fedprox(spark,
     # the slow client's 4,140 rows, 65 batches of 64 at 0.25 s each, take over 16 s, far past the
     # 8 s budget; the largest other client has as many batches without the sleep, and room to be
     # slowed by another test worker without being late too
-    cfg = make_adult_config("federated.client_column=occupation", "federated.rounds=3",
-                            "federated.secure_aggregation=true", "federated.algorithm=fedprox",
-                            "federated.clip_norm=2.0", "federated.noise_multiplier=0.05",
-                            "federated.round_timeout_s=8", "federated.client_fraction=0.8")
+    cfg = make_adult_config(
+        "federated.client_column=occupation",
+        "federated.rounds=3",
+        "federated.secure_aggregation=true",
+        "federated.algorithm=fedprox",
+        "federated.clip_norm=2.0",
+        "federated.noise_multiplier=0.05",
+        "federated.round_timeout_s=8",
+        "federated.client_fraction=0.8",
+    )
     _, result, run_id = run(spark, cfg, slow_clients={"Prof-specialty": 0.25})
     late = [r.counters["late"] for r in result.records]
     sampled_slow = sum(1 for r in result.records if r.counters["late"])
@@ -185,12 +210,16 @@ def test_federated_is_a_train_strategy_of_the_same_pipeline(spark, make_adult_co
 
     from sparkml_dist.pipeline import run_pipeline
 
-    cfg = make_adult_config("train.strategy=federated", "federated.client_column=occupation", "federated.rounds=4")
+    cfg = make_adult_config(
+        "train.strategy=federated", "federated.client_column=occupation", "federated.rounds=4"
+    )
     summary = run_pipeline(spark, cfg)
     assert summary.test_metrics["accuracy"] >= 0.84
     assert summary.rows["scored"] == 16281 and summary.alias == "champion"
     losses = MlflowClient(cfg.tracking.tracking_uri).get_metric_history(summary.run_id, "train_loss")
-    assert len(losses) == 4 and losses[-1].value < losses[0].value, "the clients' local loss falls round by round"
+    assert len(losses) == 4 and losses[-1].value < losses[0].value, (
+        "the clients' local loss falls round by round"
+    )
 
 
 @pytest.mark.spark
@@ -199,12 +228,13 @@ def test_a_rerun_after_the_driver_died_resumes_at_the_next_round(spark, make_adu
     """The driver dies after round 1 of 3 (here: the round sink raises, as a crash would stop it).
     Running the job again resumes at round 2 with the saved model, records and client sampler, and
     ends where an uninterrupted run ends; the round checkpoints are removed once it finishes."""
+    from sparkml_dist import storage
     from sparkml_dist.federated.checkpoints import rounds_dir
     from sparkml_dist.federated.server import run_federated
-    from sparkml_dist import storage
 
-    cfg = make_adult_config("federated.client_column=occupation", "federated.rounds=3",
-                            "federated.client_fraction=0.6")
+    cfg = make_adult_config(
+        "federated.client_column=occupation", "federated.rounds=3", "federated.client_fraction=0.6"
+    )
 
     class DriverDied(Exception):
         pass
@@ -222,7 +252,8 @@ def test_a_rerun_after_the_driver_died_resumes_at_the_next_round(spark, make_adu
     assert [r.epoch for r in resumed.records] == [0, 1, 2]
     uninterrupted = run_federated(spark, cfg)  # the checkpoints were cleared: a fresh run
     assert [r.evaluation.value for r in resumed.records] == pytest.approx(
-        [r.evaluation.value for r in uninterrupted.records], abs=2e-3), "the same rounds as without the crash"
+        [r.evaluation.value for r in uninterrupted.records], abs=2e-3
+    ), "the same rounds as without the crash"
     assert resumed.received.payloads == uninterrupted.received.payloads
     assert not storage.list_files(rounds_dir(cfg))
 
@@ -233,6 +264,8 @@ def test_clients_and_the_drivers_test_rows_hold_a_wide_category_compactly(spark,
     and the driver's test rows likewise, made dense a batch at a time. Before, the test rows were
     collected as dense vectors (nycflights13's 7,492 slots ran the driver out of heap) and every
     client row was a Python list of every slot. The dense rows and the evaluation are Spark ML's."""
+    from test_ingest import COLUMNS
+
     from sparkml_dist.config import parse_config
     from sparkml_dist.data.features import build_feature_pipeline, to_feature_frame
     from sparkml_dist.data.ingest import ingest
@@ -241,14 +274,25 @@ def test_clients_and_the_drivers_test_rows_hold_a_wide_category_compactly(spark,
     from sparkml_dist.data.sources import schema_of
     from sparkml_dist.federated.server import HeldOut, _test_arrays, client_partitions, evaluate_arrays
     from sparkml_dist.models.factory import build_model, model_spec
-    from test_ingest import COLUMNS
 
     rng = np.random.default_rng(3)
     path = tmp_path / "rows.csv"
-    path.write_text("".join(f"{30 + i % 4}, {rng.normal():.3f}, city{i * 7 % 2000}, {'yes' if i % 3 else 'no'}\n"
-                            for i in range(4000)))
-    cfg = parse_config({"data": {"train_path": str(path), "test_path": str(path), "columns": COLUMNS,
-                                 "label": {"column": "y", "positive": "yes", "negative": "no"}}})
+    path.write_text(
+        "".join(
+            f"{30 + i % 4}, {rng.normal():.3f}, city{i * 7 % 2000}, {'yes' if i % 3 else 'no'}\n"
+            for i in range(4000)
+        )
+    )
+    cfg = parse_config(
+        {
+            "data": {
+                "train_path": str(path),
+                "test_path": str(path),
+                "columns": COLUMNS,
+                "label": {"column": "y", "positive": "yes", "negative": "no"},
+            }
+        }
+    )
     with ingest(spark, str(path), cfg.data) as rows_in:
         target = fit_target(cfg, rows_in.data, rows_in.accepted)
         rows = encode_labels(rows_in.accepted, target, rows_in.data).known
@@ -260,7 +304,9 @@ def test_clients_and_the_drivers_test_rows_hold_a_wide_category_compactly(spark,
             rdd.unpersist()
         test = _test_arrays(spark, cfg, pipeline, target, schema_of(rows_in.data))
         spark_ml = features_to_numpy(to_feature_frame(pipeline, rows).toArrow().column("features"))
-    assert layout is not None and layout.dim == 2 + 2001 and len(layout.blocks) == 3, "2,000 cities and one unseen"
+    assert layout is not None and layout.dim == 2 + 2001 and len(layout.blocks) == 3, (
+        "2,000 cities and one unseen"
+    )
     assert sorted(clients.values()) == [1000] * 4 and {len(r[0]) for r in client_rows} == {3}
     assert test.x.shape == (4000, 3)
     dense = layout.expand(test.x)
@@ -270,4 +316,6 @@ def test_clients_and_the_drivers_test_rows_hold_a_wide_category_compactly(spark,
     torch.manual_seed(0)
     state = build_model(spec).state_dict()
     compact = evaluate_arrays(spec, state, test, target, batch_rows=512)
-    assert compact.value == pytest.approx(evaluate_arrays(spec, state, HeldOut(dense, test.y), target).value, abs=1e-6)
+    assert compact.value == pytest.approx(
+        evaluate_arrays(spec, state, HeldOut(dense, test.y), target).value, abs=1e-6
+    )

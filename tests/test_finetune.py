@@ -23,8 +23,13 @@ def test_lora_starts_at_the_base_model_and_merges_back_to_its_names():
     before = base(x).detach()
     names = set(base.state_dict())
     model = apply_adapters(build_model(SPEC), AdaptSpec(lora_rank=2))
-    model.load_state_dict({k.replace(".weight", ".base.weight").replace(".bias", ".base.bias"): v
-                           for k, v in base.state_dict().items()}, strict=False)
+    model.load_state_dict(
+        {
+            k.replace(".weight", ".base.weight").replace(".bias", ".base.bias"): v
+            for k, v in base.state_dict().items()
+        },
+        strict=False,
+    )
     assert torch.allclose(model(x), before), "B = 0: training starts exactly at the base model"
     assert all("lora_" in n for n, p in model.named_parameters() if p.requires_grad), "only adapters train"
     with torch.no_grad():
@@ -54,7 +59,9 @@ def test_a_bad_where_predicate_names_the_key(spark):
     rows = spark.createDataFrame([(30, "Wife"), (50, "Husband")], "age int, relationship string")
     assert select_rows(rows, "age < 40").count() == 1
     assert select_rows(rows, "age BETWEEN 20 AND 60 AND lower(relationship) IN ('wife')").count() == 1
-    with pytest.raises(ConfigError, match="finetune.where: 'salary > 3' names 'salary', which is not a column"):
+    with pytest.raises(
+        ConfigError, match="finetune.where: 'salary > 3' names 'salary', which is not a column"
+    ):
         select_rows(rows, "salary > 3")
     with pytest.raises(ConfigError, match="is int, not boolean"):
         select_rows(rows, "age + 1")
@@ -71,14 +78,17 @@ def test_a_where_predicate_names_the_label_as_the_source_does(spark):
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("where, refused", [
-    ("age > (SELECT max(id) FROM range(10))", "ScalarSubquery"),
-    ("EXISTS (SELECT 1)", "Exists"),
-    ("reflect('java.lang.System', 'exit', '1') IS NULL", "calls reflect()"),
-    ("java_method('java.lang.Runtime', 'getRuntime') IS NULL", "calls java_method()"),
-    ("input_file_name() LIKE '%'", "calls input_file_name()"),
-    ("rand() < 0.5", "calls rand()"),
-])
+@pytest.mark.parametrize(
+    "where, refused",
+    [
+        ("age > (SELECT max(id) FROM range(10))", "ScalarSubquery"),
+        ("EXISTS (SELECT 1)", "Exists"),
+        ("reflect('java.lang.System', 'exit', '1') IS NULL", "calls reflect()"),
+        ("java_method('java.lang.Runtime', 'getRuntime') IS NULL", "calls java_method()"),
+        ("input_file_name() LIKE '%'", "calls input_file_name()"),
+        ("rand() < 0.5", "calls rand()"),
+    ],
+)
 def test_a_where_predicate_may_not_reach_past_the_input_rows(spark, where, refused):
     from sparkml_dist.stages.preprocess import select_rows
 
@@ -100,18 +110,33 @@ def test_new_rows_to_fine_tune_on_are_read_as_the_model_was_trained(spark, tmp_p
 
     rows = [(float(i % 17), ["n", "s", "e"][i % 3], 3.0 * (i % 17) + (i % 3)) for i in range(300)]
     for name in ("train", "test"):
-        spark.createDataFrame(rows, "size double, side string, price double").write.parquet(str(tmp_path / name))
-    cfg = parse_config({"data": {"train_path": str(tmp_path / "train"), "test_path": str(tmp_path / "test"),
-                                 "label": {"column": "price"}}, "output": {"root": str(tmp_path / "out")}})
+        spark.createDataFrame(rows, "size double, side string, price double").write.parquet(
+            str(tmp_path / name)
+        )
+    cfg = parse_config(
+        {
+            "data": {
+                "train_path": str(tmp_path / "train"),
+                "test_path": str(tmp_path / "test"),
+                "label": {"column": "price"},
+            },
+            "output": {"root": str(tmp_path / "out")},
+        }
+    )
     base = preprocess(spark, cfg)
     new_rows = tmp_path / "new.jsonl"
-    new_rows.write_text("".join(json.dumps({"size": i % 17, "side": "n", "price": 3.0 * (i % 17), "agent": "acme"})
-                                + "\n" for i in range(60)))
+    new_rows.write_text(
+        "".join(
+            json.dumps({"size": i % 17, "side": "n", "price": 3.0 * (i % 17), "agent": "acme"}) + "\n"
+            for i in range(60)
+        )
+    )
     again = cfg.with_overrides(f"data.train_path={new_rows}")
     fitted = PipelineModel.load(base.feature_pipeline)
     tuned = preprocess(spark, again, fitted=fitted, out=str(tmp_path / "ft"), trained_on=base.manifest.schema)
-    assert tuned.manifest.schema == {**base.manifest.schema, "agent": "string/ignore"}, \
+    assert tuned.manifest.schema == {**base.manifest.schema, "agent": "string/ignore"}, (
         "the model's columns and types, the column it never saw not a feature"
+    )
     assert tuned.manifest.inputs["train"] == {"input": 60, "accepted": 60, "rejected": 0}
 
 
@@ -123,8 +148,12 @@ def tuned(spark, module_adult_config):
     from sparkml_dist.tracking.client import tracked_run
 
     base = run_pipeline(spark, module_adult_config("train.epochs=3"))
-    cfg = module_adult_config("finetune.where=relationship = 'Wife'", "finetune.epochs=4",
-                              "finetune.learning_rate=0.0005", "finetune.max_original_drop=0.01")
+    cfg = module_adult_config(
+        "finetune.where=relationship = 'Wife'",
+        "finetune.epochs=4",
+        "finetune.learning_rate=0.0005",
+        "finetune.max_original_drop=0.01",
+    )
     with tracked_run(cfg.tracking, "finetune", cfg.flat_params()) as run:
         result = finetune(spark, cfg, run)
     return cfg, base, result
@@ -146,12 +175,23 @@ def test_finetune_from_the_champion_improves_the_subset_and_keeps_the_rest(spark
     version = client.get_model_version(cfg.tracking.registered_model, result.version)
     assert version.tags["parent_version"] == base.version, "the new version names its parent"
     assert version.tags["finetune.where"] == "relationship = 'Wife'"
-    assert str(client.get_model_version_by_alias(cfg.tracking.registered_model, "champion").version) == base.version
+    assert (
+        str(client.get_model_version_by_alias(cfg.tracking.registered_model, "champion").version)
+        == base.version
+    )
 
     # low-rank adapters from the same parent by version: merged back, scored like any model
-    lora = cfg.model_copy(update={"finetune": cfg.finetune.model_copy(update={
-        "base_model": f"models:/{cfg.tracking.registered_model}/{base.version}", "lora_rank": 4,
-        "learning_rate": 0.003})})
+    lora = cfg.model_copy(
+        update={
+            "finetune": cfg.finetune.model_copy(
+                update={
+                    "base_model": f"models:/{cfg.tracking.registered_model}/{base.version}",
+                    "lora_rank": 4,
+                    "learning_rate": 0.003,
+                }
+            )
+        }
+    )
     with tracked_run(lora.tracking, "finetune", lora.flat_params()) as run:
         adapted = finetune(spark, lora, run)
     assert adapted.metrics["subset"]["log_loss"] < adapted.base_metrics["subset"]["log_loss"]
@@ -172,23 +212,42 @@ def test_an_empty_or_small_subset_is_named_and_nothing_is_registered(spark, tune
     messages = {}
     for where in ("sex = 'female'", "age > 88"):
         narrow = cfg.with_overrides(f"finetune.where={where}")
-        with pytest.raises(DataError) as caught, tracked_run(narrow.tracking, "finetune", narrow.flat_params()) as run:
+        with (
+            pytest.raises(DataError) as caught,
+            tracked_run(narrow.tracking, "finetune", narrow.flat_params()) as run,
+        ):
             finetune(spark, narrow, run)
         messages[where] = str(caught.value)
     assert messages["sex = 'female'"] == (
         "finetune.where \"sex = 'female'\" matched 0 of the 32,561 accepted rows of data.train_path, fewer than one "
         "batch (train.batch_size 256); sex is one of 'Male' (21,790), 'Female' (10,771). Widen the clause or lower "
-        "train.batch_size.")
-    assert messages["age > 88"].startswith("finetune.where 'age > 88' matched 43 of the 32,561"), "a number names no values"
-    assert {v.version for v in client.search_model_versions(f"name='{cfg.tracking.registered_model}'")} == versions
+        "train.batch_size."
+    )
+    assert messages["age > 88"].startswith("finetune.where 'age > 88' matched 43 of the 32,561"), (
+        "a number names no values"
+    )
+    assert {
+        v.version for v in client.search_model_versions(f"name='{cfg.tracking.registered_model}'")
+    } == versions
 
 
 def test_a_subset_with_no_test_rows_is_not_measured_rather_than_shown_as_zeros():
     from sparkml_dist.stages.finetune import FinetuneResult, result_lines
 
     test = {"accuracy": 0.85, "rows": 16281.0}
-    lines = result_lines(FinetuneResult("r1", "runs:/r1/model", "models:/m@champion", "1", "2", None, "why",
-                                        {"test": test}, {"test": test})).splitlines()
+    lines = result_lines(
+        FinetuneResult(
+            "r1",
+            "runs:/r1/model",
+            "models:/m@champion",
+            "1",
+            "2",
+            None,
+            "why",
+            {"test": test},
+            {"test": test},
+        )
+    ).splitlines()
     assert lines[2] == "subset  before : no row of data.test_path matches finetune.where: not measured"
     assert lines[4] == "test    before : accuracy 0.8500"
 
@@ -223,17 +282,23 @@ def test_community_contributions_accepted_poisoned_and_regressing(spark, tuned, 
     assert version.tags["contribution.sha256"] == accepted.sha256
     merged = state_dict_from_bytes(load_bundle(f"models:/{name}/{accepted.version}", uri).weights)
     parent = state_dict_from_bytes(load_bundle(f"models:/{name}/{base.version}", uri).weights)
-    assert all(torch.allclose(merged[k], parent[k] + delta[k], atol=1e-6) for k in parent), "base + delta, exactly"
+    assert all(torch.allclose(merged[k], parent[k] + delta[k], atol=1e-6) for k in parent), (
+        "base + delta, exactly"
+    )
 
-    poisoned, run_id = _submit(spark, cfg, save_delta({k: v * 1e4 for k, v in delta.items()}, tmp_path / "big.pt"), "mallory")
+    poisoned, run_id = _submit(
+        spark, cfg, save_delta({k: v * 1e4 for k, v in delta.items()}, tmp_path / "big.pt"), "mallory"
+    )
     assert not poisoned.accepted and "exceeds community.max_delta_norm" in poisoned.reason
     assert client.get_run(run_id).data.tags["contribution.status"] == "rejected"
     assert [a.path for a in client.list_artifacts(run_id)] == [], "nothing of a rejected delta is kept"
 
     oversize = tmp_path / "oversize.pt"
-    oversize.write_bytes(b"\x80" + os.urandom(3 * 2 ** 20))  # garbage: parsing it would say "unreadable"
+    oversize.write_bytes(b"\x80" + os.urandom(3 * 2**20))  # garbage: parsing it would say "unreadable"
     huge, _ = _submit(spark, cfg, oversize, "mallory")
-    assert not huge.accepted and "over the" in huge.reason and "cap" in huge.reason and "not read" in huge.reason
+    assert (
+        not huge.accepted and "over the" in huge.reason and "cap" in huge.reason and "not read" in huge.reason
+    )
     assert "unreadable" not in huge.reason
     named, _ = _submit(spark, cfg, honest, "alice; DROP TABLE")
     assert not named.accepted and "give a plain name" in named.reason
@@ -244,14 +309,21 @@ def test_community_contributions_accepted_poisoned_and_regressing(spark, tuned, 
     regressing, run_id = _submit(spark, cfg, save_delta(flip, tmp_path / "flip.pt"), "eve")
     assert not regressing.accepted and "regression on held-out rows" in regressing.reason, regressing.reason
     run = client.get_run(run_id).data
-    assert run.tags["contribution.reason"] == regressing.reason and run.tags["contribution.contributor"] == "eve"
-    assert run.tags["contribution.contributor_verified"] == "false", "a name given on the command line is a claim"
+    assert (
+        run.tags["contribution.reason"] == regressing.reason and run.tags["contribution.contributor"] == "eve"
+    )
+    assert run.tags["contribution.contributor_verified"] == "false", (
+        "a name given on the command line is a claim"
+    )
     assert re.search(r"about -\d\.\d\d\)$", regressing.reason), regressing.reason
-    assert not re.search(r"\d\.\d{4}", regressing.reason), "only a coarse change: no tuning against held-out rows"
+    assert not re.search(r"\d\.\d{4}", regressing.reason), (
+        "only a coarse change: no tuning against held-out rows"
+    )
     assert [a.path for a in client.list_artifacts(run_id)] == [], "no model of a rejected merge"
 
     wrong = save_delta({**delta, last: torch.zeros(3, 3)}, tmp_path / "shape.pt")
     misshapen, _ = _submit(spark, cfg, wrong, "bob")
     assert not misshapen.accepted and f"{last}: shape (3, 3)" in misshapen.reason
-    assert len(client.search_model_versions(f"name='{name}'")) == versions_before + 1, \
+    assert len(client.search_model_versions(f"name='{name}'")) == versions_before + 1, (
         "rejected contributions never become versions"
+    )

@@ -36,7 +36,9 @@ def test_lower_is_better_for_rmse_and_log_loss():
     assert decide(gate, regression, {"rmse": 1.2}, {"rmse": 1.3}).promote, "lower beats the champion"
     d = decide(gate, regression, {"rmse": 1.4}, {"rmse": 1.3})
     assert not d.promote and "does not beat the champion's 1.3000" in d.reason
-    assert decide(GateConfig(metric="log_loss", max_value=0.4), BINARY, {"log_loss": 0.3}, {"log_loss": 0.35}).promote
+    assert decide(
+        GateConfig(metric="log_loss", max_value=0.4), BINARY, {"log_loss": 0.3}, {"log_loss": 0.35}
+    ).promote
 
 
 def test_the_default_gate_is_better_than_a_constant_prediction_for_each_task():

@@ -34,7 +34,10 @@ DEVICES = ["cpu", *(f"cuda:{i}" for i in range(torch.cuda.device_count()))]
 def synthetic(tmp_path_factory):
     """bench.gpu's Adult-shaped split: 100 inputs stored compact, 16k training rows."""
     root = tmp_path_factory.mktemp("synthetic")
-    return root, {"train": write_split(root / "train", 1 << 14, 1), "val": write_split(root / "val", 1 << 11, 2)}
+    return root, {
+        "train": write_split(root / "train", 1 << 14, 1),
+        "val": write_split(root / "val", 1 << 11, 2),
+    }
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -46,7 +49,9 @@ def test_one_rank_collectives_are_on_the_groups_device_and_it_learns(synthetic, 
         declared = group_device(torch.device(device))
     assert recorder.seen, "the loop issued its collectives (a one-rank group still runs them)"
     assert recorder.off(declared) == [], f"collectives off {declared}"
-    assert losses[-1] < 0.6931, f"{method} learns from one epoch (validation loss {losses[-1]:.4f}; ln 2 guesses)"
+    assert losses[-1] < 0.6931, (
+        f"{method} learns from one epoch (validation loss {losses[-1]:.4f}; ln 2 guesses)"
+    )
 
 
 def test_the_recorder_names_a_collective_issued_off_the_declared_device():
@@ -71,13 +76,15 @@ def recorded_rank(ctx, job):
 @pytest.mark.spark
 @pytest.mark.parametrize("overrides", [("intra_host_allreduce=process_group",), ("strategy=fsdp",)], ids=str)
 def test_two_rank_collectives_are_on_the_groups_device(spark, adult_prep, tmp_path, overrides):
-    from sparkml_dist.launch import TorchBackend, run_barrier
     from test_training import job_for
+
+    from sparkml_dist.launch import TorchBackend, run_barrier
 
     cfg, prep = adult_prep
     job = job_for(cfg, prep, tmp_path / "ckpt", "epochs=1", *overrides)
-    for seen, declared, accuracy in run_barrier(spark, recorded_rank, job, 2, TorchBackend(timeout_s=120,
-                                                                                           needs_fresh_process=True)):
+    for seen, declared, accuracy in run_barrier(
+        spark, recorded_rank, job, 2, TorchBackend(timeout_s=120, needs_fresh_process=True)
+    ):
         assert seen and all(where == declared for _, where in seen), seen
         assert accuracy > 0.8
 
@@ -98,8 +105,12 @@ def test_tensor_parallel_optimizer_steps_with_dtensors_beside_tensors(device):
         for grouped in (False, True):
             torch.manual_seed(0)
             strategy = TensorParallel(1, 0)
-            model, optimizer = strategy.wrap(build_model(spec_of("transformer")).to(device), lambda params, **_: (
-                torch.optim.AdamW(param_groups(list(params)) if grouped else list(params), foreach=True)))
+            model, optimizer = strategy.wrap(
+                build_model(spec_of("transformer")).to(device),
+                lambda params, **_: torch.optim.AdamW(
+                    param_groups(list(params)) if grouped else list(params), foreach=True
+                ),
+            )
             strategy.train_step(model, x, y, BinaryLoss().to(device), 1)
             try:
                 optimizer.step()
@@ -110,23 +121,35 @@ def test_tensor_parallel_optimizer_steps_with_dtensors_beside_tensors(device):
     assert outcomes[1] == "ok"
 
 
-@pytest.mark.parametrize("override, words", [
-    ("train.precision=fp16\ntrain.device=cpu", "fp16 needs a GPU"),
-    ("train.precision=fp16\ntrain.strategy=fsdp", "train.precision=fp16 is not available with train.strategy=fsdp"),
-    ("train.cuda_graph=on\ntrain.device=cpu", "train.cuda_graph=on captures a data-parallel step on a GPU"),
-    ("train.cuda_graph=on\ntrain.strategy=fsdp", "train.cuda_graph=on captures"),
-    ("train.cuda_graph=on\ntrain.backend=horovod", "Horovod averages gradients from hooks"),
-    ("train.strategy=pipeline\ntrain.num_ranks=1\nmodel.kind=transformer", "needs at least 2"),
-    ("train.precision=fp8", "train.precision"),
-], ids=lambda v: v.split("\n")[0] if "=" in v else v[:20])
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("train.precision=fp16\ntrain.device=cpu", "fp16 needs a GPU"),
+        (
+            "train.precision=fp16\ntrain.strategy=fsdp",
+            "train.precision=fp16 is not available with train.strategy=fsdp",
+        ),
+        (
+            "train.cuda_graph=on\ntrain.device=cpu",
+            "train.cuda_graph=on captures a data-parallel step on a GPU",
+        ),
+        ("train.cuda_graph=on\ntrain.strategy=fsdp", "train.cuda_graph=on captures"),
+        ("train.cuda_graph=on\ntrain.backend=horovod", "Horovod averages gradients from hooks"),
+        ("train.strategy=pipeline\ntrain.num_ranks=1\nmodel.kind=transformer", "needs at least 2"),
+        ("train.precision=fp8", "train.precision"),
+    ],
+    ids=lambda v: v.split("\n")[0] if "=" in v else v[:20],
+)
 def test_settings_that_cannot_work_are_refused_at_load_naming_the_key(override, words):
     with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
         load_config(ROOT / "conf" / "adult.yaml", override.split("\n"))
 
 
 def test_bf16_and_graph_settings_that_can_work_load():
-    cfg = load_config(ROOT / "conf" / "adult.yaml", ["train.precision=bf16", "train.cuda_graph=on", "train.device=cuda",
-                                                      "train.tf32=false"])
+    cfg = load_config(
+        ROOT / "conf" / "adult.yaml",
+        ["train.precision=bf16", "train.cuda_graph=on", "train.device=cuda", "train.tf32=false"],
+    )
     assert (cfg.train.precision, cfg.train.cuda_graph, cfg.train.tf32) == ("bf16", "on", False)
 
 
@@ -138,9 +161,18 @@ def test_a_cpu_rank_asked_for_fp16_names_the_key():
     from sparkml_dist.train.loop import place
 
     cfg = load_config(ROOT / "conf" / "adult.yaml", ["train.precision=fp16"])
-    job = TrainJob(data_root="", train_groups=(), val_groups=(), model_spec=spec_of("mlp"), train=cfg.train,
-                   checkpoint_dir="", placement=place_data_parallel)
-    with pytest.raises(ConfigError, match="rank 0 on h trains on cpu: train.precision=fp16 runs on a GPU only"):
+    job = TrainJob(
+        data_root="",
+        train_groups=(),
+        val_groups=(),
+        model_spec=spec_of("mlp"),
+        train=cfg.train,
+        checkpoint_dir="",
+        placement=place_data_parallel,
+    )
+    with pytest.raises(
+        ConfigError, match="rank 0 on h trains on cpu: train.precision=fp16 runs on a GPU only"
+    ):
         place(job, RankContext(0, 1, 0, 1, 0, 1, "h", "h", 0), torch.device("cpu"))
 
 
@@ -153,11 +185,23 @@ class Blocker(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Blocker())
 """
 
-RANK_MODULES = ["sparkml_dist.train.loop", "sparkml_dist.train.graphed", "sparkml_dist.train.feed",
-                "sparkml_dist.methods.builtin", "sparkml_dist.train.parallel.mesh", "sparkml_dist.train.parallel.pipeline",
-                "sparkml_dist.train.horovod_strategy", "sparkml_dist.train.async_ps", "sparkml_dist.data.loader",
-                "sparkml_dist.models.factory", "sparkml_dist.inference.predict", "sparkml_dist.inference.device",
-                "sparkml_dist.launch.torch_backend", "sparkml_dist.launch.horovod_backend", "bench.gpu"]
+RANK_MODULES = [
+    "sparkml_dist.train.loop",
+    "sparkml_dist.train.graphed",
+    "sparkml_dist.train.feed",
+    "sparkml_dist.methods.builtin",
+    "sparkml_dist.train.parallel.mesh",
+    "sparkml_dist.train.parallel.pipeline",
+    "sparkml_dist.train.horovod_strategy",
+    "sparkml_dist.train.async_ps",
+    "sparkml_dist.data.loader",
+    "sparkml_dist.models.factory",
+    "sparkml_dist.inference.predict",
+    "sparkml_dist.inference.device",
+    "sparkml_dist.launch.torch_backend",
+    "sparkml_dist.launch.horovod_backend",
+    "bench.gpu",
+]
 
 
 RUN_WITHOUT_SPARK = """
@@ -180,8 +224,12 @@ for task, classes in (("multiclass", ("a", "b", "c")), ("regression", ())):  # e
 def test_rank_code_imports_and_trains_with_pyspark_and_mlflow_blocked():
     """Training code runs where there is no Spark: a rank's modules import, and a rank trains two
     epochs with mid-epoch checkpoints and every task's epoch metrics, with pyspark and MLflow unimportable."""
-    code = BLOCKER + "".join(f"import {m}\n" for m in RANK_MODULES) + RUN_WITHOUT_SPARK + \
-        "assert not any(m.startswith(('pyspark', 'mlflow')) for m in sys.modules)\nprint('ok')\n"
+    code = (
+        BLOCKER
+        + "".join(f"import {m}\n" for m in RANK_MODULES)
+        + RUN_WITHOUT_SPARK
+        + "assert not any(m.startswith(('pyspark', 'mlflow')) for m in sys.modules)\nprint('ok')\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
@@ -189,12 +237,17 @@ def test_rank_code_imports_and_trains_with_pyspark_and_mlflow_blocked():
 @pytest.mark.parametrize("device", DEVICES)
 def test_scoring_on_a_device_gives_the_cpus_outputs(device):
     from sparkml_dist.inference.predict import ModelCache, network_outputs
-    from sparkml_dist.models.weights import state_dict_to_bytes
     from sparkml_dist.models.factory import build_model
+    from sparkml_dist.models.weights import state_dict_to_bytes
 
     rng = np.random.default_rng(3)
-    compact = np.stack([rng.normal(size=5000) if b.kind == "value" else rng.integers(0, b.size, 5000)
-                        for b in LAYOUT.blocks], axis=1).astype(np.float32)
+    compact = np.stack(
+        [
+            rng.normal(size=5000) if b.kind == "value" else rng.integers(0, b.size, 5000)
+            for b in LAYOUT.blocks
+        ],
+        axis=1,
+    ).astype(np.float32)
     torch.manual_seed(0)
     weights = state_dict_to_bytes(build_model(spec_of("transformer")).state_dict())
     cache = ModelCache()
@@ -202,7 +255,9 @@ def test_scoring_on_a_device_gives_the_cpus_outputs(device):
     on_device = cache.get("k", spec_of("transformer"), lambda: weights, device)
     assert len(cache) == (1 if device == "cpu" else 2), "one model per key per device"
     expected = network_outputs(on_cpu, compact, 1024, LAYOUT)
-    np.testing.assert_allclose(network_outputs(on_device, compact, 4096, LAYOUT), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        network_outputs(on_device, compact, 4096, LAYOUT), expected, rtol=1e-5, atol=1e-5
+    )
 
 
 def test_score_device_setting():
@@ -222,7 +277,9 @@ def test_make_gpu_check_trains_and_scores_through_the_projects_code(tmp_path):
     every check passing. GPU_CHECK_OUT keeps the report out of the checkout."""
     out = tmp_path / "gpu_check.json"
     env = {**os.environ, "GPU_CHECK_OUT": str(out)}
-    done = subprocess.run(["make", "gpu-check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        ["make", "gpu-check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["checks"] and all(report["checks"].values()), report["checks"]
@@ -240,7 +297,9 @@ def test_docs_gpu_table_is_generated_from_the_gpu_run():
 
     doc = (ROOT / "docs" / "gpu.md").read_text()
     table = doc.split(BEGIN, 1)[1].split(END, 1)[0]
-    assert table.strip() == markdown(json.loads(GPU_RESULTS.read_text())).strip(), "run: python -m bench.gpu --write-doc"
+    assert table.strip() == markdown(json.loads(GPU_RESULTS.read_text())).strip(), (
+        "run: python -m bench.gpu --write-doc"
+    )
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
@@ -261,8 +320,21 @@ def test_a_federated_client_trains_in_the_runs_precision(precision):
     y = np.stack([(x[:, 0] > 0), np.ones(512)], axis=1).astype(np.float32)
     updates = {}
     for p in ("fp32", precision):
-        task = RoundTask(0, (0,), spec, state_dict_to_bytes(state), 1, 64, 1e-3, 0.0, None, 0.0, 60.0,
-                         target=Target("binary", ("0", "1")), precision=p)
+        task = RoundTask(
+            0,
+            (0,),
+            spec,
+            state_dict_to_bytes(state),
+            1,
+            64,
+            1e-3,
+            0.0,
+            None,
+            0.0,
+            60.0,
+            target=Target("binary", ("0", "1")),
+            precision=p,
+        )
         update, late, loss = _train_locally(0, x, y, state, task)
         assert not late and 0.0 < loss < 1.0
         updates[p] = torch.cat([v.reshape(-1) for v in update.values()])
@@ -287,8 +359,10 @@ def test_the_gpu_feed_cuts_the_batches_the_host_cuts(synthetic, skip):
     uneven = [dataclasses.replace(first, rows=rows) for rows in (3500, 4100, 2900)]
     loader = ShardLoader(str(root), uneven, 0, 1, 1000, 7, buffer_row_groups=1, layout=LAYOUT, dense=False)
     host = list(loader.epoch(1, skip_batches=skip))
-    shipped = ((torch.from_numpy(np.concatenate([x, y], axis=1)), None if order is None else torch.from_numpy(order))
-               for x, y, order in loader.buffers(1))
+    shipped = (
+        (torch.from_numpy(np.concatenate([x, y], axis=1)), None if order is None else torch.from_numpy(order))
+        for x, y, order in loader.buffers(1)
+    )
     fed = list(packed_batches(shipped, loader.batch_width, loader.batch_size, skip))
     assert len(fed) == len(host) == loader.num_batches - skip
     for (hx, hy), (fx, fy) in zip(host, fed):
@@ -301,8 +375,10 @@ def test_the_device_expansion_is_the_hosts(device):
     from sparkml_dist.data.expand import DeviceExpander
 
     rng = np.random.default_rng(5)
-    compact = np.stack([rng.normal(size=300) if b.kind == "value" else rng.integers(0, b.size, 300)
-                        for b in LAYOUT.blocks], axis=1).astype(np.float32)
+    compact = np.stack(
+        [rng.normal(size=300) if b.kind == "value" else rng.integers(0, b.size, 300) for b in LAYOUT.blocks],
+        axis=1,
+    ).astype(np.float32)
     dense = DeviceExpander(LAYOUT, device, LAYOUT.dim)(torch.from_numpy(compact).to(device))
     np.testing.assert_array_equal(dense.cpu().numpy(), LAYOUT.expand(compact))
 

@@ -33,20 +33,43 @@ def test_gpu_index_prefers_the_task_resource_then_the_local_rank():
 def test_each_rank_gets_the_gpu_spark_assigned_to_its_task(tmp_path, monkeypatch):
     script = ROOT / "scripts" / "get_gpus_resources.sh"
     monkeypatch.setenv("SPARKML_DIST_FAKE_GPUS", "0,1")  # read by the discovery script
-    cluster = start_cluster(tmp_path / "cluster", workers=1, cores_per_worker=2, worker_conf={
-        "spark.worker.resource.gpu.amount": "2", "spark.worker.resource.gpu.discoveryScript": str(script)})
+    cluster = start_cluster(
+        tmp_path / "cluster",
+        workers=1,
+        cores_per_worker=2,
+        worker_conf={
+            "spark.worker.resource.gpu.amount": "2",
+            "spark.worker.resource.gpu.discoveryScript": str(script),
+        },
+    )
     try:
-        cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", cluster.master_url,
-               "--load-spark-defaults", "--properties-file", str(ROOT / "conf/spark/gpu.conf"),
-               "--conf", "spark.executor.cores=2", "--conf", "spark.executor.resource.gpu.amount=2",
-               "--conf", f"spark.executor.resource.gpu.discoveryScript={script}",
-               "--conf", f"spark.pyspark.python={sys.executable}", str(ROOT / "tests/jobs/gpu_assignment.py")]
+        cmd = [
+            str(Path(sys.executable).parent / "spark-submit"),
+            "--master",
+            cluster.master_url,
+            "--load-spark-defaults",
+            "--properties-file",
+            str(ROOT / "conf/spark/gpu.conf"),
+            "--conf",
+            "spark.executor.cores=2",
+            "--conf",
+            "spark.executor.resource.gpu.amount=2",
+            "--conf",
+            f"spark.executor.resource.gpu.discoveryScript={script}",
+            "--conf",
+            f"spark.pyspark.python={sys.executable}",
+            str(ROOT / "tests/jobs/gpu_assignment.py"),
+        ]
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_CONF_DIR": str(cluster.conf_dir)}
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     finally:
         cluster.stop()
     # the cause is usually far above the JVM's shutdown noise: keep the lines that name errors
-    causes = [ln for ln in out.stderr.splitlines() if ("Error" in ln or "rank" in ln) and not ln.lstrip().startswith("at ")]
+    causes = [
+        ln
+        for ln in out.stderr.splitlines()
+        if ("Error" in ln or "rank" in ln) and not ln.lstrip().startswith("at ")
+    ]
     assert out.returncode == 0, "\n".join(causes[:40]) + "\n...\n" + out.stderr[-1500:]
     assert f"MASTER {cluster.master_url}" in out.stdout, "ran on the cluster, not a local fallback"
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("GPU_ASSIGNMENT "))

@@ -1,12 +1,12 @@
 """Horovod as a training backend in the barrier stage: real Horovod (Gloo) ranks on local Spark."""
 
 import pytest
+from test_training import job_for
 
 from sparkml_dist.config import load_config
 from sparkml_dist.errors import ConfigError, RankFailure
 from sparkml_dist.launch import TorchBackend, get_backend, run_barrier
 from sparkml_dist.train.loop import train_rank
-from test_training import job_for
 
 pytestmark = pytest.mark.spark
 
@@ -27,9 +27,16 @@ def horovod_layout(ctx, payload):
 
     import horovod.torch as hvd
 
-    return {"rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(),
-            "rendezvous": (os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"], os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"]),
-            "gateway_port": ctx.extra["HOROVOD_GLOO_RENDEZVOUS_PORT"]}
+    return {
+        "rank": hvd.rank(),
+        "size": hvd.size(),
+        "local_rank": hvd.local_rank(),
+        "rendezvous": (
+            os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"],
+            os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"],
+        ),
+        "gateway_port": ctx.extra["HOROVOD_GLOO_RENDEZVOUS_PORT"],
+    }
 
 
 def repeated_reductions(ctx, payload):
@@ -41,8 +48,14 @@ def repeated_reductions(ctx, payload):
     mine = float(ctx.rank + 1)
     sums = []
     # the same shape again (its name is in Horovod's response cache), others between, and back
-    for shape, dtype in [((3,), torch.float64), ((3,), torch.float64), ((5,), torch.float32), ((2, 2), torch.float32),
-                         ((3,), torch.float64), ((5,), torch.float32)]:
+    for shape, dtype in [
+        ((3,), torch.float64),
+        ((3,), torch.float64),
+        ((5,), torch.float32),
+        ((2, 2), torch.float32),
+        ((3,), torch.float64),
+        ((5,), torch.float32),
+    ]:
         sums.append(strategy.allreduce_sum(torch.full(shape, mine, dtype=dtype)).flatten().tolist())
     return {"sums": sums, "maxima": [strategy.allreduce_max(ctx.rank * 10 + i) for i in range(3)]}
 
@@ -78,7 +91,9 @@ def test_horovod_training_matches_torch_ddp_and_keeps_ranks_identical(spark, adu
     ddp_job = job_for(cfg, prep, tmp_path / "ddp", "epochs=3", "backend=torch")
     hvd_results = run_barrier(spark, train_rank, hvd_job, 2, get_backend("horovod", timeout_s=120))
     ddp_results = run_barrier(spark, train_rank, ddp_job, 2, TorchBackend(timeout_s=120))
-    assert hvd_results[0].stats.param_checksum == hvd_results[1].stats.param_checksum, "identical parameters on both ranks"
+    assert hvd_results[0].stats.param_checksum == hvd_results[1].stats.param_checksum, (
+        "identical parameters on both ranks"
+    )
     hvd_loss = [r.train_loss for r in hvd_results[0].records]
     ddp_loss = [r.train_loss for r in ddp_results[0].records]
     assert hvd_loss[-1] < hvd_loss[0], "converges"
@@ -88,14 +103,22 @@ def test_horovod_training_matches_torch_ddp_and_keeps_ranks_identical(spark, adu
     # each step's wait for Horovod's allreduces is timed as communication (in synchronize), on both ranks
     for pace in hvd_results[0].records[-1].per_rank:
         ms = pace.phases_ms
-        assert ms["comm"] > 0 and sum(ms[p] for p in ("data", "compute", "comm", "optimizer")) == pytest.approx(
-            ms["total"], rel=0.1)
+        assert ms["comm"] > 0 and sum(
+            ms[p] for p in ("data", "compute", "comm", "optimizer")
+        ) == pytest.approx(ms["total"], rel=0.1)
 
 
 def test_horovod_gradient_accumulation_and_fp16_compression_train(spark, adult_prep, tmp_path):
     cfg, prep = adult_prep
-    job = job_for(cfg, prep, tmp_path, "epochs=2", "backend=horovod", "horovod.compression=fp16",
-                  "horovod.backward_passes_per_step=2")
+    job = job_for(
+        cfg,
+        prep,
+        tmp_path,
+        "epochs=2",
+        "backend=horovod",
+        "horovod.compression=fp16",
+        "horovod.backward_passes_per_step=2",
+    )
     results = run_barrier(spark, train_rank, job, 2, get_backend("horovod", timeout_s=120))
     assert results[0].stats.param_checksum == results[1].stats.param_checksum
     assert results[0].records[-1].evaluation.value > 0.82
@@ -109,11 +132,14 @@ def test_a_raising_horovod_rank_is_reported_by_rank(spark):
     assert "horovod rank 1 of 2 starting" in str(err.value)
 
 
-@pytest.mark.parametrize("override, words", [
-    ("train.horovod.compression=bf16", "no bf16"),
-    ("train.horovod.reduce_op=adasum", "needs Horovod built with MPI"),
-    ("train.horovod.sync_batch_norm=true", "SyncBatchNorm runs on GPUs only"),
-])
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("train.horovod.compression=bf16", "no bf16"),
+        ("train.horovod.reduce_op=adasum", "needs Horovod built with MPI"),
+        ("train.horovod.sync_batch_norm=true", "SyncBatchNorm runs on GPUs only"),
+    ],
+)
 def test_what_horovod_on_cpu_cannot_do_is_refused_at_config_load(adult_config_path, override, words):
     with pytest.raises(ConfigError, match=words):
         load_config(adult_config_path, ["train.backend=horovod", override])

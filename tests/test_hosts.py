@@ -28,8 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 DOC = ROOT / "docs" / "deployment.md"
-START = (".venv/bin/python -m sparkml_dist.services.hosts start --workers 2 --shared /tmp/sparkml_dist-shared "
-         "--dir /tmp/sparkml_dist-hosts")
+START = (
+    ".venv/bin/python -m sparkml_dist.services.hosts start --workers 2 --shared /tmp/sparkml_dist-shared "
+    "--dir /tmp/sparkml_dist-hosts"
+)
 PIPELINE = """.venv/bin/python -m sparkml_dist.services.hosts exec --dir /tmp/sparkml_dist-hosts 0 -- \\
   .venv/bin/spark-submit --master spark://10.77.0.1:7077 --load-spark-defaults \\
   --properties-file conf/spark/cluster.conf \\
@@ -42,8 +44,14 @@ SHARED = Path("/tmp/sparkml_dist-shared")
 
 def run_as_documented(command: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
     assert command in DOC.read_text(), f"docs/deployment.md shows `{command}`"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKML_DIST_", "MLFLOW_TRACKING", "PYSPARK"))}
-    return subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SPARKML_DIST_", "MLFLOW_TRACKING", "PYSPARK"))
+    }
+    return subprocess.run(
+        command, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +69,10 @@ def hosts(workdir):
     started = run_as_documented(START, workdir, timeout=180)
     try:
         assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-3000:]
-        assert "master spark://10.77.0.1:7077 (UI http://10.77.0.1:8080) on host 0, 2 workers ALIVE" in started.stdout
+        assert (
+            "master spark://10.77.0.1:7077 (UI http://10.77.0.1:8080) on host 0, 2 workers ALIVE"
+            in started.stdout
+        )
         cluster = EmulatedHosts.load("/tmp/sparkml_dist-hosts")
         yield cluster
     finally:
@@ -104,10 +115,12 @@ class ListenerAudit(threading.Thread):
                         self.wrong.append(f"host {host.index}: {process} listens on {address}:{port}")
                     elif (host.index, port) not in self.probed:
                         other = self.cluster.hosts[(host.index + 1) % len(self.cluster.hosts)]
-                        self.probed[(host.index, port)] = self.cluster.reachable(other, host.alt_address, port)
+                        self.probed[(host.index, port)] = self.cluster.reachable(
+                            other, host.alt_address, port
+                        )
             time.sleep(0.3)
 
-    def __enter__(self) -> "ListenerAudit":
+    def __enter__(self) -> ListenerAudit:
         self.start()
         return self
 
@@ -119,11 +132,24 @@ class ListenerAudit(threading.Thread):
 def submit(cluster, package_zip, job: str, *overrides: str, timeout: int = 600) -> tuple[str, ListenerAudit]:
     """spark-submit on host 0 over the documented pipeline's output (its preprocessed splits)."""
     run = SHARED
-    argv = [str(Path(sys.executable).parent / "spark-submit"), "--master", cluster.master_url,
-            "--load-spark-defaults", "--properties-file", str(ROOT / "conf/spark/cluster.conf"), "--py-files", package_zip,
-            str(ROOT / job), "--config", str(ROOT / "conf/adult.yaml"),
-            "--set", f"output.root={run / 'out'}", "--set", f"tracking.tracking_uri=sqlite:///{run / 'mlflow.db'}",
-            *[a for o in overrides for a in ("--set", o)]]
+    argv = [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master",
+        cluster.master_url,
+        "--load-spark-defaults",
+        "--properties-file",
+        str(ROOT / "conf/spark/cluster.conf"),
+        "--py-files",
+        package_zip,
+        str(ROOT / job),
+        "--config",
+        str(ROOT / "conf/adult.yaml"),
+        "--set",
+        f"output.root={run / 'out'}",
+        "--set",
+        f"tracking.tracking_uri=sqlite:///{run / 'mlflow.db'}",
+        *[a for o in overrides for a in ("--set", o)],
+    ]
     with ListenerAudit(cluster) as audit:
         done = cluster.run(0, argv, capture_output=True, text=True, timeout=timeout, cwd=run)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-5000:]
@@ -136,7 +162,9 @@ def assert_bound_to_own_address(audit: ListenerAudit, worker_hosts: int = 2) -> 
     assert audit.probed, "the audit saw the ranks' listeners (rendezvous store, gloo)"
     reachable = [f"host {h} port {p}" for (h, p), ok in audit.probed.items() if ok]
     assert not reachable, f"reachable on the host's other address: {reachable}"
-    assert len({h for h, _ in audit.probed} & {1, 2}) >= worker_hosts, "listeners on the worker hosts were probed"
+    assert len({h for h, _ in audit.probed} & {1, 2}) >= worker_hosts, (
+        "listeners on the worker hosts were probed"
+    )
 
 
 def test_pipeline_with_ddp_ranks_on_two_hosts(hosts, workdir):
@@ -151,8 +179,11 @@ def test_pipeline_with_ddp_ranks_on_two_hosts(hosts, workdir):
     assert_bound_to_own_address(audit)
     for host in hosts.hosts:  # the driver's and the executors' own disks
         own = Path(host.tmp)
-        kept = [p for pattern in ("manifest.json", "ckpt-*", "summary.json", "train.json")
-                for p in own.rglob(pattern)]
+        kept = [
+            p
+            for pattern in ("manifest.json", "ckpt-*", "summary.json", "train.json")
+            for p in own.rglob(pattern)
+        ]
         assert not kept, f"host {host.index} keeps job state on its own disk: {kept[:5]}"
 
 
@@ -165,10 +196,11 @@ def test_horovod_ranks_on_two_hosts(hosts, package_zip):
     assert 0 in {h for h, _ in audit.probed}
 
 
-@pytest.mark.parametrize("overrides", [
-    ["train.strategy=fsdp"],
-    ["train.strategy=async", "train.async_ps.servers=1"],
-], ids=["fsdp", "async"])
+@pytest.mark.parametrize(
+    "overrides",
+    [["train.strategy=fsdp"], ["train.strategy=async", "train.async_ps.servers=1"]],
+    ids=["fsdp", "async"],
+)
 def test_model_and_parameter_server_methods_on_two_hosts(hosts, package_zip, overrides):
     stdout, audit = submit(hosts, package_zip, "jobs/train.py", "train.epochs=1", *overrides)
     assert f"({overrides[0].split('=')[1]}), model runs:/" in stdout
@@ -176,8 +208,9 @@ def test_model_and_parameter_server_methods_on_two_hosts(hosts, package_zip, ove
 
 
 def test_federated_rounds_on_two_hosts(hosts, package_zip):
-    stdout, _ = submit(hosts, package_zip, "jobs/federated.py", "federated.client_column=occupation",
-                       "federated.rounds=2")
+    stdout, _ = submit(
+        hosts, package_zip, "jobs/federated.py", "federated.client_column=occupation", "federated.rounds=2"
+    )
     assert "=== sparkml_dist federated ===" in stdout and "2 rounds" in stdout
 
 
@@ -190,17 +223,37 @@ def test_losing_a_whole_host_mid_training_continues_with_fewer_ranks(hosts, pack
 
     checkpoints = SHARED / "out" / "checkpoints"
     before = set(checkpoints.glob("*")) if checkpoints.exists() else set()
-    argv = [str(Path(sys.executable).parent / "spark-submit"), "--master", hosts.master_url,
-            "--load-spark-defaults", "--properties-file", str(ROOT / "conf/spark/cluster.conf"), "--py-files", package_zip,
-            str(ROOT / "jobs/train.py"), "--config", str(ROOT / "conf/adult.yaml"),
-            "--set", f"output.root={SHARED / 'out'}", "--set", f"tracking.tracking_uri=sqlite:///{SHARED / 'mlflow.db'}",
-            "--set", "train.epochs=6", "--set", "train.min_ranks=1", "--set", "train.elastic_wait_s=10",
-            "--set", "train.checkpoint_every_steps=20"]
+    argv = [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master",
+        hosts.master_url,
+        "--load-spark-defaults",
+        "--properties-file",
+        str(ROOT / "conf/spark/cluster.conf"),
+        "--py-files",
+        package_zip,
+        str(ROOT / "jobs/train.py"),
+        "--config",
+        str(ROOT / "conf/adult.yaml"),
+        "--set",
+        f"output.root={SHARED / 'out'}",
+        "--set",
+        f"tracking.tracking_uri=sqlite:///{SHARED / 'mlflow.db'}",
+        "--set",
+        "train.epochs=6",
+        "--set",
+        "train.min_ranks=1",
+        "--set",
+        "train.elastic_wait_s=10",
+        "--set",
+        "train.checkpoint_every_steps=20",
+    ]
     job = hosts.popen(0, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=SHARED)
     try:
         deadline = time.monotonic() + 300
         while not list(set(checkpoints.glob("*")) - before) or not any(
-                (d / "ckpt-e00002-s0000000.pt").exists() for d in set(checkpoints.glob("*")) - before):
+            (d / "ckpt-e00002-s0000000.pt").exists() for d in set(checkpoints.glob("*")) - before
+        ):
             assert job.poll() is None and time.monotonic() < deadline, "training reached epoch 3"
             time.sleep(0.2)
         killed = run_as_documented(KILL, workdir, timeout=60)

@@ -14,10 +14,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from sklearn import metrics as skm  # at collection: importing sklearn sets KMP_* variables
+from stores import fresh_store
 
 from sparkml_dist.config import parse_config
 from sparkml_dist.pipeline import run_pipeline
-from stores import fresh_store
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -45,13 +45,20 @@ def caravan(tmp_path_factory) -> Path:
 
 def config(root: Path, name: str, **sections):
     raw = {
-        "data": {"train_path": str(root / "train.parquet"), "test_path": str(root / "test.parquet"),
-                 "label": {"column": "Purchase", "positive": "Yes", "negative": "No"},
-                 "columns": [{"name": "id", "role": "id"}, {"name": "w", "role": "ignore"}], "row_group_rows": 256},
+        "data": {
+            "train_path": str(root / "train.parquet"),
+            "test_path": str(root / "test.parquet"),
+            "label": {"column": "Purchase", "positive": "Yes", "negative": "No"},
+            "columns": [{"name": "id", "role": "id"}, {"name": "w", "role": "ignore"}],
+            "row_group_rows": 256,
+        },
         "model": {"hidden": [32]},
         "train": {"epochs": 8, "batch_size": 64},
-        "tracking": {"tracking_uri": fresh_store(root), "experiment": "caravan",
-                     "registered_model": f"caravan_{name}"},
+        "tracking": {
+            "tracking_uri": fresh_store(root),
+            "experiment": "caravan",
+            "registered_model": f"caravan_{name}",
+        },
         "output": {"root": str(root / name)},
     }
     for section, values in sections.items():
@@ -59,19 +66,22 @@ def config(root: Path, name: str, **sections):
     return parse_config(raw)
 
 
-def predictions(summary) -> "object":
+def predictions(summary) -> object:
     return pq.read_table(summary.outputs["predictions"]).to_pandas()
 
 
 def test_f1_threshold_and_class_weights_find_the_positives_that_0_5_misses(spark, caravan):
     plain = run_pipeline(spark, config(caravan, "plain"))
     tuned = run_pipeline(spark, config(caravan, "tuned", evaluate={"threshold": "f1"}))
-    balanced = run_pipeline(spark, config(caravan, "balanced", train={"epochs": 8, "batch_size": 64,
-                                                                        "class_weight": "balanced"}))
+    balanced = run_pipeline(
+        spark, config(caravan, "balanced", train={"epochs": 8, "batch_size": 64, "class_weight": "balanced"})
+    )
     f1 = {s.outputs["summary"]: s.test_metrics["f1"] for s in (plain, tuned, balanced)}
     assert plain.task == "binary" and plain.test_metrics["recall"] < 0.15, "0.5 misses most buyers"
     assert tuned.test_metrics["f1"] > plain.test_metrics["f1"] + 0.1, f1
-    assert balanced.test_metrics["recall"] > 0.4 and balanced.test_metrics["f1"] > plain.test_metrics["f1"] + 0.1, f1
+    assert (
+        balanced.test_metrics["recall"] > 0.4 and balanced.test_metrics["f1"] > plain.test_metrics["f1"] + 0.1
+    ), f1
 
     # the chosen threshold is the model's: reported, and what scoring applies
     threshold = float(tuned.target.split(">= ")[1])
@@ -82,18 +92,35 @@ def test_f1_threshold_and_class_weights_find_the_positives_that_0_5_misses(spark
 
 
 def test_sample_weights_count_in_the_loss_and_in_the_metrics(spark, caravan):
-    weighted = run_pipeline(spark, config(caravan, "weighted", data={
-        "train_path": str(caravan / "train.parquet"), "test_path": str(caravan / "test.parquet"),
-        "label": {"column": "Purchase", "positive": "Yes", "negative": "No"}, "weight_column": "w",
-        "columns": [{"name": "id", "role": "id"}], "row_group_rows": 256}))
+    weighted = run_pipeline(
+        spark,
+        config(
+            caravan,
+            "weighted",
+            data={
+                "train_path": str(caravan / "train.parquet"),
+                "test_path": str(caravan / "test.parquet"),
+                "label": {"column": "Purchase", "positive": "Yes", "negative": "No"},
+                "weight_column": "w",
+                "columns": [{"name": "id", "role": "id"}],
+                "row_group_rows": 256,
+            },
+        ),
+    )
     assert weighted.test_metrics["recall"] > 0.4, "buyers weigh ~16x: the loss finds them"
     scored = predictions(weighted)
-    truth = __import__("pandas").read_parquet(caravan / "test.parquet").merge(scored, on="id", validate="one_to_one")
+    truth = (
+        __import__("pandas")
+        .read_parquet(caravan / "test.parquet")
+        .merge(scored, on="id", validate="one_to_one")
+    )
     y, w = (truth["Purchase"] == "Yes").astype(int), truth["w"]
     assert weighted.test_metrics["accuracy"] == pytest.approx(
-        skm.accuracy_score(y, truth["predicted_label"] == "Yes", sample_weight=w), abs=1e-6)
-    assert weighted.test_metrics["roc_auc"] == pytest.approx(skm.roc_auc_score(y, truth["probability"], sample_weight=w),
-                                                             abs=2e-3)
+        skm.accuracy_score(y, truth["predicted_label"] == "Yes", sample_weight=w), abs=1e-6
+    )
+    assert weighted.test_metrics["roc_auc"] == pytest.approx(
+        skm.roc_auc_score(y, truth["probability"], sample_weight=w), abs=2e-3
+    )
 
 
 def test_a_first_model_that_the_gate_refuses_leaves_no_champion_and_scoring_says_so(spark, caravan):

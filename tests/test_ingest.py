@@ -18,23 +18,29 @@ COLUMNS = [
 
 
 def small_config(train_path, test_path=None):
-    return parse_config({"data": {
-        "train_path": str(train_path), "test_path": str(test_path or train_path),
-        "columns": COLUMNS, "label": {"column": "y", "positive": "yes", "negative": "no", "strip_suffix": "."},
-    }}).data
+    return parse_config(
+        {
+            "data": {
+                "train_path": str(train_path),
+                "test_path": str(test_path or train_path),
+                "columns": COLUMNS,
+                "label": {"column": "y", "positive": "yes", "negative": "no", "strip_suffix": "."},
+            }
+        }
+    ).data
 
 
 LINES = [
-    "34, 1.5, Paris, yes",       # ok
-    "41, 2.0, ?, no.",           # ok: '?' is a missing category, label suffix stripped
-    "?, 3.0, Rome, no",          # ok: missing numeric is imputed later
-    "abc, 1.0, Rome, yes",       # wrong type
-    "20, NaN, Rome, no",         # NaN
-    "20, inf, Rome, no",         # inf
-    "20, 1.0, Rome, maybe",      # unknown label
-    "20, 1.0, Rome, ?",          # missing label
-    "only, three, fields",       # malformed
-    "",                          # blank: not a record
+    "34, 1.5, Paris, yes",  # ok
+    "41, 2.0, ?, no.",  # ok: '?' is a missing category, label suffix stripped
+    "?, 3.0, Rome, no",  # ok: missing numeric is imputed later
+    "abc, 1.0, Rome, yes",  # wrong type
+    "20, NaN, Rome, no",  # NaN
+    "20, inf, Rome, no",  # inf
+    "20, 1.0, Rome, maybe",  # unknown label
+    "20, 1.0, Rome, ?",  # missing label
+    "only, three, fields",  # malformed
+    "",  # blank: not a record
 ]
 
 
@@ -104,7 +110,9 @@ def test_a_test_row_of_a_class_the_training_rows_lack_is_quarantined_with_its_fi
     train.write_text("".join(f"{30 + i % 7}, {i / 10}, Dream, {species[i % 3]}\n" for i in range(60)))
     test.write_text("31, 1.5, Dream, Gentoo\n32, 2.5, Biscoe, Emperor\n33, 0.5, Dream, Adelie\n")
     data = {"train_path": str(train), "test_path": str(test), "columns": COLUMNS, "label": {"column": "y"}}
-    result = preprocess(spark, JobConfig.model_validate({"data": data, "output": {"root": str(tmp_path / "out")}}))
+    result = preprocess(
+        spark, JobConfig.model_validate({"data": data, "output": {"root": str(tmp_path / "out")}})
+    )
     assert result.manifest.inputs["test"] == {"input": 3, "accepted": 2, "rejected": 1}
     [reject] = pq.read_table(f"{result.path}/rejects").to_pylist()
     assert reject["input"] == "test" and reject["source_file"].endswith("/test.csv")
@@ -125,9 +133,12 @@ def test_an_input_mostly_rejected_stops_preprocess_naming_the_reason_and_the_key
     train.write_text("\n".join(good + fractions) + "\n")
     data = small_config(train).model_dump(mode="json", exclude_unset=True)
     cfg = {"data": data, "output": {"root": str(tmp_path / "out")}}
-    with pytest.raises(DataError, match=r"^data.train_path: 12 of 22 rows \(54.5%\) were rejected, more than "
-                                        r"data.max_reject_fraction \(0.5\); most often: column 'age': '…' is not "
-                                        r"an int \(12 rows, e.g. '30.5'\)\. Fix the input or data.columns"):
+    with pytest.raises(
+        DataError,
+        match=r"^data.train_path: 12 of 22 rows \(54.5%\) were rejected, more than "
+        r"data.max_reject_fraction \(0.5\); most often: column 'age': '…' is not "
+        r"an int \(12 rows, e.g. '30.5'\)\. Fix the input or data.columns",
+    ):
         preprocess(spark, JobConfig.model_validate(cfg))
     assert not (tmp_path / "out").exists()
     cfg["data"]["max_reject_fraction"] = 0.6

@@ -51,21 +51,28 @@ class Runtime:
     python: Path
     before: dict[str, tuple[str, int]]  # package -> (version, its dist-info's inode) before the wheel
     install_log: str
-    pip_check: subprocess.CompletedProcess  # before the dataset packages, which are installed without their deps
+    pip_check: (
+        subprocess.CompletedProcess
+    )  # before the dataset packages, which are installed without their deps
 
     def dist_infos(self) -> dict[str, tuple[str, int]]:
         return _dist_infos(self.python)
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
-        env.update(PYSPARK_PYTHON=str(self.python), PYSPARK_DRIVER_PYTHON=str(self.python),
-                   PYTHONPATH=str(ROOT / "tests"))  # tests/user_code, for the distributor's smoke run
+        env.update(
+            PYSPARK_PYTHON=str(self.python),
+            PYSPARK_DRIVER_PYTHON=str(self.python),
+            PYTHONPATH=str(ROOT / "tests"),
+        )  # tests/user_code, for the distributor's smoke run
         return env
 
 
 def _run(*args, **kwargs) -> subprocess.CompletedProcess:
     out = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600, **kwargs)
-    assert out.returncode == 0, f"{' '.join(map(str, args))} failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    assert out.returncode == 0, (
+        f"{' '.join(map(str, args))} failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    )
     return out
 
 
@@ -74,8 +81,10 @@ def _pip(python: Path, *args) -> subprocess.CompletedProcess:
 
 
 def _dist_infos(python: Path) -> dict[str, tuple[str, int]]:
-    probe = ("import json, importlib.metadata as m, os\n"
-             f"print(json.dumps({{n: (m.version(n), os.stat(m.distribution(n)._path).st_ino) for n in {KEPT!r}}}))")
+    probe = (
+        "import json, importlib.metadata as m, os\n"
+        f"print(json.dumps({{n: (m.version(n), os.stat(m.distribution(n)._path).st_ino) for n in {KEPT!r}}}))"
+    )
     return {name: tuple(v) for name, v in json.loads(_run(python, "-c", probe).stdout).items()}
 
 
@@ -93,8 +102,11 @@ def _build_wheel(out: Path) -> Path:
 def _constraints_but_the_runtimes(out: Path) -> Path:
     """The development pins for everything except what the runtime brought (and py4j, which its
     pyspark pins)."""
-    held = [line for line in (ROOT / "requirements" / "constraints.txt").read_text().splitlines()
-            if line.split("==")[0].strip().lower() not in {*KEPT, "py4j"}]
+    held = [
+        line
+        for line in (ROOT / "requirements" / "constraints.txt").read_text().splitlines()
+        if line.split("==")[0].strip().lower() not in {*KEPT, "py4j"}
+    ]
     path = out / "constraints.txt"
     path.write_text("\n".join(held) + "\n")
     return path
@@ -116,7 +128,11 @@ def runtime(tmp_path_factory) -> Runtime:
 
 
 def test_pip_keeps_the_runtimes_own_pyspark_and_torch(runtime):
-    wanted = dict(line.split("==") for line in OLDEST.read_text().splitlines() if "==" in line and not line.startswith("#"))
+    wanted = dict(
+        line.split("==")
+        for line in OLDEST.read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
     assert {name: version.split("+")[0] for name, (version, _) in runtime.before.items()} == wanted
     # the same versions, and the very same installed files: not uninstalled and reinstalled
     assert runtime.dist_infos() == runtime.before
@@ -127,9 +143,20 @@ def test_pip_keeps_the_runtimes_own_pyspark_and_torch(runtime):
 
 def test_the_adult_pipeline_runs_on_the_oldest_supported_pyspark(runtime):
     out = runtime.root / "adult"
-    result = _run(runtime.python.parent / "sparkml-dist", "pipeline", "--config", ROOT / "conf" / "adult.yaml",
-                  "--set", "train.epochs=2", "--set", f"output.root={out}",
-                  "--set", f"tracking.tracking_uri=sqlite:///{runtime.root / 'mlflow.db'}", cwd=ROOT, env=runtime.env())
+    result = _run(
+        runtime.python.parent / "sparkml-dist",
+        "pipeline",
+        "--config",
+        ROOT / "conf" / "adult.yaml",
+        "--set",
+        "train.epochs=2",
+        "--set",
+        f"output.root={out}",
+        "--set",
+        f"tracking.tracking_uri=sqlite:///{runtime.root / 'mlflow.db'}",
+        cwd=ROOT,
+        env=runtime.env(),
+    )
     assert "Spark 3.5.9" in result.stderr + result.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["test_metrics"]["accuracy"] > 0.84  # Adult's gate (conf/adult.yaml): passed

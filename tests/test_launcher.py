@@ -46,7 +46,9 @@ class JoinFailsAtFirst(TorchBackend):
             open(os.path.join(self.marks, f"join-{attempt}"), "w").close()
             if attempt < self.joins:
                 with joining_the_group(ctx, "torch.distributed"):
-                    raise RuntimeError("Gloo connectFullMesh failed with [gloo/transport/tcp/pair.cc:144] no error")
+                    raise RuntimeError(
+                        "Gloo connectFullMesh failed with [gloo/transport/tcp/pair.cc:144] no error"
+                    )
         super().rank_init(ctx)
 
 
@@ -75,8 +77,9 @@ def test_every_rank_imports_its_backend_before_any_rank_waits_on_another(spark, 
     marks = sorted(os.listdir(tmp_path))
     assert [m for m in marks if m.startswith("preload")] == ["preload-0", "preload-1"]
     met = [m for m in marks if m.startswith("met")]
-    assert len(met) == 2 and all(int(m.rsplit("-", 1)[1]) >= 2 for m in met), \
+    assert len(met) == 2 and all(int(m.rsplit("-", 1)[1]) >= 2 for m in met), (
         f"a rank got past the all-gather before both ranks had preloaded: {marks}"
+    )
 
 
 def worker_env(_):
@@ -98,10 +101,14 @@ def test_a_stage_whose_ranks_could_not_form_their_group_is_launched_once_more(sp
 
 def test_a_group_that_cannot_form_twice_is_reported_as_a_rendezvous_error(spark, tmp_path):
     with pytest.raises(RankFailure) as err:
-        run_barrier(spark, allreduce_rank, None, 2, JoinFailsAtFirst(timeout_s=60, marks=str(tmp_path), joins=5))
+        run_barrier(
+            spark, allreduce_rank, None, 2, JoinFailsAtFirst(timeout_s=60, marks=str(tmp_path), joins=5)
+        )
     assert err.value.in_rendezvous and err.value.ranks == [1]
-    assert "RendezvousError: rank 1 of 2 (host 127.0.0.1) could not join the torch.distributed process group: " \
-           "RuntimeError: Gloo connectFullMesh failed" in str(err.value)
+    assert (
+        "RendezvousError: rank 1 of 2 (host 127.0.0.1) could not join the torch.distributed process group: "
+        "RuntimeError: Gloo connectFullMesh failed" in str(err.value)
+    )
     assert sorted(os.listdir(tmp_path)) == ["join-0", "join-1"], "launched twice, not more"
 
 
@@ -159,7 +166,16 @@ def test_spark_refusing_a_stage_for_want_of_slots_is_told_apart(spark):
     from sparkml_dist.launch.launcher import _launch, _SlotsGone
 
     with pytest.raises(_SlotsGone):
-        _launch(spark, allreduce_rank, None, 5, TorchBackend(timeout_s=60), False, None, "five ranks on four slots")
+        _launch(
+            spark,
+            allreduce_rank,
+            None,
+            5,
+            TorchBackend(timeout_s=60),
+            False,
+            None,
+            "five ranks on four slots",
+        )
 
 
 def _workers_pyspark(_partition):
@@ -183,7 +199,9 @@ def test_only_the_zip_inside_an_installed_pyspark_is_replaced(tmp_path):
     (site / "pyspark" / "python" / "lib").mkdir(parents=True)
     (site / "pyspark" / "__init__.py").write_text("")
     installed_zip = site / "pyspark" / "python" / "lib" / "pyspark.zip"
-    distribution = tmp_path / "spark-4.0.0-bin" / "python" / "lib" / "pyspark.zip"  # SPARK_HOME's: not a package
+    distribution = (
+        tmp_path / "spark-4.0.0-bin" / "python" / "lib" / "pyspark.zip"
+    )  # SPARK_HOME's: not a package
     py4j = site / "pyspark" / "python" / "lib" / "py4j-0.10.9.9-src.zip"
     path = [str(installed_zip), str(py4j), str(distribution), "/usr/lib/python3.11"]
     assert prefer_installed_pyspark(path) == [str(site), str(py4j), str(distribution), "/usr/lib/python3.11"]

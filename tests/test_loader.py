@@ -16,8 +16,12 @@ def dataset(tmp_path):
     for f, sizes in enumerate([[100, 37], [64, 64, 5], [250]]):
         n = sum(sizes)
         ids = np.arange(start, start + n, dtype=np.float32)
-        table = pa.table({"features": pa.array([[v, v] for v in ids], pa.list_(pa.float32())),
-                          "label": pa.array(ids % 2, pa.float32())})
+        table = pa.table(
+            {
+                "features": pa.array([[v, v] for v in ids], pa.list_(pa.float32())),
+                "label": pa.array(ids % 2, pa.float32()),
+            }
+        )
         rel = f"train/part-{f}.parquet"
         (tmp_path / "train").mkdir(exist_ok=True)
         writer = pq.ParquetWriter(tmp_path / rel, table.schema)
@@ -68,7 +72,9 @@ def test_labels_travel_with_their_rows(dataset):
     root, groups, _ = dataset
     for x, y in ShardLoader(root, groups, 0, 1, 64, seed=0).epoch(0):
         assert y.shape == (len(x), 2), "a target row is (label, weight)"
-        assert np.array_equal(x[:, 0] % 2, y[:, 0]) and (y[:, 1] == 1).all(), "weight 1 without a weight column"
+        assert np.array_equal(x[:, 0] % 2, y[:, 0]) and (y[:, 1] == 1).all(), (
+            "weight 1 without a weight column"
+        )
 
 
 def test_pieces_split_row_groups_at_rank_boundaries():
@@ -87,14 +93,23 @@ def test_a_wide_one_hot_layout_is_shuffled_compact_and_made_dense_one_batch_at_a
     from sparkml_dist.data.layout import ONEHOT, VALUE, FeatureBlock, FeatureLayout
     from sparkml_dist.data.loader import FrameShardLoader
 
-    layout = FeatureLayout((FeatureBlock("age", VALUE, 1), FeatureBlock("tail", ONEHOT, 20_000),
-                            FeatureBlock("carrier", ONEHOT, 2)))
+    layout = FeatureLayout(
+        (
+            FeatureBlock("age", VALUE, 1),
+            FeatureBlock("tail", ONEHOT, 20_000),
+            FeatureBlock("carrier", ONEHOT, 2),
+        )
+    )
     rows = 16_384
     rng = np.random.default_rng(0)
-    table = pa.table({"age": pa.array(np.arange(rows, dtype=np.float32)),
-                      "tail": pa.array(rng.integers(0, 20_000, rows, dtype=np.int32)),
-                      "carrier": pa.array(rng.integers(0, 2, rows, dtype=np.int32)),
-                      "label": pa.array(np.ones(rows, np.float32))})
+    table = pa.table(
+        {
+            "age": pa.array(np.arange(rows, dtype=np.float32)),
+            "tail": pa.array(rng.integers(0, 20_000, rows, dtype=np.int32)),
+            "carrier": pa.array(rng.integers(0, 2, rows, dtype=np.int32)),
+            "label": pa.array(np.ones(rows, np.float32)),
+        }
+    )
     (tmp_path / "train").mkdir()
     pq.write_table(table, tmp_path / "train" / "part-0.parquet", row_group_size=2048)
     groups = [RowGroup("train/part-0.parquet", i, 2048) for i in range(rows // 2048)]
@@ -102,8 +117,10 @@ def test_a_wide_one_hot_layout_is_shuffled_compact_and_made_dense_one_batch_at_a
     with pa.ipc.new_file(spill, table.schema) as writer:
         writer.write_table(table)
     expected = layout.to_dense(table)
-    for loader in (ShardLoader(tmp_path, groups, 0, 1, 256, seed=1, layout=layout),
-                   FrameShardLoader(str(spill), 0, 256, seed=1, layout=layout)):
+    for loader in (
+        ShardLoader(tmp_path, groups, 0, 1, 256, seed=1, layout=layout),
+        FrameShardLoader(str(spill), 0, 256, seed=1, layout=layout),
+    ):
         loader.prepare()
         tracemalloc.start()
         try:
@@ -112,7 +129,9 @@ def test_a_wide_one_hot_layout_is_shuffled_compact_and_made_dense_one_batch_at_a
         finally:
             tracemalloc.stop()
         assert seen == rows
-        assert peak < 3 * 256 * layout.dim * 4, f"{type(loader).__name__} allocated {peak / 2**20:.0f} MiB at once"
+        assert peak < 3 * 256 * layout.dim * 4, (
+            f"{type(loader).__name__} allocated {peak / 2**20:.0f} MiB at once"
+        )
         order = []
         for x, _ in loader.epoch(1):
             np.testing.assert_array_equal(x, expected[x[:, 0].astype(int)], "each row is its own dense row")

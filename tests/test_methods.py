@@ -38,7 +38,9 @@ def test_a_method_whose_config_does_not_name_it_is_refused(toy_method):
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_a_method_registered_outside_the_package_runs_through_the_pipeline(spark, toy_method, make_adult_config):
+def test_a_method_registered_outside_the_package_runs_through_the_pipeline(
+    spark, toy_method, make_adult_config
+):
     from sparkml_dist import run_pipeline
 
     cfg = make_adult_config("train.strategy=local_sgd", "train.average_every=4", "train.epochs=4")
@@ -49,17 +51,24 @@ def test_a_method_registered_outside_the_package_runs_through_the_pipeline(spark
     assert run.data.tags["sparkml_dist.method"] == "local_sgd"
     assert run.data.params["train.average_every"] == "4", "its own key is logged with the run"
     history = MlflowClient(cfg.tracking.tracking_uri).get_metric_history(summary.run_id, "val_accuracy")
-    assert [m.step for m in history] == [0, 1, 2, 3], "its epochs take the same logging path as every method's"
+    assert [m.step for m in history] == [0, 1, 2, 3], (
+        "its epochs take the same logging path as every method's"
+    )
 
 
-@pytest.mark.parametrize("overrides, ranks, backend, fresh", [
-    ([], 2, "torch", False),
-    (["train.backend=horovod"], 2, "horovod", True),
-    (["train.strategy=fsdp", "train.num_ranks=4"], 4, "torch", True),
-    (["train.strategy=async", "train.num_ranks=3"], 3, "torch", False),
-    (["train.strategy=federated", "federated.client_column=occupation"], 0, "torch", False),
-])
-def test_each_method_says_what_it_needs_from_the_launcher(adult_config_path, overrides, ranks, backend, fresh):
+@pytest.mark.parametrize(
+    "overrides, ranks, backend, fresh",
+    [
+        ([], 2, "torch", False),
+        (["train.backend=horovod"], 2, "horovod", True),
+        (["train.strategy=fsdp", "train.num_ranks=4"], 4, "torch", True),
+        (["train.strategy=async", "train.num_ranks=3"], 3, "torch", False),
+        (["train.strategy=federated", "federated.client_column=occupation"], 0, "torch", False),
+    ],
+)
+def test_each_method_says_what_it_needs_from_the_launcher(
+    adult_config_path, overrides, ranks, backend, fresh
+):
     from sparkml_dist.methods import get_method
 
     cfg = load_config(adult_config_path, overrides)

@@ -26,7 +26,9 @@ def test_binary_report_matches_sklearn(spark, weighted):
     y, p, w = binary_rows()
     rows = [(int(a), float(b), int(b >= 0.5), float(c)) for a, b, c in zip(y, p, w)]
     df = spark.createDataFrame(rows, "label int, probability double, prediction int, weight double")
-    report = binary_report(df, Target("binary", ("no", "yes")), weight="weight" if weighted else None, roc_bins=5000)
+    report = binary_report(
+        df, Target("binary", ("no", "yes")), weight="weight" if weighted else None, roc_bins=5000
+    )
     pred = (p >= 0.5).astype(int)
     sw = w if weighted else None
     assert report.metrics["accuracy"] == pytest.approx(skm.accuracy_score(y, pred, sample_weight=sw))
@@ -51,8 +53,11 @@ def test_the_epochs_validation_roc_auc_summed_over_ranks_matches_sklearn(weighte
     packed = torch.tensor(np.stack([y, weights], axis=1), dtype=torch.float32)
     task, target = get_task("binary"), Target("binary", ("no", "yes"))
     ranks = [slice(0, 1700), slice(1700, 3000), slice(3000, 5000)]  # shards of unequal size, batches within
-    summed = sum(task.held_out_bins(target, logits[r][i:i + 256], packed[r][i:i + 256])
-                 for r in ranks for i in range(0, r.stop - r.start, 256))
+    summed = sum(
+        task.held_out_bins(target, logits[r][i : i + 256], packed[r][i : i + 256])
+        for r in ranks
+        for i in range(0, r.stop - r.start, 256)
+    )
     auc = task.extra_from_bins(target, summed)["roc_auc"]
     assert auc == pytest.approx(skm.roc_auc_score(y, p, sample_weight=weights), abs=1e-3)
     inverted = task.extra_from_bins(target, task.held_out_bins(target, -logits, packed))["roc_auc"]
@@ -76,7 +81,9 @@ def test_separated_classes_get_the_threshold_in_the_middle_of_the_gap(spark):
     """Every threshold between the highest negative (0.2) and the lowest positive (0.6) gives F1
     1.0; the one chosen leaves both classes a margin, not the edge of the negatives."""
     rng = np.random.default_rng(3)
-    rows = [(0, float(p)) for p in rng.uniform(0.0, 0.2, 300)] + [(1, float(p)) for p in rng.uniform(0.6, 1.0, 100)]
+    rows = [(0, float(p)) for p in rng.uniform(0.0, 0.2, 300)] + [
+        (1, float(p)) for p in rng.uniform(0.6, 1.0, 100)
+    ]
     rows += [(0, 0.2), (1, 0.6)]
     df = spark.createDataFrame(rows, "label int, probability double")
     threshold, f1 = best_f1_threshold(df, "label", None)
@@ -143,15 +150,23 @@ def test_multiclass_report_matches_sklearn(spark, weighted):
     proba = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     pred = proba.argmax(axis=1)
     w = rng.uniform(0.5, 2.0, n)
-    rows = [(int(a), int(b), float(c[b]), [float(v) for v in c], float(d)) for a, b, c, d in zip(y, pred, proba, w)]
-    df = spark.createDataFrame(rows, "label int, prediction int, probability double, probabilities array<double>, "
-                                     "weight double")
+    rows = [
+        (int(a), int(b), float(c[b]), [float(v) for v in c], float(d))
+        for a, b, c, d in zip(y, pred, proba, w)
+    ]
+    df = spark.createDataFrame(
+        rows, "label int, prediction int, probability double, probabilities array<double>, weight double"
+    )
     classes = tuple(f"c{i}" for i in range(k))
     report = multiclass_report(df, Target("multiclass", classes), "label", "weight" if weighted else None)
     sw = w if weighted else None
     assert report.metrics["accuracy"] == pytest.approx(skm.accuracy_score(y, pred, sample_weight=sw))
-    assert report.metrics["macro_f1"] == pytest.approx(skm.f1_score(y, pred, average="macro", sample_weight=sw))
-    assert report.metrics["weighted_f1"] == pytest.approx(skm.f1_score(y, pred, average="weighted", sample_weight=sw))
+    assert report.metrics["macro_f1"] == pytest.approx(
+        skm.f1_score(y, pred, average="macro", sample_weight=sw)
+    )
+    assert report.metrics["weighted_f1"] == pytest.approx(
+        skm.f1_score(y, pred, average="weighted", sample_weight=sw)
+    )
     assert report.metrics["log_loss"] == pytest.approx(skm.log_loss(y, proba, sample_weight=sw), rel=1e-4)
     per_class = report.tables["per_class.json"]
     assert [r["class"] for r in per_class] == list(classes)
@@ -165,8 +180,10 @@ def test_regression_report_matches_sklearn(spark, weighted):
     y = rng.normal(50, 10, 3000)
     p = y + rng.normal(0, 4, 3000)
     w = rng.uniform(0.5, 2.0, 3000)
-    df = spark.createDataFrame([(float(a), float(b), float(c)) for a, b, c in zip(y, p, w)],
-                               "label double, prediction double, weight double")
+    df = spark.createDataFrame(
+        [(float(a), float(b), float(c)) for a, b, c in zip(y, p, w)],
+        "label double, prediction double, weight double",
+    )
     report = regression_report(df, "label", "weight" if weighted else None)
     sw = w if weighted else None
     assert report.metrics["rmse"] == pytest.approx(np.sqrt(skm.mean_squared_error(y, p, sample_weight=sw)))
@@ -199,8 +216,10 @@ def test_evaluation_runs_the_model_once_per_test_row(spark, task):
         return value(i)
 
     n = 3000
-    rows = spark.range(n).withColumn("label", (F.col("id") % (2 if task == "binary" else 3)).cast(
-        "double" if task == "regression" else "int"))
+    rows = spark.range(n).withColumn(
+        "label",
+        (F.col("id") % (2 if task == "binary" else 3)).cast("double" if task == "regression" else "int"),
+    )
     scored = rows.withColumn("out", F.udf(model, f"struct<{columns}>")("id"))
     scored = scored.select("id", "label", "out.*")
     classes = {"binary": ("no", "yes"), "multiclass": ("a", "b", "c")}.get(task, ())

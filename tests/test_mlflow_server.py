@@ -18,7 +18,9 @@ def mlflow_server(tmp_path):
     assert server.process.poll() is not None, "the server is stopped by PID"
 
 
-def test_pipeline_tracks_registers_and_scores_through_a_tracking_server(spark, make_adult_config, mlflow_server):
+def test_pipeline_tracks_registers_and_scores_through_a_tracking_server(
+    spark, make_adult_config, mlflow_server
+):
     cfg = make_adult_config(f"tracking.tracking_uri={mlflow_server.url}", "train.epochs=4")
     summary = run_pipeline(spark, cfg)
     client = MlflowClient(tracking_uri=mlflow_server.url, registry_uri=mlflow_server.url)

@@ -16,8 +16,17 @@ from sparkml_dist.observe.system import SystemSampler
 from sparkml_dist.tracking.cost import RunCost
 from sparkml_dist.train.loop import train_rank
 
-ONE_RANK = RankContext(rank=0, world_size=1, local_rank=0, local_size=1, cross_rank=0, cross_size=1,
-                       host="127.0.0.1", master_addr="127.0.0.1", master_port=0)
+ONE_RANK = RankContext(
+    rank=0,
+    world_size=1,
+    local_rank=0,
+    local_size=1,
+    cross_rank=0,
+    cross_size=1,
+    host="127.0.0.1",
+    master_addr="127.0.0.1",
+    master_port=0,
+)
 
 
 def test_twice_the_epochs_cost_about_twice_the_joules(adult_prep, tmp_path):
@@ -28,16 +37,22 @@ def test_twice_the_epochs_cost_about_twice_the_joules(adult_prep, tmp_path):
     for epochs in (2, 4):
         # one intra-op thread: idle OpenMP threads spin after each op, CPU time that varied an
         # epoch's figure by +-20% with two threads (measured), too noisy for a 25% bound
-        job = loop_job(cfg.with_overrides(f"train.epochs={epochs}", "observe.system_metrics_interval_s=0.5",
-                                       "train.threads_per_rank=1"), prep,
-                       str(tmp_path / f"ckpt{epochs}"))
+        job = loop_job(
+            cfg.with_overrides(
+                f"train.epochs={epochs}", "observe.system_metrics_interval_s=0.5", "train.threads_per_rank=1"
+            ),
+            prep,
+            str(tmp_path / f"ckpt{epochs}"),
+        )
         result = train_rank(ONE_RANK, job)
         costs[epochs] = RunCost.of(result.records)
         # every epoch has a system sample, however short, and each step's parts add up to it
         assert all(r.system for r in result.records)
         for record in result.records:
             ms = record.per_rank[0].phases_ms
-            assert sum(ms[p] for p in ("data", "compute", "comm", "optimizer")) == pytest.approx(ms["total"], rel=0.1)
+            assert sum(ms[p] for p in ("data", "compute", "comm", "optimizer")) == pytest.approx(
+                ms["total"], rel=0.1
+            )
             assert ms["comm"] == 0.0, "one rank: nothing to communicate, measured as nothing"
     # Twice the epochs, about twice the joules; the bound leaves room for what does not double:
     # each run's first epoch carries the run's own set-up (a fresh sampler, shuffle buffers, the
@@ -88,8 +103,14 @@ def test_system_samples_use_mlflows_names_with_the_rank_as_the_node():
     samples = sampler.take(sample_now=True)
     assert len(samples) >= 3 and [s.index for s in samples] == list(range(len(samples)))
     names = samples[-1].metric_names()
-    for name in ("cpu_utilization_percentage", "system_memory_usage_megabytes", "network_receive_megabytes",
-                 "network_transmit_megabytes", "process_cpu_percentage", "process_rss_megabytes"):
+    for name in (
+        "cpu_utilization_percentage",
+        "system_memory_usage_megabytes",
+        "network_receive_megabytes",
+        "network_transmit_megabytes",
+        "process_cpu_percentage",
+        "process_rss_megabytes",
+    ):
         assert f"system/rank3/{name}" in names
     assert 0.0 <= names["system/rank3/cpu_utilization_percentage"] <= 100.0
     assert names["system/rank3/process_rss_megabytes"] > 10
@@ -107,7 +128,9 @@ def test_exposed_communication_is_the_wait_after_the_last_bucket_left():
     ms = times.means_ms()
     assert ms["comm"] == pytest.approx(20, abs=8), "the wait for the bucket"
     assert ms["data"] == pytest.approx(5, abs=1) and ms["optimizer"] == 0.0
-    assert ms["compute"] == pytest.approx(ms["total"] - ms["data"] - ms["comm"], abs=0.01), "compute: the rest"
+    assert ms["compute"] == pytest.approx(ms["total"] - ms["data"] - ms["comm"], abs=0.01), (
+        "compute: the rest"
+    )
     assert clock.take() == [], "the clock starts over every step"
     assert not math.isnan(ms["total"])
 
@@ -116,8 +139,12 @@ def test_scorings_energy_is_per_million_rows_for_a_large_run_and_the_whole_runs_
     """500 rows cost a job's fixed overhead: "16,600 J per million rows" would misstate them."""
     from sparkml_dist.stages.score import ScoreResult
 
-    assert ScoreResult("m", "p", 500, 500, 0, joules=8.3).energy_text() == \
-        "8.3 J for 500 rows (estimated from the executors' CPU time)"
-    assert ScoreResult("m", "p", 200_000, 200_000, 0, joules=20.0).energy_text() == \
-        "100.0 J per million rows (estimated from the executors' CPU time)"
+    assert (
+        ScoreResult("m", "p", 500, 500, 0, joules=8.3).energy_text()
+        == "8.3 J for 500 rows (estimated from the executors' CPU time)"
+    )
+    assert (
+        ScoreResult("m", "p", 200_000, 200_000, 0, joules=20.0).energy_text()
+        == "100.0 J per million rows (estimated from the executors' CPU time)"
+    )
     assert ScoreResult("m", "p", 10, 10, 0).energy_text() == "", "no CPU time read, no figure"

@@ -5,6 +5,8 @@ from sharded checkpoints at another world size, and trains Adult to its bar on t
 import functools
 
 import pytest
+from stores import fresh_store
+from test_training import job_for
 
 from bench.probe import Probe, probe_rank, reference_losses
 from sparkml_dist.errors import RankFailure
@@ -13,26 +15,39 @@ from sparkml_dist.models.spec import ModelSpec, TransformerShape
 from sparkml_dist.models.transformer import token_layout
 from sparkml_dist.train.checkpoint import list_checkpoints
 from sparkml_dist.train.loop import train_rank
-from stores import fresh_store
-from test_training import job_for
 
 pytestmark = pytest.mark.spark
 
 # 4 numeric slots and 3 one-hot columns: 7 tokens (+ [CLS])
 NAMES = [f"_num_scaled_{i}" for i in range(4)] + [f"c{j}__onehot_{v}" for j in range(3) for v in range(4)]
-SPEC = ModelSpec("transformer", len(NAMES), dropout=0.0,
-                 transformer=TransformerShape(tuple(token_layout(NAMES)), d_model=32, heads=4, layers=2, mlp_hidden=128))
+SPEC = ModelSpec(
+    "transformer",
+    len(NAMES),
+    dropout=0.0,
+    transformer=TransformerShape(tuple(token_layout(NAMES)), d_model=32, heads=4, layers=2, mlp_hidden=128),
+)
 # float32 with different reduction orders: the loss may differ in the last digits, never more
 LOSS_RTOL = 1e-4
 
 # the launcher forks a fresh process per model-parallel rank (the model-parallel methods ask for it too)
 FRESH = TorchBackend(timeout_s=120, needs_fresh_process=True)
 
-STRATEGIES = [("ddp", 2, {}), ("fsdp", 2, {}), ("fsdp", 4, {}), ("tensor", 2, {}), ("hybrid", 4, {}),
-              ("pipeline", 2, {"schedule": "1f1b"}), ("pipeline", 2, {"schedule": "gpipe"})]
+STRATEGIES = [
+    ("ddp", 2, {}),
+    ("fsdp", 2, {}),
+    ("fsdp", 4, {}),
+    ("tensor", 2, {}),
+    ("hybrid", 4, {}),
+    ("pipeline", 2, {"schedule": "1f1b"}),
+    ("pipeline", 2, {"schedule": "gpipe"}),
+]
 
 
-@pytest.mark.parametrize("strategy,ranks,options", STRATEGIES, ids=lambda v: str(v) if not isinstance(v, dict) else v.get("schedule", ""))
+@pytest.mark.parametrize(
+    "strategy,ranks,options",
+    STRATEGIES,
+    ids=lambda v: str(v) if not isinstance(v, dict) else v.get("schedule", ""),
+)
 def test_strategy_matches_one_process_training_step_for_step(spark, strategy, ranks, options):
     probe = Probe(SPEC, strategy=strategy, steps=8, global_batch=64, **options)
     expected = reference_losses(probe)
@@ -64,8 +79,9 @@ def test_sharded_checkpoint_resumes_at_another_world_size(spark, adult_prep, tmp
     job = functools.partial(transformer_job, cfg, prep, ckpt, kind, "strategy=fsdp")
     first = run_barrier(spark, train_rank, job("epochs=1", "learning_rate=0.002"), 2, FRESH)
     saved = list_checkpoints(ckpt)
-    assert saved and saved[-1].endswith(".dcp") and (ckpt / saved[-1].rsplit("/", 1)[-1]).is_dir(), \
+    assert saved and saved[-1].endswith(".dcp") and (ckpt / saved[-1].rsplit("/", 1)[-1]).is_dir(), (
         "a DCP directory per checkpoint"
+    )
 
     # 4 ranks load the 2-rank shards: nothing left to train, so the gathered weights are the saved ones
     reloaded = run_barrier(spark, train_rank, job("epochs=1"), 4, FRESH)
@@ -90,7 +106,9 @@ def test_a_sharded_checkpoint_this_job_did_not_sign_is_refused_unread(spark, adu
     assert (latest / "SIGNATURE").is_file()
     with open(latest / ".metadata", "ab") as fh:
         fh.write(b"\x00")  # one byte changed: the HMAC over every file no longer matches
-    with pytest.raises(RankFailure, match="not signed by this job's checkpoint key \\(a wrong signature\\)") as err:
+    with pytest.raises(
+        RankFailure, match="not signed by this job's checkpoint key \\(a wrong signature\\)"
+    ) as err:
         run_barrier(spark, train_rank, job("epochs=2"), 2, FRESH)
     assert {r.exc_type for r in err.value.reports} == {"UntrustedCheckpoint"}
     assert not err.value.retryable, "a relaunch would meet the same checkpoint"
@@ -98,16 +116,24 @@ def test_a_sharded_checkpoint_this_job_did_not_sign_is_refused_unread(spark, adu
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy,ranks", [("fsdp", 2), ("tensor", 2), ("pipeline", 2), ("hybrid", 4)])
-def test_adult_train_stage_with_each_strategy_reaches_the_bar_on_test(spark, adult_prep, tmp_path, strategy, ranks):
+def test_adult_train_stage_with_each_strategy_reaches_the_bar_on_test(
+    spark, adult_prep, tmp_path, strategy, ranks
+):
     """The train stage (logged model with its feature pipeline) on the shared preprocessed splits, then
     the evaluate stage over the raw test file through the scoring UDF."""
     from sparkml_dist.stages import evaluate, train
     from sparkml_dist.tracking.client import tracked_run
 
     base, prep = adult_prep
-    cfg = base.with_overrides("model.kind=transformer", f"train.strategy={strategy}", f"train.num_ranks={ranks}",
-                              "train.epochs=2", "train.learning_rate=0.002", f"output.root={tmp_path / 'out'}",
-                              f"tracking.tracking_uri={fresh_store(tmp_path)}")
+    cfg = base.with_overrides(
+        "model.kind=transformer",
+        f"train.strategy={strategy}",
+        f"train.num_ranks={ranks}",
+        "train.epochs=2",
+        "train.learning_rate=0.002",
+        f"output.root={tmp_path / 'out'}",
+        f"tracking.tracking_uri={fresh_store(tmp_path)}",
+    )
     with tracked_run(cfg.tracking, "train", cfg.flat_params()) as run:
         trained = train(spark, cfg, prep, run)
         report = evaluate(spark, cfg, trained.model_uri, run.tracking_uri)

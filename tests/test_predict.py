@@ -5,7 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from sparkml_dist.inference.predict import FORWARD_CHUNK_BYTES, ModelCache, forward_rows, network_outputs, predict
+from sparkml_dist.inference.predict import (
+    FORWARD_CHUNK_BYTES,
+    ModelCache,
+    forward_rows,
+    network_outputs,
+    predict,
+)
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.spec import ModelSpec, TransformerShape
 from sparkml_dist.models.weights import state_dict_to_bytes
@@ -13,8 +19,9 @@ from sparkml_dist.tasks.base import Target
 
 SPECS = {
     "mlp, 10 classes": ModelSpec("mlp", 12, 0.0, (32,), output_dim=10),
-    "transformer, 6 classes": ModelSpec("transformer", 12, 0.0, (), TransformerShape(tuple(range(12)), 16, 2, 1, 32),
-                                        output_dim=6),
+    "transformer, 6 classes": ModelSpec(
+        "transformer", 12, 0.0, (), TransformerShape(tuple(range(12)), 16, 2, 1, 32), output_dim=6
+    ),
     "mlp, 1 output": ModelSpec("mlp", 12, 0.0, (32,)),
 }
 
@@ -50,8 +57,12 @@ def test_compact_rows_scored_in_dense_chunks_give_the_dense_rows_predictions():
 
     layout = FeatureLayout((FeatureBlock("x", VALUE, 1), FeatureBlock("city", ONEHOT, 11)))
     rng = np.random.default_rng(2)
-    rows = pa.table({"x": pa.array(rng.normal(size=1001).astype(np.float32)),
-                     "city": pa.array(rng.integers(0, 11, 1001, dtype=np.int32))})
+    rows = pa.table(
+        {
+            "x": pa.array(rng.normal(size=1001).astype(np.float32)),
+            "city": pa.array(rng.integers(0, 11, 1001, dtype=np.int32)),
+        }
+    )
     torch.manual_seed(0)
     model = build_model(ModelSpec("mlp", 12, 0.0, (32,), output_dim=10)).eval()
     target = Target("multiclass", tuple("abcdefghij"))
@@ -61,10 +72,16 @@ def test_compact_rows_scored_in_dense_chunks_give_the_dense_rows_predictions():
     assert (chunked["prediction"] == whole["prediction"]).all()
 
 
-@pytest.mark.parametrize("spec", [
-    ModelSpec("mlp", 12, 0.0, (2048, 64)),
-    ModelSpec("transformer", 12, 0.0, (), TransformerShape(tuple(range(12)), 32, 4, 1, 256), output_dim=3),
-], ids=["wide mlp", "transformer"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        ModelSpec("mlp", 12, 0.0, (2048, 64)),
+        ModelSpec(
+            "transformer", 12, 0.0, (), TransformerShape(tuple(range(12)), 32, 4, 1, 256), output_dim=3
+        ),
+    ],
+    ids=["wide mlp", "transformer"],
+)
 def test_a_wide_model_scores_in_cache_sized_chunks_with_the_whole_batchs_outputs(spec):
     """A model whose activations for a whole batch would spill from cache runs the batch in
     smaller forward calls (scoring a 1024-wide MLP took a quarter less time): the outputs are

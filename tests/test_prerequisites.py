@@ -42,8 +42,20 @@ def test_setup_script_refuses_old_java_clearly(tmp_path):
 
 
 def test_cli_reports_a_bad_config_key_without_a_traceback(tmp_path, adult_config_path):
-    out = subprocess.run([sys.executable, "-m", "sparkml_dist.cli", "train", "--config", str(adult_config_path),
-                          "--set", "train.num_rankz=2"], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sparkml_dist.cli",
+            "train",
+            "--config",
+            str(adult_config_path),
+            "--set",
+            "train.num_rankz=2",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2
     assert "train.num_rankz: unknown key" in out.stderr
     assert "Traceback" not in out.stderr
@@ -60,15 +72,23 @@ def test_the_suites_jvms_map_the_class_archive_that_setup_dumped(spark):
 
     archive = Path(sys.prefix) / "spark-classes.jsa"
     options = os.environ.get("JDK_JAVA_OPTIONS", "")
-    assert archive.is_file(), f"{archive}: `make test` dumps it (scripts/test_assets.sh); see {archive.with_name('spark-class-archive.log')}"
+    assert archive.is_file(), (
+        f"{archive}: `make test` dumps it (scripts/test_assets.sh); see {archive.with_name('spark-class-archive.log')}"
+    )
     if f"-XX:SharedArchiveFile={archive}" not in options:
-        pytest.skip(f"JDK_JAVA_OPTIONS={options!r} was set before the tests started; conftest leaves it as it is")
-    jcmd = shutil.which("jcmd", path=os.path.join(os.environ.get("JAVA_HOME", "/usr"), "bin")) or shutil.which("jcmd")
+        pytest.skip(
+            f"JDK_JAVA_OPTIONS={options!r} was set before the tests started; conftest leaves it as it is"
+        )
+    jcmd = shutil.which(
+        "jcmd", path=os.path.join(os.environ.get("JAVA_HOME", "/usr"), "bin")
+    ) or shutil.which("jcmd")
     pid = spark._jvm.java.lang.ProcessHandle.current().pid()
     info = subprocess.run([jcmd, str(pid), "VM.info"], capture_output=True, text=True, timeout=60).stdout
     mapped = re.search(r"CDS archive\(s\) mapped at: .*size (\d+)", info)
     assert mapped, f"the session's JVM mapped no class archive:\n{info[:2000]}"
-    assert int(mapped.group(1)) > archive.stat().st_size, "only the JDK's own archive was mapped, not the Spark one"
+    assert int(mapped.group(1)) > archive.stat().st_size, (
+        "only the JDK's own archive was mapped, not the Spark one"
+    )
 
 
 def test_spark_connect_is_refused_by_name_with_what_to_use_instead():
@@ -80,8 +100,13 @@ def test_spark_connect_is_refused_by_name_with_what_to_use_instead():
 
     env = {**os.environ, "SPARK_REMOTE": "local[2]"}
     config = Path(__file__).resolve().parents[1] / "conf" / "adult.yaml"
-    out = subprocess.run([sys.executable, "-m", "sparkml_dist.cli", "pipeline", "--config", str(config)],
-                         env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "sparkml_dist.cli", "pipeline", "--config", str(config)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2, out.stderr[-2000:]
     assert "SPARK_REMOTE='local[2]' asks for a Spark Connect session" in out.stderr
     assert "Unset SPARK_REMOTE and give a master instead" in out.stderr
@@ -92,25 +117,41 @@ def test_the_torch_distributor_refuses_spark_connect_before_launching(monkeypatc
     import sparkml_dist as sd
 
     monkeypatch.setenv("SPARK_REMOTE", "sc://localhost:15002")
-    with pytest.raises(PrerequisiteError, match=r"SPARK_REMOTE='sc://localhost:15002' asks for a Spark Connect session"):
+    with pytest.raises(
+        PrerequisiteError, match=r"SPARK_REMOTE='sc://localhost:15002' asks for a Spark Connect session"
+    ):
         sd.TorchDistributor(num_processes=2, local_mode=True, use_gpu=False)
 
 
 def _cli(config, tmp_path, *overrides, **popen):
     """The CLI's preprocess with outputs and the store in `tmp_path`, then `overrides`."""
-    return [sys.executable, "-m", "sparkml_dist.cli", "preprocess", "--config", str(config),
-            "--set", f"output.root={tmp_path / 'out'}", "--set", f"tracking.tracking_uri=sqlite:///{tmp_path}/m.db",
-            *(arg for o in overrides for arg in ("--set", o))]
+    return [
+        sys.executable,
+        "-m",
+        "sparkml_dist.cli",
+        "preprocess",
+        "--config",
+        str(config),
+        "--set",
+        f"output.root={tmp_path / 'out'}",
+        "--set",
+        f"tracking.tracking_uri=sqlite:///{tmp_path}/m.db",
+        *(arg for o in overrides for arg in ("--set", o)),
+    ]
 
 
 def test_an_output_root_that_cannot_be_written_is_named_before_any_work(tmp_path, adult_config_path):
     (tmp_path / "a_file").write_text("")
-    out = subprocess.run(_cli(adult_config_path, tmp_path, f"output.root={tmp_path}/a_file/out"),
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        _cli(adult_config_path, tmp_path, f"output.root={tmp_path}/a_file/out"),
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1] == (
         f"error: output.root {tmp_path}/a_file/out: this job cannot write there (Not a directory); give a "
-        f"directory it can write, e.g. --set output.root=/tmp/sparkml_dist")
+        f"directory it can write, e.g. --set output.root=/tmp/sparkml_dist"
+    )
     assert "Spark 4" not in out.stderr, "checked before a Spark session starts"
 
 
@@ -123,21 +164,27 @@ def test_a_tracking_server_that_does_not_answer_is_named_within_seconds(tmp_path
     with socket.create_server(("127.0.0.1", 0)) as hung:
         uri = f"http://127.0.0.1:{hung.getsockname()[1]}"
         start = time.monotonic()
-        out = subprocess.run(_cli(adult_config_path, tmp_path, f"tracking.tracking_uri={uri}"),
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            _cli(adult_config_path, tmp_path, f"tracking.tracking_uri={uri}"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         seconds = time.monotonic() - start
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1] == (
         f"error: tracking.tracking_uri {uri}: the tracking server does not answer (timed out; waited at most 5 s); "
-        f"start it (mlflow server ...) or set tracking.tracking_uri to one that answers")
+        f"start it (mlflow server ...) or set tracking.tracking_uri to one that answers"
+    )
     assert seconds < 20, seconds
 
 
 def test_a_sqlite_store_in_a_folder_that_cannot_be_made_is_named(tmp_path, adult_config_path):
     (tmp_path / "a_file").write_text("")
     uri = f"sqlite:///{tmp_path}/a_file/m.db"
-    out = subprocess.run(_cli(adult_config_path, tmp_path, f"tracking.tracking_uri={uri}"),
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        _cli(adult_config_path, tmp_path, f"tracking.tracking_uri={uri}"), capture_output=True, text=True
+    )
     assert out.returncode == 2
     assert f"error: tracking.tracking_uri {uri}: the sqlite store's folder" in out.stderr
 
@@ -162,8 +209,9 @@ def test_a_driver_jvm_that_dies_under_a_job_is_one_line_and_a_rerun_is_safe(tmp_
     assert job.wait(timeout=120) == 3
     stderr = "\n".join(lines)
     assert "Traceback" not in stderr and "Exception while sending command" not in stderr, stderr[-3000:]
-    assert lines[-1].startswith("error: the Spark driver's JVM was killed by signal 9 during the preprocess job ("), \
-        lines[-1]
+    assert lines[-1].startswith(
+        "error: the Spark driver's JVM was killed by signal 9 during the preprocess job ("
+    ), lines[-1]
     assert not list((tmp_path / "out").rglob("manifest.json")), "no half-written output"
     again = subprocess.run(_cli(adult_config_path, tmp_path), capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-3000:]

@@ -34,8 +34,11 @@ def eventually(check, timeout_s: float = 10.0) -> bool:
 
 def test_a_worker_with_the_secret_pulls_and_pushes(endpoint):
     ep, server = endpoint
-    mine = [c for c in psutil.Process().net_connections(kind="tcp")
-            if c.status == psutil.CONN_LISTEN and c.laddr.port == ep.address[1]]
+    mine = [
+        c
+        for c in psutil.Process().net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == ep.address[1]
+    ]
     assert [c.laddr.ip for c in mine] == ["127.0.0.1"], "the task's address only, not every interface"
     conn = ServerConnection.open(ep.address, SECRET, timeout_s=10)
     try:
@@ -59,13 +62,17 @@ def test_connections_without_the_secret_are_refused_and_logged(endpoint, caplog)
     with pytest.raises(WireError, match="could not join the parameter server"):
         ServerConnection.open(ep.address, b"w" * 32, timeout_s=10)  # another launch's secret
     assert eventually(lambda: ep.refused == 2)
-    assert "refused a connection from 127.0.0.1" in caplog.text and "did not prove the job's secret" in caplog.text
+    assert (
+        "refused a connection from 127.0.0.1" in caplog.text
+        and "did not prove the job's secret" in caplog.text
+    )
     assert server.version == 0
 
 
 def test_a_worker_refuses_a_server_that_cannot_prove_the_secret():
     impostor = socket.create_server(("127.0.0.1", 0))
     try:
+
         def serve():
             conn, _ = impostor.accept()
             conn.sendall(b"n" * 32)
@@ -75,6 +82,7 @@ def test_a_worker_refuses_a_server_that_cannot_prove_the_secret():
             conn.close()
 
         import threading
+
         threading.Thread(target=serve, daemon=True).start()
         with pytest.raises(WireError, match="did not prove the job's secret"):
             ServerConnection.open(impostor.getsockname(), SECRET, timeout_s=10)
@@ -87,7 +95,9 @@ def test_a_tensor_the_server_does_not_hold_closes_the_connection_unread(endpoint
     conn = ServerConnection.open(ep.address, SECRET, timeout_s=10)
     try:
         with pytest.raises(OSError):  # the server closes as soon as it reads the header: a broken pipe or EOF
-            send_frame(conn.sock, {"op": "push", "seen": 0}, {"w": torch.ones(3, 2), "b": torch.ones(3)})  # wrong shape
+            send_frame(
+                conn.sock, {"op": "push", "seen": 0}, {"w": torch.ones(3, 2), "b": torch.ones(3)}
+            )  # wrong shape
             conn.recv_push()
     finally:
         conn.close()

@@ -4,12 +4,12 @@ barrier stage and every attempt resumes exactly from the last checkpoint."""
 from dataclasses import replace
 
 import pytest
+from test_training import job_for
 
 from sparkml_dist.errors import TrainingFailed
 from sparkml_dist.methods import get_method
 from sparkml_dist.train.checkpoint import list_checkpoints
 from sparkml_dist.train.job import Fault
-from test_training import job_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -18,7 +18,9 @@ EPOCHS = 2
 
 def recovery_job(adult_prep, tmp_path, faults=(), *train):
     cfg, prep = adult_prep
-    job = job_for(cfg, prep, tmp_path / "ckpt", f"epochs={EPOCHS}", "checkpoint_every_steps=10", "timeout_s=60", *train)
+    job = job_for(
+        cfg, prep, tmp_path / "ckpt", f"epochs={EPOCHS}", "checkpoint_every_steps=10", "timeout_s=60", *train
+    )
     return replace(job, faults=tuple(faults)), prep.manifest.splits["train"].rows
 
 
@@ -62,14 +64,22 @@ def test_sigkill_under_fsdp_resumes_from_the_sharded_checkpoint(spark, adult_pre
     assert [r.samples for r in chief.records] == [rows] * EPOCHS, "exact resume from DCP shards"
     assert abs(held_out_accuracy(chief) - held_out_accuracy(uninterrupted)) <= 0.01
     saved = list_checkpoints(tmp_path / "ckpt")
-    assert saved and all(p.endswith(".dcp") and (tmp_path / "ckpt" / p.rsplit("/", 1)[-1]).is_dir() for p in saved)
+    assert saved and all(
+        p.endswith(".dcp") and (tmp_path / "ckpt" / p.rsplit("/", 1)[-1]).is_dir() for p in saved
+    )
 
 
-@pytest.mark.parametrize("backend, cause", [
-    ("torch", "WorkerCrashed: its Spark Python worker died while running the rank, without a Python exception: "
-              "it was killed by a signal"),
-    ("horovod", "the rank's child process died without a result (killed by SIGKILL)"),
-])
+@pytest.mark.parametrize(
+    "backend, cause",
+    [
+        (
+            "torch",
+            "WorkerCrashed: its Spark Python worker died while running the rank, without a Python exception: "
+            "it was killed by a signal",
+        ),
+        ("horovod", "the rank's child process died without a result (killed by SIGKILL)"),
+    ],
+)
 def test_exhausted_attempts_end_with_a_clear_error(spark, adult_prep, tmp_path, backend, cause):
     faults = [Fault(rank=1, epoch=0, step=3, attempt=a) for a in range(2)]
     job, _ = recovery_job(adult_prep, tmp_path, faults, "max_attempts=2", f"backend={backend}")
@@ -91,8 +101,9 @@ def test_a_slow_rank_is_reported_as_a_straggler(spark, adult_prep, tmp_path):
 
 
 def test_a_hung_rank_times_out_and_is_named(spark, adult_prep, tmp_path):
-    job, _ = recovery_job(adult_prep, tmp_path, [Fault(rank=1, kind="hang", epoch=0, step=12)],
-                          "max_attempts=1", "timeout_s=10")
+    job, _ = recovery_job(
+        adult_prep, tmp_path, [Fault(rank=1, kind="hang", epoch=0, step=12)], "max_attempts=1", "timeout_s=10"
+    )
     with pytest.raises(TrainingFailed) as err:
         launch(spark, job)
     text = err.value.last_failure
@@ -115,7 +126,9 @@ def test_a_data_error_in_a_rank_is_not_relaunched(spark, adult_prep, tmp_path):
     assert list_checkpoints(tmp_path / "ckpt") == [], "nothing was trained"
 
 
-def test_a_relaunch_at_a_smaller_world_size_sees_every_sample_once_per_epoch(spark, adult_prep, tmp_path, uninterrupted):
+def test_a_relaunch_at_a_smaller_world_size_sees_every_sample_once_per_epoch(
+    spark, adult_prep, tmp_path, uninterrupted
+):
     """Elastic resume: 2 ranks are killed mid-epoch 1 (after mid-epoch checkpoints), the relaunch
     has 1 rank. A mid-epoch position means nothing in the new cut of the rows, so it resumes at
     the newest epoch start (kept by the pruning), and each epoch trains on every row exactly once."""
@@ -127,15 +140,20 @@ def test_a_relaunch_at_a_smaller_world_size_sees_every_sample_once_per_epoch(spa
     with pytest.raises(RankFailure):
         run_barrier(spark, train_rank, job, 2, TorchBackend(timeout_s=60))
     names = [p.rsplit("/", 1)[-1] for p in list_checkpoints(tmp_path / "ckpt")]
-    assert "ckpt-e00001-s0000000.pt" in names and names[-1] > "ckpt-e00001-s0000000.pt", \
+    assert "ckpt-e00001-s0000000.pt" in names and names[-1] > "ckpt-e00001-s0000000.pt", (
         "the epoch start is kept beside the newer mid-epoch checkpoints"
+    )
     chief = run_barrier(spark, train_rank, replace(job, attempt=1), 1, TorchBackend(timeout_s=60))[0]
     assert [r.epoch for r in chief.records] == list(range(EPOCHS))
-    assert [r.samples for r in chief.records] == [rows] * EPOCHS, "no sample skipped or seen twice in an epoch"
+    assert [r.samples for r in chief.records] == [rows] * EPOCHS, (
+        "no sample skipped or seen twice in an epoch"
+    )
     assert abs(held_out_accuracy(chief) - held_out_accuracy(uninterrupted)) <= 0.02
 
 
-def test_fsdp_relaunched_at_a_smaller_world_size_reshards_the_epoch_start(spark, adult_prep, tmp_path, uninterrupted):
+def test_fsdp_relaunched_at_a_smaller_world_size_reshards_the_epoch_start(
+    spark, adult_prep, tmp_path, uninterrupted
+):
     """The same under FSDP: the relaunch on 1 rank loads the 2-rank sharded checkpoint of the
     newest epoch start, resharded by DCP, and every epoch still sees every row once."""
     from sparkml_dist.errors import RankFailure

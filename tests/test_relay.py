@@ -39,7 +39,9 @@ def test_a_ranks_lines_arrive_in_order_under_its_rank(relay):
         sink.close()
     _wait_for(lambda: len(relay.lines) == 100)
     for rank in ("0", "1"):
-        assert [line for r, line in relay.lines if r == rank] == [f"step {i} of rank {rank}" for i in range(50)]
+        assert [line for r, line in relay.lines if r == rank] == [
+            f"step {i} of rank {rank}" for i in range(50)
+        ]
 
 
 def test_a_connection_without_the_launch_token_is_refused_and_shows_nothing(relay, caplog):
@@ -59,6 +61,9 @@ def test_a_connection_without_the_launch_token_is_refused_and_shows_nothing(rela
 
 
 def test_it_listens_on_the_given_address_only(relay):
-    mine = [c for c in psutil.Process().net_connections(kind="tcp")
-            if c.status == psutil.CONN_LISTEN and c.laddr.port == relay.address.port]
+    mine = [
+        c
+        for c in psutil.Process().net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == relay.address.port
+    ]
     assert [c.laddr.ip for c in mine] == ["127.0.0.1"], mine

@@ -17,8 +17,11 @@ from sparkml_dist.launch.rendezvous import BoundStore
 
 def test_the_store_listens_on_the_given_address_only_and_serves_clients():
     with BoundStore("127.0.0.1", world_size=2, timeout_s=10) as bound:
-        mine = [c for c in psutil.Process().net_connections(kind="tcp")
-                if c.status == psutil.CONN_LISTEN and c.laddr.port == bound.port]
+        mine = [
+            c
+            for c in psutil.Process().net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == bound.port
+        ]
         assert [c.laddr.ip for c in mine] == ["127.0.0.1"], mine  # torch's own server would say 0.0.0.0 / ::
         client = dist.TCPStore("127.0.0.1", bound.port, 2, False, timedelta(seconds=10))
         client.set("rank1", "here")
@@ -72,7 +75,10 @@ def test_a_connection_without_the_secret_is_refused_and_logged(gateway, caplog):
     finally:
         wrong.close()
     assert eventually(lambda: gate.refused >= 2), "the raw probe and every retry of the wrong secret"
-    assert "refused a connection from 127.0.0.1" in caplog.text and "did not prove the job's secret" in caplog.text
+    assert (
+        "refused a connection from 127.0.0.1" in caplog.text
+        and "did not prove the job's secret" in caplog.text
+    )
 
 
 def test_the_forwarder_admits_only_its_own_process(gateway, tmp_path):
@@ -80,18 +86,32 @@ def test_the_forwarder_admits_only_its_own_process(gateway, tmp_path):
     rank's own children, e.g. a training script, can)."""
     bound, gate = gateway
     forwarder = LocalForwarder("127.0.0.1", gate.port, SECRET)
-    probe = ("import socket, sys; s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=10); "
-             "print(len(s.recv(64)))")
+    probe = (
+        "import socket, sys; s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=10); "
+        "print(len(s.recv(64)))"
+    )
     try:
-        script = ("import sys; from datetime import timedelta; import torch.distributed as dist; "
-                  "dist.TCPStore('127.0.0.1', int(sys.argv[1]), 2, False, timedelta(seconds=10)).set('child', 'in')")
-        child = subprocess.run([sys.executable, "-c", script, str(forwarder.port)], capture_output=True, text=True,
-                               timeout=120)
+        script = (
+            "import sys; from datetime import timedelta; import torch.distributed as dist; "
+            "dist.TCPStore('127.0.0.1', int(sys.argv[1]), 2, False, timedelta(seconds=10)).set('child', 'in')"
+        )
+        child = subprocess.run(
+            [sys.executable, "-c", script, str(forwarder.port)], capture_output=True, text=True, timeout=120
+        )
         assert child.returncode == 0, child.stderr[-2000:]
-        assert bound.store.get("child") == b"in", "a child of the rank's process (a training script) is admitted"
+        assert bound.store.get("child") == b"in", (
+            "a child of the rank's process (a training script) is admitted"
+        )
         stranger = tmp_path / "stranger.out"  # its parent exits first: no longer this process's descendant
-        subprocess.run(["bash", "-c", f'( sleep 1; "{sys.executable}" -c "$0" {forwarder.port} > {stranger} ) & exit',
-                        probe], timeout=30)
+        subprocess.run(
+            [
+                "bash",
+                "-c",
+                f'( sleep 1; "{sys.executable}" -c "$0" {forwarder.port} > {stranger} ) & exit',
+                probe,
+            ],
+            timeout=30,
+        )
         deadline = time.monotonic() + 30
         while not (stranger.exists() and stranger.read_text().strip()) and time.monotonic() < deadline:
             time.sleep(0.2)

@@ -45,11 +45,18 @@ def raw_rows(cfg, count: int) -> pd.DataFrame:
     from sparkml_dist.data.sources import resolve_path
 
     columns = [c for c in cfg.data.columns if c.role != "label"]
-    lines = [line for line in Path(resolve_path(ADULT_TEST)).read_text().splitlines()[1:] if line.strip()][:count]
+    lines = [line for line in Path(resolve_path(ADULT_TEST)).read_text().splitlines()[1:] if line.strip()][
+        :count
+    ]
     records = []
     for line in lines:
-        values = [v.strip() for v in line.split(",")][:len(columns)]
-        records.append({c.name: None if v == "?" else float(v) if c.type == "int" else v for c, v in zip(columns, values)})
+        values = [v.strip() for v in line.split(",")][: len(columns)]
+        records.append(
+            {
+                c.name: None if v == "?" else float(v) if c.type == "int" else v
+                for c, v in zip(columns, values)
+            }
+        )
     records[0]["native_country"] = "Atlantis"  # unseen in training: its own slot, still scored
     records[1]["occupation"] = None
     return pd.DataFrame.from_records(records, columns=[c.name for c in columns])
@@ -61,9 +68,14 @@ def test_the_logged_model_scores_raw_rows_without_spark_as_spark_scores_them(spa
     cfg, uri = champion
     rows = raw_rows(cfg, 3000)
     csv = tmp_path / "rows.csv"  # the same rows as Spark reads them: '?' for missing, a label column
-    csv.write_text("\n".join(",".join("?" if v is None else str(int(v)) if isinstance(v, float) else v
-                                      for v in r.values()) + ",<=50K"
-                             for r in rows.to_dict(orient="records")) + "\n")
+    csv.write_text(
+        "\n".join(
+            ",".join("?" if v is None else str(int(v)) if isinstance(v, float) else v for v in r.values())
+            + ",<=50K"
+            for r in rows.to_dict(orient="records")
+        )
+        + "\n"
+    )
     scored = score(spark, cfg, uri, str(csv), str(tmp_path / "spark"))
     assert scored.scored_rows == 3000
     by_spark = pq.read_table(scored.path).to_pandas().sort_values("row_id")
@@ -74,12 +86,18 @@ def test_the_logged_model_scores_raw_rows_without_spark_as_spark_scores_them(spa
     assert (abs(served["probability"].to_numpy() - by_spark["probability"].to_numpy()) < 1e-6).all()
     assert (served["predicted_label"].to_numpy() == by_spark["predicted_label"].to_numpy()).all()
     input_names = [c.name for c in model.metadata.get_input_schema().inputs]
-    assert sorted(input_names) == sorted(c.name for c in cfg.data.columns if c.role in ("numeric", "categorical"))
+    assert sorted(input_names) == sorted(
+        c.name for c in cfg.data.columns if c.role in ("numeric", "categorical")
+    )
 
     # spark_udf users: the same model on raw Spark columns, its struct result from the signature
     udf = mlflow.pyfunc.spark_udf(spark, _local_uri(cfg, uri), env_manager="local")
     frame = spark.createDataFrame(rows).withColumn("_order", F.monotonically_increasing_id())
-    out = frame.select("_order", udf(*[F.col(c) for c in input_names]).alias("out")).orderBy("_order").toPandas()
+    out = (
+        frame.select("_order", udf(*[F.col(c) for c in input_names]).alias("out"))
+        .orderBy("_order")
+        .toPandas()
+    )
     by_udf = out["out"].apply(lambda r: r["probability"]).to_numpy()
     assert (abs(by_udf - by_spark["probability"].to_numpy()) < 1e-6).all()
 
@@ -92,8 +110,13 @@ def test_the_champion_scores_the_test_file_as_pandas_reads_it(champion):
     from sparkml_dist.data.sources import resolve_path
 
     cfg, uri = champion
-    rows = pd.read_csv(resolve_path(ADULT_TEST), names=[c.name for c in cfg.data.columns], skiprows=1,
-                       skipinitialspace=True, na_values="?")
+    rows = pd.read_csv(
+        resolve_path(ADULT_TEST),
+        names=[c.name for c in cfg.data.columns],
+        skiprows=1,
+        skipinitialspace=True,
+        na_values="?",
+    )
     assert rows["age"].dtype == "int64" and rows["workclass"].isna().any(), rows.dtypes
     model = _load(cfg, uri)
     scored = model.predict(rows)  # the label column too, as read: not a feature
@@ -131,7 +154,9 @@ def test_rows_to_score_that_cannot_be_read_are_an_error_naming_the_flag_or_key(s
     cfg, uri = champion
     with pytest.raises(DataError, match=r"^--input: cannot read input '.*nope.csv'"):
         score(spark, cfg, uri, str(tmp_path / "nope.csv"), str(tmp_path / "out"))
-    missing = cfg.model_copy(update={"data": cfg.data.model_copy(update={"score_path": str(tmp_path / "gone.csv")})})
+    missing = cfg.model_copy(
+        update={"data": cfg.data.model_copy(update={"score_path": str(tmp_path / "gone.csv")})}
+    )
     with pytest.raises(DataError, match=r"^data.score_path: cannot read input '.*gone.csv'"):
         score(spark, missing, uri, None, str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
@@ -177,14 +202,18 @@ def test_a_model_logged_without_a_pipeline_takes_features_and_gives_its_tasks_co
     for target, outputs in ((Target("binary", ("no", "yes")), 1), (Target("multiclass", ("a", "b", "c")), 3)):
         spec = ModelSpec("mlp", 4, hidden=(8,), output_dim=outputs)
         network = build_model(spec).eval()
-        path = save_pyfunc_model(str(tmp_path / target.task), state_dict_to_bytes(network.state_dict()), spec, None,
-                                 target=target)
+        path = save_pyfunc_model(
+            str(tmp_path / target.task), state_dict_to_bytes(network.state_dict()), spec, None, target=target
+        )
         got = mlflow.pyfunc.load_model(path).predict(features)
         expected = predict(network, target, x)
         if target.task == "binary":
             assert np.allclose(np.asarray(got, dtype=np.float64), expected["probability"], atol=1e-6)
         else:
-            assert list(got.columns) == list(expected) and (got["prediction"].to_numpy() == expected["prediction"]).all()
+            assert (
+                list(got.columns) == list(expected)
+                and (got["prediction"].to_numpy() == expected["prediction"]).all()
+            )
 
 
 ELSEWHERE = """
@@ -207,11 +236,18 @@ def test_the_model_loads_with_only_its_own_code_and_requirements(champion, tmp_p
     cfg, uri = champion
     local = mlflow.artifacts.download_artifacts(_local_uri(cfg, uri), dst_path=str(tmp_path / "copy"))
     requirements = (Path(local) / "requirements.txt").read_text().split()
-    assert all("==" in r for r in requirements) and not any(r.startswith(("sparkml", "pyspark")) for r in requirements)
+    assert all("==" in r for r in requirements) and not any(
+        r.startswith(("sparkml", "pyspark")) for r in requirements
+    )
     rows = raw_rows(cfg, 20)
-    done = subprocess.run([sys.executable, "-c", ELSEWHERE, local, rows.to_json(orient="records")], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300,
-                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    done = subprocess.run(
+        [sys.executable, "-c", ELSEWHERE, local, rows.to_json(orient="records")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     said = json.loads(done.stdout.strip().splitlines()[-1])
     assert said["package"].startswith(str(Path(local) / "code" / "sparkml_dist")), said["package"]
@@ -232,8 +268,11 @@ def _load(cfg, uri):
 
 
 def _post(port: int, payload: dict) -> tuple[int, dict]:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=json.dumps(payload).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/invocations",
+        data=json.dumps(payload).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, json.loads(response.read())
@@ -245,13 +284,17 @@ def _split(frame: pd.DataFrame) -> dict:
     return {"dataframe_split": json.loads(frame.to_json(orient="split", index=False))}
 
 
-README_SERVE = ("MLFLOW_TRACKING_URI=sqlite:///mlflow.db mlflow models serve -m models:/adult_income_mlp@champion "
-                "--env-manager local --host 127.0.0.1 --port 5071")
-README_REQUEST = ("""curl -s http://127.0.0.1:5071/invocations -H 'Content-Type: application/json' -d '{"dataframe_records": """
-                  """[{"age": 39, "workclass": "State-gov", "fnlwgt": 77516, "education": "Bachelors", "education_num": 13, """
-                  """"marital_status": "Never-married", "occupation": "Adm-clerical", "relationship": "Not-in-family", """
-                  """"race": "White", "sex": "Male", "capital_gain": 2174, "capital_loss": 0, "hours_per_week": 40, """
-                  """"native_country": "United-States"}]}'""")
+README_SERVE = (
+    "MLFLOW_TRACKING_URI=sqlite:///mlflow.db mlflow models serve -m models:/adult_income_mlp@champion "
+    "--env-manager local --host 127.0.0.1 --port 5071"
+)
+README_REQUEST = (
+    """curl -s http://127.0.0.1:5071/invocations -H 'Content-Type: application/json' -d '{"dataframe_records": """
+    """[{"age": 39, "workclass": "State-gov", "fnlwgt": 77516, "education": "Bachelors", "education_num": 13, """
+    """"marital_status": "Never-married", "occupation": "Adm-clerical", "relationship": "Not-in-family", """
+    """"race": "White", "sex": "Male", "capital_gain": 2174, "capital_loss": 0, "hours_per_week": 40, """
+    """"native_country": "United-States"}]}'"""
+)
 
 
 @pytest.mark.slow
@@ -273,10 +316,20 @@ def test_mlflow_models_serve_answers_raw_rows_and_refuses_bad_ones(champion, tmp
     client.set_registered_model_alias(name, "champion", version.version)
 
     venv_bin = str(Path(sys.executable).parent)  # `source .venv/bin/activate`
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING")},
-           "PATH": os.pathsep.join([venv_bin, os.environ.get("PATH", "")])}
-    server = subprocess.Popen(README_SERVE, shell=True, cwd=tmp_path, env=env, start_new_session=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING")},
+        "PATH": os.pathsep.join([venv_bin, os.environ.get("PATH", "")]),
+    }
+    server = subprocess.Popen(
+        README_SERVE,
+        shell=True,
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         _wait_until_up(server, 5071)
         said = subprocess.run(README_REQUEST, shell=True, env=env, capture_output=True, text=True, timeout=60)
@@ -296,7 +349,9 @@ def test_mlflow_models_serve_answers_raw_rows_and_refuses_bad_ones(champion, tmp
         assert status == 400 and "age" in answer["message"], answer
         status, answer = _post(5071, _split(rows.assign(age="thirty")))
         assert status == 400 and "age" in answer["message"], answer
-        status, answer = _post(5071, {"dataframe_records": [{**rows.iloc[2].to_dict(), "hours_per_week": 1e400}]})
+        status, answer = _post(
+            5071, {"dataframe_records": [{**rows.iloc[2].to_dict(), "hours_per_week": 1e400}]}
+        )
         assert status == 400 and "column 'hours_per_week': inf is not finite" in answer["message"], answer
         assert "Traceback" not in json.dumps(answer)
         status, answer = _post(5071, {"dataframe_records": [{**rows.iloc[2].to_dict(), "age": None}]})
@@ -326,27 +381,62 @@ def test_a_fresh_virtualenv_with_only_mlflow_serves_the_model(champion, tmp_path
     the model's own requirements.txt installed into it (what MLflow's environment restore
     installs), no pyspark and no sparkml_dist; `mlflow models serve` from another directory
     answers the README's row."""
-    import mlflow.artifacts
     from importlib.metadata import version
 
+    import mlflow.artifacts
+
     cfg, uri = champion
-    local = Path(mlflow.artifacts.download_artifacts(_local_uri(cfg, uri), dst_path=str(tmp_path / "elsewhere")))
+    local = Path(
+        mlflow.artifacts.download_artifacts(_local_uri(cfg, uri), dst_path=str(tmp_path / "elsewhere"))
+    )
     venv = tmp_path / "fresh"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     # --no-compile: Python compiles the modules the server imports when it imports them; compiling
     # every file of torch and mlflow up front took 22 s of this test's 64 here
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "install", "-q", "--no-compile"]
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONPATH", "MLFLOW_TRACKING", "VIRTUAL_ENV"))}
+    pip = [
+        str(venv / "bin" / "python"),
+        "-m",
+        "pip",
+        "--disable-pip-version-check",
+        "install",
+        "-q",
+        "--no-compile",
+    ]
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTHONPATH", "MLFLOW_TRACKING", "VIRTUAL_ENV"))
+    }
     for args in ([f"mlflow=={version('mlflow')}"], ["-r", str(local / "requirements.txt")]):
         done = subprocess.run([*pip, *args], env=clean, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stderr[-3000:]
-    listed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "list"], capture_output=True, text=True).stdout
+    listed = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "list"], capture_output=True, text=True
+    ).stdout
     assert "pyspark" not in listed and "sparkml" not in listed.lower()
 
     env = {**clean, "PATH": os.pathsep.join([str(venv / "bin"), "/usr/bin", "/bin"])}
-    server = subprocess.Popen(["mlflow", "models", "serve", "-m", str(local), "--env-manager", "local",
-                               "--host", "127.0.0.1", "--port", "5073"], cwd=tmp_path, env=env,
-                              start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = subprocess.Popen(
+        [
+            "mlflow",
+            "models",
+            "serve",
+            "-m",
+            str(local),
+            "--env-manager",
+            "local",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "5073",
+        ],
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         _wait_until_up(server, 5073)
         rows = raw_rows(cfg, 10)

@@ -80,8 +80,17 @@ _RANK_SCRIPT = textwrap.dedent("""
 """)
 
 # rank 1 of the pair on a host of its own as far as memory goes: a private /dev/shm
-_PRIVATE_SHM = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-                'mount -t tmpfs tmpfs /dev/shm && exec "$@"', "private-shm"]
+_PRIVATE_SHM = [
+    "unshare",
+    "--mount",
+    "--propagation",
+    "private",
+    "--",
+    "sh",
+    "-c",
+    'mount -t tmpfs tmpfs /dev/shm && exec "$@"',
+    "private-shm",
+]
 
 
 def _free_port() -> int:
@@ -96,9 +105,15 @@ def _pair(tmp_path, rank1: str) -> list[subprocess.Popen]:
     port = _free_port()
     argv = [sys.executable, str(script)]
     wrap_rank1 = _PRIVATE_SHM if rank1 == "private_shm" else []
-    return [subprocess.Popen(prefix + argv + [str(rank), str(port), rank1], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-            for rank, prefix in ((0, []), (1, wrap_rank1))]
+    return [
+        subprocess.Popen(
+            prefix + argv + [str(rank), str(port), rank1],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank, prefix in ((0, []), (1, wrap_rank1))
+    ]
 
 
 def _finish(procs: list[subprocess.Popen]) -> list[tuple[int, str, str]]:
@@ -124,12 +139,28 @@ def test_a_dev_shm_too_small_for_the_slots_falls_back_instead_of_crashing(tmp_pa
     script = tmp_path / "rank.py"
     script.write_text(_RANK_SCRIPT)
     port = _free_port()
-    both = (f"{sys.executable} {script} 0 {port} x & first=$!; {sys.executable} {script} 1 {port} x; second=$?; "
-            "wait $first && exit $second")
-    done = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-                           f"mount -t tmpfs -o size=16k tmpfs /dev/shm && {both}"],
-                          capture_output=True, text=True, timeout=120)
-    outputs = [json.loads(found) for found in re.findall(r"\{[^{}]*\}", done.stdout)]  # the two may interleave
+    both = (
+        f"{sys.executable} {script} 0 {port} x & first=$!; {sys.executable} {script} 1 {port} x; second=$?; "
+        "wait $first && exit $second"
+    )
+    done = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            f"mount -t tmpfs -o size=16k tmpfs /dev/shm && {both}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    outputs = [
+        json.loads(found) for found in re.findall(r"\{[^{}]*\}", done.stdout)
+    ]  # the two may interleave
     assert done.returncode == 0 and len(outputs) == 2, done.stderr[-2000:]
     assert [o["path"] for o in outputs] == ["process group"] * 2
     assert outputs[0]["sum"] == outputs[1]["sum"]

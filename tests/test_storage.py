@@ -28,7 +28,9 @@ def memory_root():
     import pyarrow.fs as pafs
 
     fs = pafs.PyFileSystem(pafs.FSSpecHandler(fsspec.filesystem("memory")))
-    storage.register_scheme(storage.Scheme("mem", filesystem=lambda uri: (fs, uri.split("://", 1)[1])), replace=True)
+    storage.register_scheme(
+        storage.Scheme("mem", filesystem=lambda uri: (fs, uri.split("://", 1)[1])), replace=True
+    )
     yield f"mem://bucket-{uuid.uuid4().hex[:8]}"
     storage.SCHEMES.unregister("mem")
 
@@ -40,23 +42,26 @@ def test_a_plain_path_is_local_and_spark_is_told_the_same_file_explicitly(tmp_pa
     # a bare path would resolve against the cluster's default file system (HDFS on YARN)
     assert storage.spark_path("output/run_date=2026-11-29") == f"file://{tmp_path}/output/run_date=2026-11-29"
     assert storage.local_path(f"file://{tmp_path}/x") == tmp_path / "x"
-    assert storage.local_path("dbfs:/mnt/models") == storage.local_path("/dbfs/mnt/models"), "Databricks' FUSE mount"
+    assert storage.local_path("dbfs:/mnt/models") == storage.local_path("/dbfs/mnt/models"), (
+        "Databricks' FUSE mount"
+    )
     assert storage.spark_path("dbfs:/mnt/models") == "dbfs:/mnt/models"
     assert storage.local_path("s3a://bucket/key") is None
 
 
 def test_an_unknown_scheme_is_refused_with_the_known_ones():
-    with pytest.raises(StorageError, match=r"no storage for scheme 'ftp://'; known: file, .*s3a.*register_scheme"):
+    with pytest.raises(
+        StorageError, match=r"no storage for scheme 'ftp://'; known: file, .*s3a.*register_scheme"
+    ):
         storage.read_bytes("ftp://host/x")
 
 
 def test_a_failed_write_leaves_the_previous_file_and_no_partial_one(tmp_path):
     target = str(tmp_path / "train.json")
     storage.write_json(target, {"run_id": "a"})
-    with pytest.raises(RuntimeError, match="killed mid-write"):
-        with storage.atomic_writer(target) as fh:
-            fh.write(b'{"run_id": "b"')
-            raise RuntimeError("killed mid-write")
+    with pytest.raises(RuntimeError, match="killed mid-write"), storage.atomic_writer(target) as fh:
+        fh.write(b'{"run_id": "b"')
+        raise RuntimeError("killed mid-write")
     assert storage.read_json(target) == {"run_id": "a"}
     assert os.listdir(tmp_path) == ["train.json"], "the temporary file is gone"
 
@@ -65,13 +70,14 @@ def test_the_object_store_path_reads_and_writes_whole_objects(memory_root):
     record = storage.join(memory_root, "run", "train.json")
     storage.write_json(record, {"run_id": "r1"})
     assert storage.exists(record) and storage.read_json(record) == {"run_id": "r1"}
-    with pytest.raises(RuntimeError):
-        with storage.atomic_writer(record) as fh:
-            fh.write(b"{ partial")
-            raise RuntimeError("failed before the upload")
+    with pytest.raises(RuntimeError), storage.atomic_writer(record) as fh:
+        fh.write(b"{ partial")
+        raise RuntimeError("failed before the upload")
     assert storage.read_json(record) == {"run_id": "r1"}, "nothing is uploaded until the content is whole"
     storage.write_text(storage.join(memory_root, "run", "_SUCCESS"), "")
-    assert storage.list_files(storage.join(memory_root, "run")) == [record], "hidden and _ files are not listed"
+    assert storage.list_files(storage.join(memory_root, "run")) == [record], (
+        "hidden and _ files are not listed"
+    )
     with storage.local_copy(storage.join(memory_root, "run")) as local:
         assert (local / "train.json").read_text().startswith("{")
 
@@ -86,15 +92,24 @@ def test_checkpoints_and_the_rank_loader_work_on_an_object_store(memory_root):
     ckpt = storage.join(memory_root, "checkpoints")
     for step in (10, 20, 30):
         save_checkpoint(ckpt, {"step": step, "w": torch.ones(2) * step}, 0, step, keep=2)
-    assert [storage.name_of(p) for p in list_checkpoints(ckpt)] == ["ckpt-e00000-s0000020.pt", "ckpt-e00000-s0000030.pt"]
+    assert [storage.name_of(p) for p in list_checkpoints(ckpt)] == [
+        "ckpt-e00000-s0000020.pt",
+        "ckpt-e00000-s0000030.pt",
+    ]
     assert load_latest(ckpt)["step"] == 30
 
     rows = 100
-    table = pa.table({"features": pa.array([[float(i), 1.0] for i in range(rows)], pa.list_(pa.float32())),
-                      "label": pa.array(np.arange(rows) % 2, pa.float32())})
+    table = pa.table(
+        {
+            "features": pa.array([[float(i), 1.0] for i in range(rows)], pa.list_(pa.float32())),
+            "label": pa.array(np.arange(rows) % 2, pa.float32()),
+        }
+    )
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, row_group_size=25)
-    storage.write_bytes(storage.join(memory_root, "data", "train", "part-0.parquet"), sink.getvalue().to_pybytes())
+    storage.write_bytes(
+        storage.join(memory_root, "data", "train", "part-0.parquet"), sink.getvalue().to_pybytes()
+    )
     groups = [RowGroup("train/part-0.parquet", i, 25) for i in range(4)]
     seen = []
     for rank in (0, 1):
@@ -107,20 +122,30 @@ def test_checkpoints_and_the_rank_loader_work_on_an_object_store(memory_root):
 def test_preprocess_and_training_under_a_file_uri_root(spark, tmp_path):
     """output.root given as file:// : Spark writes the splits there and the ranks, the manifest
     and the records are read back through the store."""
+    from conftest import ADULT_CONFIG
+    from test_training import ONE_RANK
+
     from sparkml_dist.config import load_config
     from sparkml_dist.data.generate import adult_like, write_csv
     from sparkml_dist.methods import loop_job
     from sparkml_dist.stages import preprocess
     from sparkml_dist.train.loop import train_rank
-    from conftest import ADULT_CONFIG
-    from test_training import ONE_RANK
 
     csv = tmp_path / "adult.csv"
     write_csv(adult_like(spark, 3000, seed=3), str(csv), files=2)
-    cfg = load_config(ADULT_CONFIG, [f"data.train_path={csv}", f"data.test_path={csv}",
-                                     f"output.root=file://{tmp_path}/out", "train.epochs=1"])
+    cfg = load_config(
+        ADULT_CONFIG,
+        [
+            f"data.train_path={csv}",
+            f"data.test_path={csv}",
+            f"output.root=file://{tmp_path}/out",
+            "train.epochs=1",
+        ],
+    )
     prep = preprocess(spark, cfg)
     assert prep.path == f"file://{tmp_path}/out/preprocess"
-    assert (tmp_path / "out" / "preprocess" / "manifest.json").is_file(), "Spark and the store name the same files"
+    assert (tmp_path / "out" / "preprocess" / "manifest.json").is_file(), (
+        "Spark and the store name the same files"
+    )
     result = train_rank(ONE_RANK, loop_job(cfg, prep, storage.join(prep.path, "..", "ckpt")))
     assert result.records[0].samples == prep.manifest.splits["train"].rows

@@ -46,8 +46,9 @@ def registry(adult_trained):
         register(misfit, _misfit_model(misfit, trained.model_uri, root), name, {})
     client = run.client()
     client.set_registered_model_alias(name, "champion", "1")
-    data = base.data.model_copy(update={"columns": [ColumnSpec(name="rid", type="int", role="id"),
-                                                    *base.data.columns]})
+    data = base.data.model_copy(
+        update={"columns": [ColumnSpec(name="rid", type="int", role="id"), *base.data.columns]}
+    )
     cfg = base.model_copy(update={"data": data})
     config_file = root / "stream.yaml"
     config_file.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_unset=True)))
@@ -58,8 +59,11 @@ def _misfit_model(run, model_uri: str, root: Path) -> str:
     """The trained model logged again with a training schema that names a column the stream lacks."""
     import mlflow.artifacts
 
-    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri, tracking_uri=run.tracking_uri,
-                                                     dst_path=str(root / "misfit")))
+    local = Path(
+        mlflow.artifacts.download_artifacts(
+            artifact_uri=model_uri, tracking_uri=run.tracking_uri, dst_path=str(root / "misfit")
+        )
+    )
     schema_file = local / "artifacts" / "training_schema.json"
     schema = json.loads(schema_file.read_text())
     schema["credit_score"] = "double/numeric"
@@ -84,12 +88,15 @@ def drop(directory: Path, name: str, lines: list[str]) -> None:
     os.replace(staged, directory / name)
 
 
-def scored_batches(output: Path) -> dict[int, "object"]:
+def scored_batches(output: Path) -> dict[int, object]:
     scored = output / "scored"
     if not scored.is_dir():
         return {}
-    return {int(d.name.split("=")[1]): pq.read_table(d).to_pandas()
-            for d in sorted(scored.iterdir()) if d.name.startswith("batch_id=")}
+    return {
+        int(d.name.split("=")[1]): pq.read_table(d).to_pandas()
+        for d in sorted(scored.iterdir())
+        if d.name.startswith("batch_id=")
+    }
 
 
 def wait_for(condition, timeout_s: float = 120.0, what: str = ""):
@@ -106,7 +113,9 @@ def batch_probabilities(spark, cfg, input_dir: Path, tmp_path: Path) -> dict[int
     """The batch scorer's answer for the same rows: rid -> probability."""
     from sparkml_dist.stages.score import score
 
-    result = score(spark, cfg, f"models:/{cfg.tracking.registered_model}/1", str(input_dir), str(tmp_path / "batch"))
+    result = score(
+        spark, cfg, f"models:/{cfg.tracking.registered_model}/1", str(input_dir), str(tmp_path / "batch")
+    )
     table = pq.read_table(result.path).to_pandas()
     return dict(zip(table["rid"], table["probability"]))
 
@@ -142,11 +151,16 @@ def test_files_arriving_are_scored_by_the_version_the_alias_names(spark, registr
         drop(incoming, "b.csv", adult_lines(800, 1500))
         wait_for(lambda: scored(1500), what="file b scored")
         client.set_registered_model_alias(name, "champion", "3")  # expects a column this stream lacks
-        bad = ["not,a,row", "1501,thirty,Private,1,Bachelors,13,Never-married,Sales,Own-child,White,Male,0,0,40,"
-                            "United-States,<=50K."]
+        bad = [
+            "not,a,row",
+            "1501,thirty,Private,1,Bachelors,13,Never-married,Sales,Own-child,White,Male,0,0,40,"
+            "United-States,<=50K.",
+        ]
         drop(incoming, "c.csv", adult_lines(1502, 2000) + bad)
-        wait_for(lambda: scored(1998) and (output / "rejects").is_dir(),
-                 what="file c scored and its bad lines rejected")
+        wait_for(
+            lambda: scored(1998) and (output / "rejects").is_dir(),
+            what="file c scored and its bad lines rejected",
+        )
     finally:
         stop.set()
         query.join(timeout=120)
@@ -161,14 +175,17 @@ def test_files_arriving_are_scored_by_the_version_the_alias_names(spark, registr
     for frame in batches.values():
         for rid, version in zip(frame["rid"], frame["model_version"]):
             by_file.setdefault("a" if rid < 800 else "b" if rid < 1500 else "c", set()).add(version)
-    assert by_file == {"a": {"1"}, "b": {"2"}, "c": {"2"}}, "the alias move lands at the next micro-batch; " \
-                                                           "version 3 is refused and version 2 keeps scoring"
+    assert by_file == {"a": {"1"}, "b": {"2"}, "c": {"2"}}, (
+        "the alias move lands at the next micro-batch; version 3 is refused and version 2 keeps scoring"
+    )
     assert "3" in result.refused and "credit_score" in result.refused["3"]
 
     rejects = pq.read_table(output / "rejects").to_pandas()
     assert sorted(rejects["raw_line"]) == sorted(bad)
     reasons = " | ".join(rejects["reason"])
-    assert "malformed line: expected 16 fields" in reasons and "column 'age': 'thirty' is not an int" in reasons
+    assert (
+        "malformed line: expected 16 fields" in reasons and "column 'age': 'thirty' is not an int" in reasons
+    )
     assert all(rejects["source_file"].str.endswith("c.csv"))
 
     expected = batch_probabilities(spark, registry[0], incoming, tmp_path)
@@ -202,7 +219,7 @@ def test_a_parquet_stream_is_scored_as_the_batch_path_scores_it(spark, registry,
 
     cfg, incoming, columns = typed_stream(registry, tmp_path, "parquet")
     for part, (start, stop) in enumerate([(0, 700), (700, 1200)]):
-        fields = [line.split(",")[:len(columns)] for line in adult_lines(start, stop)]
+        fields = [line.split(",")[: len(columns)] for line in adult_lines(start, stop)]
         frame = pd.DataFrame(fields, columns=[c.name for c in columns])
         for c in columns:
             frame[c.name] = frame[c.name].str.strip()
@@ -214,8 +231,11 @@ def test_a_parquet_stream_is_scored_as_the_batch_path_scores_it(spark, registry,
         os.replace(tmp_path / f".{part}.part", incoming / f"part-{part}.parquet")
     result = stream(spark, cfg, str(incoming), str(tmp_path / "out"))
     assert (result.total("input_rows"), result.total("scored_rows")) == (1200, 1200)
-    streamed = {rid: p for frame in scored_batches(tmp_path / "out").values()
-                for rid, p in zip(frame["rid"], frame["probability"])}
+    streamed = {
+        rid: p
+        for frame in scored_batches(tmp_path / "out").values()
+        for rid, p in zip(frame["rid"], frame["probability"])
+    }
     expected = batch_probabilities(spark, cfg, incoming, tmp_path)
     assert len(streamed) == len(expected) == 1200
     assert all(abs(streamed[rid] - p) < 1e-6 for rid, p in expected.items())
@@ -230,12 +250,14 @@ def test_a_stream_into_an_empty_directory_reads_the_format_stream_format_names(r
     ddl = ", ".join(f"{c.name} {'INT' if c.type == 'int' else 'STRING'}" for c in columns)
     source = read_stream(spark, str(incoming), cfg.data, cfg.stream.model_copy(update={"source_schema": ddl}))
     assert source.frame.isStreaming and source.frame.schema == spark.createDataFrame([], ddl).schema
-    assert read_stream(spark, str(incoming), cfg.data, cfg.with_overrides("stream.format=null").stream
-                       ).frame.columns == ["value"], "CSV is read as lines"
+    assert read_stream(
+        spark, str(incoming), cfg.data, cfg.with_overrides("stream.format=null").stream
+    ).frame.columns == ["value"], "CSV is read as lines"
 
 
 def test_a_json_stream_reads_features_as_the_model_was_trained_and_rejects_what_does_not_cast(
-        spark, registry, tmp_path, monkeypatch):
+    spark, registry, tmp_path, monkeypatch
+):
     """One text value in a number column makes Spark infer the whole column as text; the stream
     reads each feature with the model's type instead, so that row is a reject with its reason and
     every other row is scored (before, the stream refused to start: schema drift)."""
@@ -244,30 +266,52 @@ def test_a_json_stream_reads_features_as_the_model_was_trained_and_rejects_what_
     from sparkml_dist.stages.stream import stream
 
     cfg, incoming, columns = typed_stream(registry, tmp_path, "json")
-    frame = pd.DataFrame([[v.strip() for v in line.split(",")[:len(columns)]] for line in adult_lines(0, 300)],
-                         columns=[c.name for c in columns]).replace("?", None)
+    frame = pd.DataFrame(
+        [[v.strip() for v in line.split(",")[: len(columns)]] for line in adult_lines(0, 300)],
+        columns=[c.name for c in columns],
+    ).replace("?", None)
     for c in columns:
         if c.type == "int":
             frame[c.name] = pd.to_numeric(frame[c.name]).astype("Int64").astype(object)
     frame.loc[7, "age"] = "forty"
     frame.to_json(tmp_path / ".part", orient="records", lines=True)
     os.replace(tmp_path / ".part", incoming / "part-0.json")
-    assert dict(spark.read.json(str(incoming)).dtypes)["age"] == "string", "Spark alone infers the column as text"
+    assert dict(spark.read.json(str(incoming)).dtypes)["age"] == "string", (
+        "Spark alone infers the column as text"
+    )
 
     # a temp dir of its own: what a stream in another test beside it downloads is not this one's
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     result = stream(spark, cfg, str(incoming), str(tmp_path / "out"))
-    assert (result.total("input_rows"), result.total("rejected_rows"), result.total("scored_rows")) == (300, 1, 299)
-    assert not list((tmp_path / "tmp").glob("sparkml_dist_stream_model*")), \
+    assert (result.total("input_rows"), result.total("rejected_rows"), result.total("scored_rows")) == (
+        300,
+        1,
+        299,
+    )
+    assert not list((tmp_path / "tmp").glob("sparkml_dist_stream_model*")), (
         "the model versions the stream downloaded are removed when it ends"
+    )
     rejects = pq.read_table(tmp_path / "out" / "rejects").to_pandas()
     assert list(rejects["reason"]) == ["column 'age': 'forty' is not an int"]
 
 
 def _stream_cli(config: Path, incoming: Path, output: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "sparkml_dist.cli", "stream", "--config", str(config), "--input", str(incoming),
-            "--output", str(output), "--checkpoint", str(output / "_checkpoint"), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "sparkml_dist.cli",
+        "stream",
+        "--config",
+        str(config),
+        "--input",
+        str(incoming),
+        "--output",
+        str(output),
+        "--checkpoint",
+        str(output / "_checkpoint"),
+        *extra,
+    ]
 
 
 def _env() -> dict[str, str]:
@@ -284,10 +328,18 @@ def test_sigkill_mid_stream_then_restart_scores_every_row_exactly_once(spark, re
         drop(incoming, f"part-{i}.csv", adult_lines(i * 400, (i + 1) * 400))
     one_file_a_batch = ["--set", "stream.max_files_per_trigger=1", "--set", "stream.interval=0.2 seconds"]
 
-    first = subprocess.Popen(_stream_cli(config, incoming, output, *one_file_a_batch), env=_env(),
-                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = subprocess.Popen(
+        _stream_cli(config, incoming, output, *one_file_a_batch),
+        env=_env(),
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
-        wait_for(lambda: len(scored_batches(output)) >= 2 or first.poll() is not None, what="two micro-batches")
+        wait_for(
+            lambda: len(scored_batches(output)) >= 2 or first.poll() is not None, what="two micro-batches"
+        )
         assert first.poll() is None, first.communicate()[0][-3000:]
     finally:
         os.killpg(first.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers, mid-stream
@@ -295,15 +347,26 @@ def test_sigkill_mid_stream_then_restart_scores_every_row_exactly_once(spark, re
     killed_at = len(scored_batches(output))
     assert killed_at < 8, "killed before the input was drained"
 
-    again = subprocess.run(_stream_cli(config, incoming, output, "--set", "stream.trigger=available_now"),
-                           env=_env(), capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        _stream_cli(config, incoming, output, "--set", "stream.trigger=available_now"),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "the input is drained (available_now)" in again.stdout
     assert "taking over the lock of a writer that is gone" in again.stderr, "the killed query's lock"
 
-    streamed = [(rid, p) for frame in scored_batches(output).values() for rid, p in zip(frame["rid"], frame["probability"])]
+    streamed = [
+        (rid, p)
+        for frame in scored_batches(output).values()
+        for rid, p in zip(frame["rid"], frame["probability"])
+    ]
     rids = [rid for rid, _ in streamed]
-    assert len(rids) == len(set(rids)) == 3200, f"{len(rids)} rows, {len(set(rids))} distinct: no duplicate, none missing"
+    assert len(rids) == len(set(rids)) == 3200, (
+        f"{len(rids)} rows, {len(set(rids))} distinct: no duplicate, none missing"
+    )
     expected = batch_probabilities(spark, cfg, incoming, tmp_path)
     assert all(abs(p - expected[rid]) < 1e-6 for rid, p in streamed)
     assert not list((output / "_staging").glob("*")), "no staging left behind"
@@ -313,7 +376,9 @@ def test_a_missing_input_directory_is_named(spark, registry, tmp_path):
     from sparkml_dist.errors import DataError
     from sparkml_dist.stages.stream import stream
 
-    with pytest.raises(DataError, match=r"cannot stream from '.*nowhere': .*Path does not exist.*create it first"):
+    with pytest.raises(
+        DataError, match=r"cannot stream from '.*nowhere': .*Path does not exist.*create it first"
+    ):
         stream(spark, registry[0], str(tmp_path / "nowhere"), str(tmp_path / "out"))
 
 
@@ -326,8 +391,10 @@ def test_a_scheduled_stream_keeps_one_output_and_checkpoint_across_run_dates(mak
     assert default_output(scoped_to_run_date(cfg, "2026-12-01")) == default_output(cfg)
 
 
-README_STREAM = (".venv/bin/python -m sparkml_dist.cli stream --config conf/adult.yaml --input incoming "
-                 "--set stream.trigger=available_now")
+README_STREAM = (
+    ".venv/bin/python -m sparkml_dist.cli stream --config conf/adult.yaml --input incoming "
+    "--set stream.trigger=available_now"
+)
 DOCS_STREAM = '.venv/bin/python -m sparkml_dist.cli stream --config conf/adult.yaml --input incoming --set "stream.interval=1 second"'
 
 
@@ -348,24 +415,37 @@ def test_the_readme_stream_commands_score_what_arrived(spark, registry, tmp_path
     rows = [line.split(",", 1)[1] for line in adult_lines(0, 1500)]  # conf/adult.yaml's columns: no id
     drop(incoming, "2026-12-01.csv", rows[:600])
     drop(incoming, "2026-12-02.csv", rows[600:1000] + ["?,?"])
-    done = subprocess.run(README_STREAM, shell=True, cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        README_STREAM, shell=True, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "1,001 rows in, 1 rejected, 1,000 scored by version(s) 2" in done.stdout, done.stdout
     assert "the input is drained (available_now)" in done.stdout
     assert sum(len(b) for b in scored_batches(output).values()) == 1000
 
-    running = subprocess.Popen(shlex.split(DOCS_STREAM), cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    running = subprocess.Popen(
+        shlex.split(DOCS_STREAM),
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         time.sleep(3)  # a file delivered while the query runs, not before it starts
         drop(incoming, "2026-12-03.csv", rows[1000:])
-        wait_for(lambda: sum(len(b) for b in scored_batches(output).values()) == 1500 or running.poll() is not None,
-                 what="the file delivered to the running query")
+        wait_for(
+            lambda: (
+                sum(len(b) for b in scored_batches(output).values()) == 1500 or running.poll() is not None
+            ),
+            what="the file delivered to the running query",
+        )
     finally:
         running.send_signal(signal.SIGTERM)
         said, _ = running.communicate(timeout=120)
     assert running.returncode == 0, said[-3000:]
     assert "500 rows in, 0 rejected, 500 scored by version 2" in said
     assert "stopped on request (SIGTERM) after the micro-batch in progress" in said
-    assert sum(len(b) for b in scored_batches(output).values()) == 1500, "the earlier files are not scored again"
+    assert sum(len(b) for b in scored_batches(output).values()) == 1500, (
+        "the earlier files are not scored again"
+    )

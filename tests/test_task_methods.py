@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from stores import fresh_store
 
 from sparkml_dist.config import parse_config
 from sparkml_dist.config.loader import load_config
-from stores import fresh_store
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -49,8 +49,17 @@ def task_config(root, adult_config_path, task: str, *overrides: str):
     raw["data"]["train_path"] = str(root / "adult_4k.csv")
     raw["tracking"]["gate"] = {}  # the task's default gate
     raw["tracking"]["registered_model"] = f"adult_{task}"
-    return parse_config(apply_overrides(raw, [f"output.root={root / task}", f"tracking.tracking_uri={fresh_store(root)}",
-                                              "train.epochs=1", *overrides]))
+    return parse_config(
+        apply_overrides(
+            raw,
+            [
+                f"output.root={root / task}",
+                f"tracking.tracking_uri={fresh_store(root)}",
+                "train.epochs=1",
+                *overrides,
+            ],
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +91,13 @@ def test_one_epoch_of_every_method_on_every_task(spark, prepared, adult_config_p
     if task == "multiclass":
         assert len(target.classes) == 6 and trained.outcome.model.spec.output_dim == 6
     record = trained.records[-1]
-    assert record.evaluation.metric == get_task(task).held_out_metric and math.isfinite(record.evaluation.value)
+    assert record.evaluation.metric == get_task(task).held_out_metric and math.isfinite(
+        record.evaluation.value
+    )
     report = evaluate(spark, cfg, trained.model_uri, cfg.tracking.tracking_uri)
-    assert set(get_task(task).metrics) <= set(report.metrics), "the task's metrics, from the Spark UDF's outputs"
+    assert set(get_task(task).metrics) <= set(report.metrics), (
+        "the task's metrics, from the Spark UDF's outputs"
+    )
     assert report.metrics["rows"] > 10_000 and all(math.isfinite(v) for v in report.metrics.values())
     if task == "regression":
         # in the label's units: a standardised output read as hours would give r2 near -10
@@ -110,10 +123,19 @@ def test_finetune_and_contribute_honour_the_task(spark, prepared, adult_config_p
 
     root, _ = prepared
     name = f"stages_{task}"
-    cfg = task_config(root, adult_config_path, task, f"output.root={tmp_path}", "train.epochs=2",
-                      f"tracking.registered_model={name}", "tracking.gate.min_value=-1000",  # any model: champion
-                      "finetune.where=sex = 'Female'", "finetune.epochs=1", "finetune.max_original_drop=1000",
-                      "community.max_regression=0.0")
+    cfg = task_config(
+        root,
+        adult_config_path,
+        task,
+        f"output.root={tmp_path}",
+        "train.epochs=2",
+        f"tracking.registered_model={name}",
+        "tracking.gate.min_value=-1000",  # any model: champion
+        "finetune.where=sex = 'Female'",
+        "finetune.epochs=1",
+        "finetune.max_original_drop=1000",
+        "community.max_regression=0.0",
+    )
     base = run_pipeline(spark, cfg)
     assert base.alias == "champion" and base.task == task
     with tracked_run(cfg.tracking, "finetune", cfg.flat_params()) as run:
@@ -127,15 +149,18 @@ def test_finetune_and_contribute_honour_the_task(spark, prepared, adult_config_p
 
     weights = state_dict_from_bytes(before.weights)
     last = [k for k in weights if k.endswith("weight")][-1]
-    flip = save_delta({k: (-2 * v if k == last else torch.zeros_like(v)) for k, v in weights.items()},
-                      tmp_path / "flip.pt")
+    flip = save_delta(
+        {k: (-2 * v if k == last else torch.zeros_like(v)) for k, v in weights.items()}, tmp_path / "flip.pt"
+    )
     with tracked_run(cfg.tracking, "contribute", cfg.flat_params()) as run:
         verdict = contribute(spark, cfg, run, str(flip), "eve")
     assert not verdict.accepted and f"regression on held-out rows: {metric}" in verdict.reason, verdict.reason
     if task == "regression":  # mirrored predictions: r2 falls
         assert verdict.metric_after < verdict.metric_before
     honest = write_delta(f"models:/{name}/{base.version}", tuned.model_uri, uri, tmp_path / "honest.pt")
-    relaxed = cfg.model_copy(update={"community": cfg.community.model_copy(update={"max_regression": 1000.0})})
+    relaxed = cfg.model_copy(
+        update={"community": cfg.community.model_copy(update={"max_regression": 1000.0})}
+    )
     with tracked_run(relaxed.tracking, "contribute", relaxed.flat_params()) as run:
         accepted = contribute(spark, relaxed, run, str(honest), "alice")
     assert accepted.accepted, accepted.reason

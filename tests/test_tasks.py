@@ -31,11 +31,14 @@ def run_as_written(command: str, cwd: Path, timeout: int = 900) -> str:
     tmp = Path(tempfile.mkdtemp(prefix="job-tmp-", dir=cwd))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKML_DIST_", "MLFLOW_TRACKING"))}
     env["TMPDIR"] = str(tmp)
-    done = subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        command, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     assert "Downloading artifacts" not in done.stderr, "a job's log carries no MLflow download progress bars"
-    assert not list(tmp.glob("sparkml_dist_model*")), "the models the job downloaded (evaluate, register, score) " \
-                                                       "are gone when it ends"
+    assert not list(tmp.glob("sparkml_dist_model*")), (
+        "the models the job downloaded (evaluate, register, score) are gone when it ends"
+    )
     return done.stdout
 
 
@@ -46,7 +49,10 @@ def workdir(tmp_path_factory) -> Path:
     for name in ("conf", ".venv"):
         (cwd / name).symlink_to(ROOT / name)
     out = run_as_written(EXAMPLES, cwd)
-    assert "mnist: train 60,000 rows, test 10,000 rows" in out and "diamonds: train 48,639 rows, test 5,301 rows" in out
+    assert (
+        "mnist: train 60,000 rows, test 10,000 rows" in out
+        and "diamonds: train 48,639 rows, test 5,301 rows" in out
+    )
     return cwd
 
 
@@ -82,8 +88,9 @@ def test_mnist_digits_reach_the_published_mlp_error(workdir):
     # each epoch's macro F1 from the ranks' summed confusion counts: the validation rows score as the test rows do
     val_f1 = [m.value for m in client.get_metric_history(summary["run_id"], "val_macro_f1")]
     assert val_f1 and val_f1[-1] == pytest.approx(metrics["macro_f1"], abs=0.02)
-    table = json.loads(Path(client.download_artifacts(summary["run_id"], "metrics/per_class.json", str(workdir)))
-                       .read_text())
+    table = json.loads(
+        Path(client.download_artifacts(summary["run_id"], "metrics/per_class.json", str(workdir))).read_text()
+    )
     assert len(table) == 10 and all(row["recall"] > 0.9 for row in table), table
 
 
@@ -103,7 +110,9 @@ def test_diamond_prices_beat_least_squares_on_the_same_columns(workdir):
     test = __import__("pandas").read_csv(workdir / "data" / "diamonds" / "test.csv")
     joined = test.merge(predictions, on="id", validate="one_to_one")  # the id column passed through
     assert len(joined) == 5301
-    assert np.sqrt(np.mean((joined["prediction"] - joined["price"]) ** 2)) == pytest.approx(metrics["rmse"], rel=1e-3)
+    assert np.sqrt(np.mean((joined["prediction"] - joined["price"]) ** 2)) == pytest.approx(
+        metrics["rmse"], rel=1e-3
+    )
     plots = {p.name for p in Path(summary["outputs"]["plots"]).iterdir()}
     assert {"predicted_vs_actual.png", "residuals.png"} <= plots
 
@@ -111,8 +120,10 @@ def test_diamond_prices_beat_least_squares_on_the_same_columns(workdir):
 
     # each epoch's r2 and mae from the ranks' summed errors: the validation rows score as the test rows do
     client = MlflowClient(summary["tracking_uri"])
-    val_r2, val_mae = ([m.value for m in client.get_metric_history(summary["run_id"], name)]
-                       for name in ("val_r2", "val_mae"))
+    val_r2, val_mae = (
+        [m.value for m in client.get_metric_history(summary["run_id"], name)]
+        for name in ("val_r2", "val_mae")
+    )
     assert len(val_r2) == len(val_mae) == 12 and val_r2[-1] == pytest.approx(metrics["r2"], abs=0.01)
     assert val_mae[-1] == pytest.approx(metrics["mae"], rel=0.1)
 
@@ -122,7 +133,9 @@ def least_squares(folder: Path) -> dict[str, float]:
 
     train, test = (pd.read_csv(folder / f"{name}.csv") for name in ("train", "test"))
     both = pd.get_dummies(pd.concat([train, test]).drop(columns=["id", "price"]), dtype=float)
-    x_train, x_test = both.iloc[:len(train)], both.iloc[len(train):]
+    x_train, x_test = both.iloc[: len(train)], both.iloc[len(train) :]
     predicted = LinearRegression().fit(x_train, train["price"]).predict(x_test)
-    return {"r2": r2_score(test["price"], predicted), "rmse": mean_squared_error(test["price"], predicted) ** 0.5}
-
+    return {
+        "r2": r2_score(test["price"], predicted),
+        "rmse": mean_squared_error(test["price"], predicted) ** 0.5,
+    }

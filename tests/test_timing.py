@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import test_times  # noqa: E402  (scripts/ is not a package)
 
-SLOW_FIXTURE_FILE = '''
+SLOW_FIXTURE_FILE = """
 import time
 import pytest
 
@@ -32,18 +32,42 @@ def test_one(built_once):
 def test_two(built_once):
     time.sleep(0.2)
     assert built_once
-'''
+"""
 
 
 def test_a_run_under_two_workers_reports_each_test_fixture_and_worker(tmp_path):
     (tmp_path / "test_a.py").write_text(SLOW_FIXTURE_FILE)
     (tmp_path / "test_b.py").write_text("def test_quick():\n    assert True\n")
     report = tmp_path / "times.json"
-    env = {**os.environ, "SPARKML_DIST_TEST_TIMES": str(report),
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "timing", "-n", "2", "--dist", "loadfile",
-                           "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "SPARKML_DIST_TEST_TIMES": str(report),
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "timing",
+            "-n",
+            "2",
+            "--dist",
+            "loadfile",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "[test-times] 3 tests" in done.stdout
     times = json.loads(report.read_text())
@@ -66,7 +90,9 @@ def test_a_run_under_two_workers_reports_each_test_fixture_and_worker(tmp_path):
     command = ".venv/bin/python scripts/test_times.py"
     assert command in (ROOT / "README.md").read_text()
     refused = subprocess.run(command, shell=True, cwd=clone, capture_output=True, text=True, timeout=60)
-    assert refused.returncode != 0 and "a partial run" in refused.stderr, "3 tests do not replace the suite's times"
+    assert refused.returncode != 0 and "a partial run" in refused.stderr, (
+        "3 tests do not replace the suite's times"
+    )
     (clone / "tests" / "file_times.json").unlink()  # as before the first full run
     done = subprocess.run(command, shell=True, cwd=clone, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -78,12 +104,20 @@ def test_a_run_under_two_workers_reports_each_test_fixture_and_worker(tmp_path):
 
 
 def test_the_longest_files_go_first_and_each_file_keeps_its_order():
-    items = [SimpleNamespace(path=Path(f"/t/{name}"), name=f"{name}:{i}")
-             for name, count in (("test_a.py", 2), ("test_b.py", 2), ("test_new.py", 1), ("test_c.py", 1))
-             for i in range(count)]
+    items = [
+        SimpleNamespace(path=Path(f"/t/{name}"), name=f"{name}:{i}")
+        for name, count in (("test_a.py", 2), ("test_b.py", 2), ("test_new.py", 1), ("test_c.py", 1))
+        for i in range(count)
+    ]
     ordered = timing.file_order(items, {"test_a.py": 5.0, "test_b.py": 50.0, "test_c.py": 20.0})
-    assert [i.name for i in ordered] == ["test_b.py:0", "test_b.py:1", "test_new.py:0", "test_c.py:0",
-                                         "test_a.py:0", "test_a.py:1"], "an unmeasured file counts as the median"
+    assert [i.name for i in ordered] == [
+        "test_b.py:0",
+        "test_b.py:1",
+        "test_new.py:0",
+        "test_c.py:0",
+        "test_a.py:0",
+        "test_a.py:1",
+    ], "an unmeasured file counts as the median"
 
 
 def test_the_readmes_table_is_the_kept_times():

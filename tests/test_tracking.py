@@ -34,11 +34,15 @@ def test_artifacts_land_beside_a_sqlite_store_not_in_the_working_directory(tmp_p
 
 def test_experiments_whose_names_differ_only_in_unsafe_characters_get_their_own_folders(tmp_path):
     store = fresh_store(tmp_path / "store")
-    folders = {name: artifact_location(store, name) for name in ("team/a b", "team a/b", "team_a_b", "/", "?")}
+    folders = {
+        name: artifact_location(store, name) for name in ("team/a b", "team a/b", "team_a_b", "/", "?")
+    }
     assert len(set(folders.values())) == len(folders), folders
     assert Path(folders["team_a_b"]).name == "team_a_b", "a name that is a safe folder name is kept as it is"
     for name in ("team/a b", "/"):
-        assert artifact_location(store, name) == folders[name], "the same experiment, the same folder, every time"
+        assert artifact_location(store, name) == folders[name], (
+            "the same experiment, the same folder, every time"
+        )
 
 
 def test_a_version_registered_from_another_runs_model_points_at_that_runs_files(tmp_path):
@@ -56,7 +60,10 @@ def test_a_version_registered_from_another_runs_model_points_at_that_runs_files(
         number = register(parent, f"runs:/{trial.run_id}/model", "tuned", {"gate_reason": "test"})
     version = MlflowClient(store, registry_uri=store).get_model_version("tuned", number)
     assert version.run_id == trial.run_id
-    assert Path(version.source) == Path(artifact_location(store, "tuning")) / trial.run_id / "artifacts" / "model"
+    assert (
+        Path(version.source)
+        == Path(artifact_location(store, "tuning")) / trial.run_id / "artifacts" / "model"
+    )
     assert (Path(version.source) / "MLmodel").exists()
 
 
@@ -69,5 +76,7 @@ def test_a_model_whose_files_are_gone_is_a_clear_error_naming_it(tmp_path):
     store = fresh_store(tmp_path / "store")
     with tracked_run(TrackingConfig(tracking_uri=store, experiment="gone"), "train", {}) as run:
         pass
-    with pytest.raises(StorageError, match=f"runs:/{run.run_id}/model: its model files at .* cannot be downloaded"):
+    with pytest.raises(
+        StorageError, match=f"runs:/{run.run_id}/model: its model files at .* cannot be downloaded"
+    ):
         load_bundle(f"runs:/{run.run_id}/model", store, dst=str(tmp_path / "dst"))

@@ -8,8 +8,17 @@ from sparkml_dist.methods import loop_job
 from sparkml_dist.train.checkpoint import list_checkpoints, load_latest
 from sparkml_dist.train.loop import train_rank
 
-ONE_RANK = RankContext(rank=0, world_size=1, local_rank=0, local_size=1, cross_rank=0, cross_size=1,
-                       host="127.0.0.1", master_addr="127.0.0.1", master_port=0)
+ONE_RANK = RankContext(
+    rank=0,
+    world_size=1,
+    local_rank=0,
+    local_size=1,
+    cross_rank=0,
+    cross_size=1,
+    host="127.0.0.1",
+    master_addr="127.0.0.1",
+    master_port=0,
+)
 
 
 def job_for(cfg, prep, checkpoints, *overrides):

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 import yaml
+from mlflow.tracking import MlflowClient
 
 from sparkml_dist import cli
 from sparkml_dist.workflow import STREAM_SCORING, WORKFLOW, spark_submit_command, stream_arguments
@@ -28,30 +28,53 @@ def test_workflow_runs_every_stage_in_order_with_existing_jobs():
         assert (ROOT / task.job).is_file()
         seen.add(task.name)
     cmd = spark_submit_command(WORKFLOW[1], "conf/adult.yaml", "2026-11-29", "spark://127.0.0.1:7077")
-    assert cmd == ["spark-submit", "--master", "spark://127.0.0.1:7077", "jobs/train.py",
-                   "--config", "conf/adult.yaml", "--run-date", "2026-11-29"]
+    assert cmd == [
+        "spark-submit",
+        "--master",
+        "spark://127.0.0.1:7077",
+        "jobs/train.py",
+        "--config",
+        "conf/adult.yaml",
+        "--run-date",
+        "2026-11-29",
+    ]
 
 
 def test_databricks_bundle_matches_the_workflow():
     bundle = yaml.safe_load((ROOT / "conf/workflows/databricks.yml").read_text())
     job = bundle["resources"]["jobs"]["sparkml_dist_adult"]
     tasks = job["tasks"]
-    assert [t["task_key"] for t in tasks] == [t.name for t in WORKFLOW] + ["stream_enabled", STREAM_SCORING.name]
+    assert [t["task_key"] for t in tasks] == [t.name for t in WORKFLOW] + [
+        "stream_enabled",
+        STREAM_SCORING.name,
+    ]
     for spec, task in zip(tasks, WORKFLOW):
         assert spec["spark_python_task"]["python_file"] == task.job
         assert [d["task_key"] for d in spec.get("depends_on", [])] == list(task.depends_on)
-        assert spec["spark_python_task"]["parameters"][:4] == ["--config", "conf/adult.yaml", "--run-date",
-                                                                "{{job.start_time.iso_date}}"]
+        assert spec["spark_python_task"]["parameters"][:4] == [
+            "--config",
+            "conf/adult.yaml",
+            "--run-date",
+            "{{job.start_time.iso_date}}",
+        ]
     # the optional availableNow scoring: only when the job's stream_input parameter names a directory
     condition, stream = tasks[-2:]
     assert job["parameters"] == [{"name": "stream_input", "default": ""}]
     assert condition["depends_on"] == [{"task_key": STREAM_SCORING.depends_on[0]}]
-    assert condition["condition_task"] == {"op": "NOT_EQUAL", "left": "{{job.parameters.stream_input}}", "right": ""}
+    assert condition["condition_task"] == {
+        "op": "NOT_EQUAL",
+        "left": "{{job.parameters.stream_input}}",
+        "right": "",
+    }
     assert stream["depends_on"] == [{"task_key": "stream_enabled", "outcome": "true"}]
     assert stream["spark_python_task"]["python_file"] == STREAM_SCORING.job
     assert stream["spark_python_task"]["parameters"] == [
-        "--config", "conf/adult.yaml", "--run-date", "{{job.start_time.iso_date}}",
-        *stream_arguments("{{job.parameters.stream_input}}")]
+        "--config",
+        "conf/adult.yaml",
+        "--run-date",
+        "{{job.start_time.iso_date}}",
+        *stream_arguments("{{job.parameters.stream_input}}"),
+    ]
     args = cli.parse_args(["stream", "--config", "c.yaml", *stream_arguments("incoming")])
     assert (args.input, args.overrides) == ("incoming", ["stream.trigger=available_now"])
 
@@ -77,15 +100,29 @@ print(json.dumps({"import_errors": {str(k): str(v) for k, v in bag.import_errors
 def _airflow_env(airflow_home: Path, **extra: str) -> dict[str, str]:
     """The environment a scheduler's machine would give the DAG: the project on PYTHONPATH (the DAG
     imports sparkml_dist.workflow), the project's venv on PATH (its spark-submit)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKML_DIST_", "AIRFLOW", "MLFLOW_TRACKING"))}
-    env.update(AIRFLOW_HOME=str(airflow_home), AIRFLOW__CORE__LOAD_EXAMPLES="False",
-               PYTHONPATH=str(ROOT), PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}", **extra)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SPARKML_DIST_", "AIRFLOW", "MLFLOW_TRACKING"))
+    }
+    env.update(
+        AIRFLOW_HOME=str(airflow_home),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        PYTHONPATH=str(ROOT),
+        PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
+        **extra,
+    )
     return env
 
 
 def _parse_dag(tmp_path: Path, **extra: str) -> dict:
-    done = subprocess.run([AIRFLOW_BIN / "python", "-c", PARSE_DAG, ROOT / "conf/workflows"], capture_output=True,
-                          text=True, env=_airflow_env(tmp_path, **extra), timeout=300)
+    done = subprocess.run(
+        [AIRFLOW_BIN / "python", "-c", PARSE_DAG, ROOT / "conf/workflows"],
+        capture_output=True,
+        text=True,
+        env=_airflow_env(tmp_path, **extra),
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -109,11 +146,14 @@ def test_airflow_adds_stream_scoring_when_an_input_is_named(tmp_path):
     assert dag["tasks"] == [t.name for t in WORKFLOW] + [STREAM_SCORING.name]
     assert dag["upstream"][STREAM_SCORING.name] == ["register"]
     assert shlex.split(dag["bash"][STREAM_SCORING.name])[3:] == spark_submit_command(
-        STREAM_SCORING, "conf/adult.yaml", "{{ ds }}", None, stream_arguments("/data/incoming; rm -rf /"))
+        STREAM_SCORING, "conf/adult.yaml", "{{ ds }}", None, stream_arguments("/data/incoming; rm -rf /")
+    )
 
 
 def _airflow(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([AIRFLOW_BIN / "airflow", *args], capture_output=True, text=True, env=env, timeout=900)
+    done = subprocess.run(
+        [AIRFLOW_BIN / "airflow", *args], capture_output=True, text=True, env=env, timeout=900
+    )
     assert done.returncode == 0, f"airflow {' '.join(args)}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
     return done.stdout + done.stderr
 
@@ -123,8 +163,11 @@ def test_airflow_runs_the_dag_for_a_date_and_a_rerun_adds_no_model_version(tmp_p
     """docs/deployment.md's Airflow commands, as written: `airflow dags test` runs all five
     spark-submit tasks for the date; re-running the date's register task adds no model version."""
     doc = (ROOT / "docs/deployment.md").read_text()
-    commands = [["db", "migrate"], ["dags", "test", "sparkml_dist_adult", "2026-12-01"],
-                ["tasks", "test", "sparkml_dist_adult", "register", "2026-12-01"]]
+    commands = [
+        ["db", "migrate"],
+        ["dags", "test", "sparkml_dist_adult", "2026-12-01"],
+        ["tasks", "test", "sparkml_dist_adult", "register", "2026-12-01"],
+    ]
     for args in commands:
         assert f".venv/airflow/bin/airflow {' '.join(args)}\n" in doc, args
     assert "cp conf/workflows/airflow_dag.py $AIRFLOW_HOME/dags/" in doc
@@ -139,7 +182,13 @@ def test_airflow_runs_the_dag_for_a_date_and_a_rerun_adds_no_model_version(tmp_p
     (airflow_home / "dags").mkdir(parents=True)
     shutil.copy2(ROOT / "conf/workflows/airflow_dag.py", airflow_home / "dags")
     env = _airflow_env(airflow_home, SPARKML_DIST_HOME=str(home))
-    assert exported == {"AIRFLOW_HOME", "SPARKML_DIST_HOME", "PYTHONPATH", "PATH", "AIRFLOW__CORE__LOAD_EXAMPLES"}
+    assert exported == {
+        "AIRFLOW_HOME",
+        "SPARKML_DIST_HOME",
+        "PYTHONPATH",
+        "PATH",
+        "AIRFLOW__CORE__LOAD_EXAMPLES",
+    }
 
     _airflow(env, *commands[0])
     log = _airflow(env, *commands[1])
@@ -161,8 +210,17 @@ def test_airflow_runs_the_dag_for_a_date_and_a_rerun_adds_no_model_version(tmp_p
 
 @pytest.mark.spark
 def test_rerun_for_the_same_run_date_replaces_its_outputs(spark, tmp_path, adult_config_path):
-    argv = ["preprocess", "--config", str(adult_config_path), "--run-date", "2026-11-29",
-            "--set", f"output.root={tmp_path}", "--set", f"tracking.tracking_uri=sqlite:///{tmp_path}/m.db"]
+    argv = [
+        "preprocess",
+        "--config",
+        str(adult_config_path),
+        "--run-date",
+        "2026-11-29",
+        "--set",
+        f"output.root={tmp_path}",
+        "--set",
+        f"tracking.tracking_uri=sqlite:///{tmp_path}/m.db",
+    ]
     assert cli.main(argv) == 0
     manifest = tmp_path / "run_date=2026-11-29" / "preprocess" / "manifest.json"
     first = manifest.stat().st_mtime_ns

@@ -70,6 +70,7 @@ def pytest_fixture_setup(fixturedef, request):
 
 # ---- controller side (or the only process without xdist): gather the reports -------------------
 
+
 class TimingReport:
     def __init__(self) -> None:
         self.tests: dict[str, TestTime] = {}
@@ -95,7 +96,8 @@ class TimingReport:
         workers = ", ".join(f"{w} {s:.0f}s" for w, s in summary["workers_s"].items())
         terminalreporter.write_line(
             f"[test-times] {summary['tests']} tests, {summary['wall_s']:.0f}s wall, {summary['test_s']:.0f}s of "
-            f"test time (workers: {workers}); slowest files: {slowest}; report: {out}")
+            f"test time (workers: {workers}); slowest files: {slowest}; report: {out}"
+        )
 
     def summary(self) -> dict:
         files: dict[str, float] = defaultdict(float)
@@ -113,8 +115,11 @@ class TimingReport:
             "test_s": round(sum(t.total_s for t in self.tests.values()), 1),
             "workers_s": {w: round(s, 1) for w, s in sorted(workers.items())},
             "files_s": {f: round(s, 1) for f, s in sorted(files.items(), key=lambda kv: -kv[1])},
-            "fixtures_s": {n: {"count": len(v), "total": round(sum(v), 1)}
-                           for n, v in sorted(fixtures.items(), key=lambda kv: -sum(kv[1])) if sum(v) >= 0.1},
+            "fixtures_s": {
+                n: {"count": len(v), "total": round(sum(v), 1)}
+                for n, v in sorted(fixtures.items(), key=lambda kv: -sum(kv[1]))
+                if sum(v) >= 0.1
+            },
             "per_test": [asdict(t) for t in sorted(self.tests.values(), key=lambda t: -t.total_s)],
         }
 
@@ -132,6 +137,7 @@ def write_report(summary: dict, out: Path) -> None:
 
 
 # ---- scheduling: the longest files first, by the last measured times ----------------------------
+
 
 def file_order(items: list[pytest.Item], times: dict[str, float] | None = None) -> list[pytest.Item]:
     """Items sorted so whole files run longest first (each file's own order kept): with

@@ -59,7 +59,9 @@ class LocalSgd(Strategy):
         self.every = every
 
     def wrap(self, model, optimizer_factory):
-        return model, AveragingOptimizer(optimizer_factory(model.parameters()), model, self.every, self.world_size)
+        return model, AveragingOptimizer(
+            optimizer_factory(model.parameters()), model, self.every, self.world_size
+        )
 
     def full_state_dict(self, model):
         average_parameters(model, self.world_size)  # every rank calls it: the exported model is the mean
@@ -70,5 +72,12 @@ def place_local_sgd(cfg: LocalSgdConfig, world_size: int, rank: int) -> Strategy
     return LocalSgd(world_size, rank, cfg.average_every)
 
 
-LOCAL_SGD = register_method(LoopMethod("local_sgd", LocalSgdConfig, place_local_sgd, fresh_process=False,
-                                       summary="local SGD: ranks step alone, parameters averaged every N steps"))
+LOCAL_SGD = register_method(
+    LoopMethod(
+        "local_sgd",
+        LocalSgdConfig,
+        place_local_sgd,
+        fresh_process=False,
+        summary="local SGD: ranks step alone, parameters averaged every N steps",
+    )
+)

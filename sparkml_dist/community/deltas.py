@@ -31,7 +31,7 @@ def save_delta(delta: StateDict, path: str | Path) -> Path:
 def load_delta(blob: bytes) -> StateDict:
     try:
         delta = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unreadable file is a rejection, with its reason
+    except Exception as exc:
         raise DeltaRejected(f"unreadable delta: {type(exc).__name__}: {exc}") from None
     if not isinstance(delta, dict) or not all(isinstance(v, torch.Tensor) for v in delta.values()):
         raise DeltaRejected("a delta must be a dict of parameter name -> tensor (torch.save of a state_dict)")
@@ -45,7 +45,9 @@ def check_shapes(base: StateDict, delta: StateDict) -> None:
         raise DeltaRejected(f"parameters differ from the base model: missing {missing}, unexpected {extra}")
     for name, value in delta.items():
         if tuple(value.shape) != tuple(base[name].shape):
-            raise DeltaRejected(f"{name}: shape {tuple(value.shape)} but the base model's is {tuple(base[name].shape)}")
+            raise DeltaRejected(
+                f"{name}: shape {tuple(value.shape)} but the base model's is {tuple(base[name].shape)}"
+            )
         if not value.is_floating_point():
             raise DeltaRejected(f"{name}: dtype {value.dtype}; deltas are floating point")
         if not bool(torch.isfinite(value).all()):

@@ -22,7 +22,24 @@ from sparkml_dist.config.schema import (
 )
 
 __all__ = [
-    "TRAIN_METHODS", "ColumnSpec", "CommunityConfig", "DataConfig", "FeatureConfig", "FederatedConfig",
-    "FinetuneConfig", "GateConfig", "JobConfig", "LabelSpec", "ModelConfig", "ObserveConfig", "OutputConfig", "SparkConfig",
-    "TrackingConfig", "TrainConfig", "TransformerConfig", "apply_overrides", "load_config", "parse_config",
+    "TRAIN_METHODS",
+    "ColumnSpec",
+    "CommunityConfig",
+    "DataConfig",
+    "FeatureConfig",
+    "FederatedConfig",
+    "FinetuneConfig",
+    "GateConfig",
+    "JobConfig",
+    "LabelSpec",
+    "ModelConfig",
+    "ObserveConfig",
+    "OutputConfig",
+    "SparkConfig",
+    "TrackingConfig",
+    "TrainConfig",
+    "TransformerConfig",
+    "apply_overrides",
+    "load_config",
+    "parse_config",
 ]

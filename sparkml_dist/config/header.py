@@ -26,7 +26,7 @@ from pathlib import Path
 from sparkml_dist.errors import ConfigError
 
 INFER_ROWS = 200_000
-_INT32 = (-(2 ** 31), 2 ** 31 - 1)
+_INT32 = (-(2**31), 2**31 - 1)
 _BINARY_LABELS = ({"0", "1"}, {"true", "false"})
 
 
@@ -71,7 +71,11 @@ def needs_inference(data: dict) -> bool:
     """A CSV with a header whose `data.columns` do not all carry a type and a role."""
     from sparkml_dist.config.schema import format_of
 
-    if not isinstance(data, dict) or data.get("header") is not True or not isinstance(data.get("train_path"), str):
+    if (
+        not isinstance(data, dict)
+        or data.get("header") is not True
+        or not isinstance(data.get("train_path"), str)
+    ):
         return False
     if format_of(data["train_path"], data.get("format")) != "csv":
         return False
@@ -99,12 +103,28 @@ def infer_table(data: dict) -> InferredTable:
     with _open(source) as fh, warnings.catch_warnings():
         names = header_names(fh.readline().rstrip("\r\n").split(delimiter))
         warnings.simplefilter("ignore")  # pandas' parser warnings; the types are what is checked
-        frame = pd.read_csv(fh, sep=delimiter, header=None, names=names, nrows=INFER_ROWS, na_values=nulls,
-                            skipinitialspace=True, low_memory=False, dtype_backend="numpy_nullable")
+        frame = pd.read_csv(
+            fh,
+            sep=delimiter,
+            header=None,
+            names=names,
+            nrows=INFER_ROWS,
+            na_values=nulls,
+            skipinitialspace=True,
+            low_memory=False,
+            dtype_backend="numpy_nullable",
+        )
     label = (data.get("label") or {}).get("column")
-    columns = tuple(_column(frame[name], name, label, data.get("weight_column"), len(frame)) for name in names)
-    values = tuple(sorted(str(v).lower() if isinstance(v, bool) else str(v) for v in frame[label].dropna().unique())) \
-        if label in frame.columns and frame[label].nunique() <= 20 else ()
+    columns = tuple(
+        _column(frame[name], name, label, data.get("weight_column"), len(frame)) for name in names
+    )
+    values = (
+        tuple(
+            sorted(str(v).lower() if isinstance(v, bool) else str(v) for v in frame[label].dropna().unique())
+        )
+        if label in frame.columns and frame[label].nunique() <= 20
+        else ()
+    )
     return InferredTable(source, len(frame), columns, values)
 
 
@@ -115,8 +135,9 @@ def _column(values, name: str, label: str | None, weight: str | None, rows: int)
     kind, role, note = "string", "categorical", ""
     if pd.api.types.is_bool_dtype(values):
         kind = "boolean"
-    elif pd.api.types.is_integer_dtype(values) and (present.empty or _INT32[0] <= present.min() <= present.max()
-                                                    <= _INT32[1]):
+    elif pd.api.types.is_integer_dtype(values) and (
+        present.empty or _INT32[0] <= present.min() <= present.max() <= _INT32[1]
+    ):
         kind, role = "int", "numeric"
     elif pd.api.types.is_numeric_dtype(values):
         kind, role = "double", "numeric"
@@ -132,7 +153,10 @@ def _column(values, name: str, label: str | None, weight: str | None, rows: int)
     elif distinct == 1:
         note = note or "constant: carries nothing"
     elif distinct >= 0.9 * len(present) and rows > 50 and kind in ("int", "string"):
-        note = note or f"identifier-like: {distinct:,} values in {len(present):,} rows; consider role ignore (or id)"
+        note = (
+            note
+            or f"identifier-like: {distinct:,} values in {len(present):,} rows; consider role ignore (or id)"
+        )
     return InferredColumn(name, kind, role, distinct, int(values.isna().sum()), note)
 
 
@@ -150,13 +174,18 @@ def _merged(table: InferredTable, given: list, data: dict) -> list[dict]:
     for entry in given:
         name = entry.get("name") if isinstance(entry, dict) else None
         if name not in by_name:
-            raise ConfigError(f"data.columns: {name!r} is not a column of {table.source}'s header "
-                              f"{list(by_name)}")
+            raise ConfigError(
+                f"data.columns: {name!r} is not a column of {table.source}'s header {list(by_name)}"
+            )
     overrides = {entry["name"]: entry for entry in given}
     label = (data.get("label") or {}).get("column")
     if label not in by_name:
-        raise ConfigError(f"data.label.column {label!r} is not a column of {table.source}'s header {list(by_name)}")
-    return [{"name": c.name, "type": c.type, "role": c.role, **overrides.get(c.name, {})} for c in table.columns]
+        raise ConfigError(
+            f"data.label.column {label!r} is not a column of {table.source}'s header {list(by_name)}"
+        )
+    return [
+        {"name": c.name, "type": c.type, "role": c.role, **overrides.get(c.name, {})} for c in table.columns
+    ]
 
 
 def _label_with_default_task(data: dict, table: InferredTable) -> dict:
@@ -182,12 +211,20 @@ def _first_file(location: str) -> str:
     local = local_path(path) if "://" not in path or path.startswith("file:") else None
     if local is None:
         return path
-    candidates = [local] if local.is_file() else sorted(
-        p for p in (local.rglob("*") if local.is_dir() else map(Path, glob.glob(str(local))))
-        if p.is_file() and not p.name.startswith((".", "_")))
+    candidates = (
+        [local]
+        if local.is_file()
+        else sorted(
+            p
+            for p in (local.rglob("*") if local.is_dir() else map(Path, glob.glob(str(local))))
+            if p.is_file() and not p.name.startswith((".", "_"))
+        )
+    )
     if not candidates:
-        raise ConfigError(f"data.train_path {location}: no file to read the header from; list data.columns, or "
-                          f"point train_path at the CSV")
+        raise ConfigError(
+            f"data.train_path {location}: no file to read the header from; list data.columns, or "
+            f"point train_path at the CSV"
+        )
     return str(candidates[0])
 
 
@@ -200,8 +237,9 @@ def _open(source: str):
             return open(loc.path, encoding="utf-8", errors="replace", newline="")
         return io.TextIOWrapper(loc.fs.open_input_stream(loc.path), encoding="utf-8", errors="replace")
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"data.train_path: cannot read the header of {source} ({exc}); list data.columns "
-                          f"instead") from None
+        raise ConfigError(
+            f"data.train_path: cannot read the header of {source} ({exc}); list data.columns instead"
+        ) from None
 
 
 def init_config(data: dict) -> str:
@@ -213,17 +251,26 @@ def init_config(data: dict) -> str:
     columns = _merged(table, [], data)
     label = _label_with_default_task(data, table)
     leaks = _label_leaks(data, table) if table.label_values else {}
-    notes = {c.name: "; ".join(n for n in (c.note, leaks.get(c.name, ""), _renamed(c.name, i, columns)) if n)
-             for i, c in enumerate(table.columns)}
-    entries = ["{" + ", ".join(f"{k}: {_scalar(c[k])}" for k in ("name", "type", "role")) + "}" for c in columns]
+    notes = {
+        c.name: "; ".join(n for n in (c.note, leaks.get(c.name, ""), _renamed(c.name, i, columns)) if n)
+        for i, c in enumerate(table.columns)
+    }
+    entries = [
+        "{" + ", ".join(f"{k}: {_scalar(c[k])}" for k in ("name", "type", "role")) + "}" for c in columns
+    ]
     width = max(map(len, entries))
-    lines = [f"# written by sparkml-dist init from {table.source}: types inferred over {table.rows:,} rows.",
-             "# Check the roles (a column that gives the label away must be ignored), then pin this file.",
-             "data:",
-             *(f"  {key}: {json.dumps(data[key])}" for key in ("train_path", "test_path", "delimiter", "null_values")
-               if key in data),
-             "  header: true",
-             "  columns:"]
+    lines = [
+        f"# written by sparkml-dist init from {table.source}: types inferred over {table.rows:,} rows.",
+        "# Check the roles (a column that gives the label away must be ignored), then pin this file.",
+        "data:",
+        *(
+            f"  {key}: {json.dumps(data[key])}"
+            for key in ("train_path", "test_path", "delimiter", "null_values")
+            if key in data
+        ),
+        "  header: true",
+        "  columns:",
+    ]
     for c, entry in zip(columns, entries):
         note = notes[c["name"]]
         lines.append(f"    - {entry:<{width}}  # {note}" if note else f"    - {entry}")
@@ -250,9 +297,17 @@ def _label_leaks(data: dict, table: InferredTable, threshold: float = 0.95) -> d
     label = data["label"]["column"]
     with _open(table.source) as fh, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        frame = pd.read_csv(fh, sep=data.get("delimiter", ","), header=0, names=[c.name for c in table.columns],
-                            nrows=INFER_ROWS, na_values=data.get("null_values", ["?"]), skipinitialspace=True,
-                            low_memory=False, dtype=str)
+        frame = pd.read_csv(
+            fh,
+            sep=data.get("delimiter", ","),
+            header=0,
+            names=[c.name for c in table.columns],
+            nrows=INFER_ROWS,
+            na_values=data.get("null_values", ["?"]),
+            skipinitialspace=True,
+            low_memory=False,
+            dtype=str,
+        )
     frame = frame[frame[label].notna()]
     base = frame[label].value_counts(normalize=True).max() if len(frame) else 1.0
     leaks = {}
@@ -262,5 +317,7 @@ def _label_leaks(data: dict, table: InferredTable, threshold: float = 0.95) -> d
             continue
         alone = groups.agg(lambda s: s.value_counts().max()).sum() / len(frame)
         if alone >= threshold and alone - base >= (1 - base) / 2:
-            leaks[column] = f"gives the label for {alone:.0%} of rows on its own: a leak? consider role ignore"
+            leaks[column] = (
+                f"gives the label for {alone:.0%} of rows on its own: a leak? consider role ignore"
+            )
     return leaks

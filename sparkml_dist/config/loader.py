@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import yaml
 from pydantic import ValidationError
@@ -43,9 +43,11 @@ def parse_config(raw: dict, source: str = "<config>") -> JobConfig:
 
 
 # Optuna's and Ray Tune's users write a range the way their library spells it
-_RANGE_FORMS = ("a range is {loguniform: [low, high]}, {uniform: [low, high]} (step: n), {int: [low, high]} "
-                "(log: true, step: n) or {choice: [values]}; Optuna's suggest_float(name, low, high, log=True) is "
-                "{loguniform: [low, high]} (docs/tuning.md)")
+_RANGE_FORMS = (
+    "a range is {loguniform: [low, high]}, {uniform: [low, high]} (step: n), {int: [low, high]} "
+    "(log: true, step: n) or {choice: [values]}; Optuna's suggest_float(name, low, high, log=True) is "
+    "{loguniform: [low, high]} (docs/tuning.md)"
+)
 
 
 def _describe(exc: ValidationError, source: str) -> str:

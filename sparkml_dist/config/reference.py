@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import types
 import typing
-from typing import Any, Iterator, Literal
+from collections.abc import Iterator
+from typing import Any, Literal
 
 import annotated_types
 from pydantic import BaseModel
@@ -41,8 +42,12 @@ def config_reference() -> str:
 def all_keys() -> set[str]:
     """Every key the schema knows, dotted as in the reference (`data.columns[].role`; the train
     section's shared keys and every method's own)."""
-    keys = {key for name, field in JobConfig.model_fields.items() if name != "train"
-            for key, _, _ in _walk(name, _model_of(field.annotation), None)}
+    keys = {
+        key
+        for name, field in JobConfig.model_fields.items()
+        if name != "train"
+        for key, _, _ in _walk(name, _model_of(field.annotation), None)
+    }
     keys.update(key for key, _, _ in _walk("train", TrainConfig, None))
     for _, method in TRAIN_METHODS:
         keys.update(key for key, _, _ in _walk("train", method.config, None))
@@ -71,14 +76,17 @@ def _doc_lines(model: type[BaseModel]) -> list[str]:
 
 def _table(prefix: str, model: type[BaseModel], only: list[str] | None = None) -> list[str]:
     rows = ["| key | type | default | description |", "|---|---|---|---|"]
-    for key, field, depth in _walk(prefix, model, only):
-        rows.append(f"| `{key}` | {_type(field.annotation)}{_bounds(field)} | {_default(field)} | "
-                    f"{(field.description or '').replace('|', '/')} |")
+    for key, field, _depth in _walk(prefix, model, only):
+        rows.append(
+            f"| `{key}` | {_type(field.annotation)}{_bounds(field)} | {_default(field)} | "
+            f"{(field.description or '').replace('|', '/')} |"
+        )
     return rows + [""]
 
 
-def _walk(prefix: str, model: type[BaseModel], only: list[str] | None, depth: int = 0
-          ) -> Iterator[tuple[str, FieldInfo, int]]:
+def _walk(
+    prefix: str, model: type[BaseModel], only: list[str] | None, depth: int = 0
+) -> Iterator[tuple[str, FieldInfo, int]]:
     for name, field in model.model_fields.items():
         if only is not None and name not in only:
             continue

@@ -6,8 +6,16 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializeAsAny,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from sparkml_dist.config.overrides import apply_overrides
@@ -26,7 +34,14 @@ ColumnType = Literal["int", "double", "string", "boolean"]
 ColumnRole = Literal["numeric", "categorical", "label", "id", "ignore", "weight"]
 SourceFormat = Literal["csv", "parquet", "orc", "json", "table"]
 TYPED_FORMATS = ("parquet", "orc", "json", "table")
-_EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".orc": "orc", ".json": "json", ".jsonl": "json"}
+_EXTENSIONS = {
+    ".csv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".orc": "orc",
+    ".json": "json",
+    ".jsonl": "json",
+}
 
 
 class ColumnSpec(Section):
@@ -34,27 +49,40 @@ class ColumnSpec(Section):
     sources (parquet, orc, json, table) the types come from the source and an entry only
     overrides a column's role."""
 
-    name: str = Field(min_length=1, description="column name (CSV columns are positional: list them in file order)")
-    type: ColumnType | None = Field(None, description="CSV: how the raw text is parsed (required); a value that does not "
-                                                      "parse is quarantined. Typed sources: a cast of the source column (a value it cannot "
-                                                      "read is quarantined)")
-    role: ColumnRole = Field(description="numeric and categorical columns are features; one column is the label; id "
-                                         "columns pass through to predictions; ignore columns are read and dropped; "
-                                         "weight: data.weight_column")
+    name: str = Field(
+        min_length=1, description="column name (CSV columns are positional: list them in file order)"
+    )
+    type: ColumnType | None = Field(
+        None,
+        description="CSV: how the raw text is parsed (required); a value that does not "
+        "parse is quarantined. Typed sources: a cast of the source column (a value it cannot "
+        "read is quarantined)",
+    )
+    role: ColumnRole = Field(
+        description="numeric and categorical columns are features; one column is the label; id "
+        "columns pass through to predictions; ignore columns are read and dropped; "
+        "weight: data.weight_column"
+    )
 
 
 class LabelSpec(Section):
     """The label column and what kind of target it is."""
 
     column: str = Field(description="the label column")
-    task: str | None = Field(None, description="binary, multiclass or regression; default: binary when positive and "
-                                               "negative are given or a typed source's label is boolean (true "
-                                               "positive), else regression for a double label and multiclass "
-                                               "for any other")
+    task: str | None = Field(
+        None,
+        description="binary, multiclass or regression; default: binary when positive and "
+        "negative are given or a typed source's label is boolean (true "
+        "positive), else regression for a double label and multiclass "
+        "for any other",
+    )
     positive: str | None = Field(None, description="binary: raw value of the positive class")
     negative: str | None = Field(None, description="binary: raw value of the negative class")
-    classes: list[str] | None = Field(None, description="multiclass: the classes, in output order (default: every "
-                                                        "value in the training rows, sorted); other values are rejected")
+    classes: list[str] | None = Field(
+        None,
+        description="multiclass: the classes, in output order (default: every "
+        "value in the training rows, sorted); other values are rejected",
+    )
     strip_suffix: str = Field("", description="classification: suffix removed before matching, e.g. '.'")
 
 
@@ -71,7 +99,7 @@ def _named_format(path: str) -> str | None:
     # Spark reads gzip and bzip2 text files as they are: rows.json.gz is JSON lines
     lower = path.lower().rstrip("/").removesuffix(".gz").removesuffix(".bz2")
     for ext, fmt in _EXTENSIONS.items():
-        if lower.endswith(ext) or lower.endswith(ext + "/*"):
+        if lower.endswith((ext, ext + "/*")):
             return fmt
     return None
 
@@ -93,35 +121,67 @@ def _format_of_files_in(path: str, look_at: int = 1000) -> str | None:
 class DataConfig(Section):
     """The input: where the rows are, their columns and how to read them, the label, the splits."""
 
-    train_path: str = Field(description="training rows: a file, a directory or a glob, or a table name with format "
-                                        "table; pkg://<package>/<file> reads a file shipped in an installed package")
-    test_path: str = Field(description="held-out rows for the test metrics and the gate; read in the format its "
-                                       "extension or files name, else train_path's")
-    score_path: str | None = Field(None, description="raw rows to score (format: as test_path); defaults to test_path")
-    format: SourceFormat | None = Field(None, description="csv, parquet, orc, json or table (spark.table(<path>)); "
-                                                          "default from the path's extension, or for a local "
-                                                          "directory from its files' extensions, else csv")
-    header: bool = Field(False, description="csv: the first line of each file names the columns; data.columns may then "
-                                            "be left out (types inferred from the first rows, roles from the types) "
-                                            "or list only the columns to override (docs/tasks.md)")
+    train_path: str = Field(
+        description="training rows: a file, a directory or a glob, or a table name with format "
+        "table; pkg://<package>/<file> reads a file shipped in an installed package"
+    )
+    test_path: str = Field(
+        description="held-out rows for the test metrics and the gate; read in the format its "
+        "extension or files name, else train_path's"
+    )
+    score_path: str | None = Field(
+        None, description="raw rows to score (format: as test_path); defaults to test_path"
+    )
+    format: SourceFormat | None = Field(
+        None,
+        description="csv, parquet, orc, json or table (spark.table(<path>)); "
+        "default from the path's extension, or for a local "
+        "directory from its files' extensions, else csv",
+    )
+    header: bool = Field(
+        False,
+        description="csv: the first line of each file names the columns; data.columns may then "
+        "be left out (types inferred from the first rows, roles from the types) "
+        "or list only the columns to override (docs/tasks.md)",
+    )
     delimiter: str = Field(",", min_length=1, max_length=1, description="csv: field separator")
-    null_values: list[str] = Field(["?"], description="csv: raw values read as missing (imputed for numeric features)")
-    columns: list[ColumnSpec] = Field(default_factory=list, description="csv: every column of the input, in order "
-                                                                        "(with a header: only the ones to override); "
-                                                                        "typed sources: only the roles to override")
+    null_values: list[str] = Field(
+        ["?"], description="csv: raw values read as missing (imputed for numeric features)"
+    )
+    columns: list[ColumnSpec] = Field(
+        default_factory=list,
+        description="csv: every column of the input, in order "
+        "(with a header: only the ones to override); "
+        "typed sources: only the roles to override",
+    )
     label: LabelSpec = Field(description="the label column and its task")
-    weight_column: str | None = Field(None, description="a numeric column of per-row weights for the loss and the "
-                                                        "metrics (>= 0; a row with a missing or negative weight is "
-                                                        "rejected)")
-    validation_fraction: float = Field(0.1, gt=0.0, lt=0.5, description="share of the training rows held out for "
-                                                                        "validation, by a hash of the row id")
+    weight_column: str | None = Field(
+        None,
+        description="a numeric column of per-row weights for the loss and the "
+        "metrics (>= 0; a row with a missing or negative weight is "
+        "rejected)",
+    )
+    validation_fraction: float = Field(
+        0.1,
+        gt=0.0,
+        lt=0.5,
+        description="share of the training rows held out for validation, by a hash of the row id",
+    )
     split_seed: int = Field(7, description="seed of the validation split (same input, same split)")
-    max_reject_fraction: float = Field(0.5, ge=0.0, le=1.0, description="preprocess stops, naming the most common "
-                                       "reasons, when more of an input's rows than this are rejected (a wrong type "
-                                       "or delimiter in data.columns, not dirty rows); 1.0 never stops")
+    max_reject_fraction: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="preprocess stops, naming the most common "
+        "reasons, when more of an input's rows than this are rejected (a wrong type "
+        "or delimiter in data.columns, not dirty rows); 1.0 never stops",
+    )
     files_per_rank: int = Field(2, ge=1, le=64, description="Parquet files per rank in the training split")
-    row_group_rows: int = Field(2048, ge=64, description="about this many rows per Parquet row group (the unit a "
-                                                         "rank reads and shuffles)")
+    row_group_rows: int = Field(
+        2048,
+        ge=64,
+        description="about this many rows per Parquet row group (the unit a rank reads and shuffles)",
+    )
 
     # the feature columns of the trained model that rows are read for (with_model_features): a
     # source column outside them that data.columns does not name is not a feature. None: rows read
@@ -132,7 +192,7 @@ class DataConfig(Section):
     def model_features(self) -> frozenset[str] | None:
         return self._model_features
 
-    def with_model_features(self, features) -> "DataConfig":
+    def with_model_features(self, features) -> DataConfig:
         copy = self.model_copy()
         copy._model_features = frozenset(features)
         return copy
@@ -163,7 +223,11 @@ class DataConfig(Section):
     def _a_weight_role_names_the_weight_column(cls, raw):
         """One column with role weight is data.weight_column; saying it twice is not needed."""
         if isinstance(raw, dict) and raw.get("weight_column") is None:
-            weights = [c.get("name") for c in raw.get("columns") or [] if isinstance(c, dict) and c.get("role") == "weight"]
+            weights = [
+                c.get("name")
+                for c in raw.get("columns") or []
+                if isinstance(c, dict) and c.get("role") == "weight"
+            ]
             if len(weights) == 1:
                 return {**raw, "weight_column": weights[0]}
         return raw
@@ -178,15 +242,21 @@ class DataConfig(Section):
             raise ValueError(self._csv_needs_columns())
         labels = [c.name for c in self.columns if c.role == "label"]
         if labels not in ([self.label.column], [] if self.typed else [self.label.column]):
-            raise ValueError(f"the label column is data.label.column ('{self.label.column}'); found role 'label' on "
-                             f"{labels}" + ("" if self.typed else ": give exactly that column role 'label'"))
+            raise ValueError(
+                f"the label column is data.label.column ('{self.label.column}'); found role 'label' on "
+                f"{labels}" + ("" if self.typed else ": give exactly that column role 'label'")
+            )
         weights = [c.name for c in self.columns if c.role == "weight"]
         if weights not in ([], [self.weight_column]):
-            raise ValueError(f"role 'weight' on {weights} but data.weight_column is {self.weight_column!r}; set "
-                             f"data.weight_column to the weight column")
+            raise ValueError(
+                f"role 'weight' on {weights} but data.weight_column is {self.weight_column!r}; set "
+                f"data.weight_column to the weight column"
+            )
         for c in self.columns:
             if c.role == "numeric" and c.type in ("string", "boolean"):
-                raise ValueError(f"column '{c.name}' has role 'numeric' but type '{c.type}'; use int or double")
+                raise ValueError(
+                    f"column '{c.name}' has role 'numeric' but type '{c.type}'; use int or double"
+                )
         if self.typed:
             return self
         untyped = [c.name for c in self.columns if c.type is None]
@@ -195,15 +265,22 @@ class DataConfig(Section):
         if not any(c.role in ("numeric", "categorical") for c in self.columns):
             raise ValueError("no feature columns: give at least one column role 'numeric' or 'categorical'")
         if self.weight_column is not None and self.weight_column not in weights:
-            raise ValueError(f"data.weight_column {self.weight_column!r}: list it in data.columns with role 'weight'")
+            raise ValueError(
+                f"data.weight_column {self.weight_column!r}: list it in data.columns with role 'weight'"
+            )
         return self
 
     def _csv_needs_columns(self, untyped: list[str] | None = None) -> str:
-        why = (f"; data.format is csv because train_path '{self.train_path}' names no other format (no .parquet, "
-               f".orc or .json extension, nor a local directory of such files): set data.format for a typed source"
-               if self.format is None else "")
-        return ("data.columns: a csv source lists every column, in file order, each with a type (int, double, "
-                f"string, boolean){'; no type on ' + str(untyped) if untyped else ''}{why}")
+        why = (
+            f"; data.format is csv because train_path '{self.train_path}' names no other format (no .parquet, "
+            f".orc or .json extension, nor a local directory of such files): set data.format for a typed source"
+            if self.format is None
+            else ""
+        )
+        return (
+            "data.columns: a csv source lists every column, in file order, each with a type (int, double, "
+            f"string, boolean){'; no type on ' + str(untyped) if untyped else ''}{why}"
+        )
 
     def names_with_role(self, role: ColumnRole) -> list[str]:
         return [c.name for c in self.columns if c.role == role]
@@ -214,11 +291,16 @@ class FeatureConfig(Section):
 
     impute_strategy: Literal["median", "mean"] = Field("median", description="fills missing numeric values")
     scale_numeric: bool = Field(True, description="standardise numeric features (mean 0, variance 1)")
-    one_hot: bool = Field(True, description="one-hot encode categorical features (else their index is one feature)")
+    one_hot: bool = Field(
+        True, description="one-hot encode categorical features (else their index is one feature)"
+    )
     max_categories: int | None = Field(
-        None, ge=1, description="keep each categorical column's N most frequent training values (ties "
-                                "alphabetical); its rarer values share the slot of values never seen in training. "
-                                "Unset: every value has a slot")
+        None,
+        ge=1,
+        description="keep each categorical column's N most frequent training values (ties "
+        "alphabetical); its rarer values share the slot of values never seen in training. "
+        "Unset: every value has a slot",
+    )
 
 
 class TransformerConfig(Section):
@@ -232,8 +314,10 @@ class TransformerConfig(Section):
     @model_validator(mode="after")
     def _heads_divide_width(self) -> TransformerConfig:
         if self.d_model % self.heads:
-            raise ValueError(f"model.transformer.d_model ({self.d_model}) must be divisible by "
-                             f"model.transformer.heads ({self.heads})")
+            raise ValueError(
+                f"model.transformer.d_model ({self.d_model}) must be divisible by "
+                f"model.transformer.heads ({self.heads})"
+            )
         return self
 
 
@@ -241,22 +325,33 @@ class ModelConfig(Section):
     """The network (rebuilt anywhere from its spec; weights are state_dicts)."""
 
     kind: Literal["mlp", "transformer", "custom"] = Field(
-        "mlp", description="mlp: dense layers over the feature vector; transformer: one token per source column; "
-                           "custom: your own nn.Module from model.factory")
-    hidden: list[int] = Field(default_factory=lambda: [128, 64], min_length=1, description="mlp hidden widths")
+        "mlp",
+        description="mlp: dense layers over the feature vector; transformer: one token per source column; "
+        "custom: your own nn.Module from model.factory",
+    )
+    hidden: list[int] = Field(
+        default_factory=lambda: [128, 64], min_length=1, description="mlp hidden widths"
+    )
     dropout: float = Field(0.1, ge=0.0, lt=1.0, description="dropout probability")
     transformer: TransformerConfig = Field(TransformerConfig(), description="model.kind=transformer")
-    factory: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
-                                description="model.kind=custom: 'package.module:function', called with (InputSpec, "
-                                            "TaskSpec, model.options) and returning an nn.Module (docs/bring-your-own.md)")
-    options: dict[str, Any] = Field(default_factory=dict, description="model.kind=custom: the factory's third argument")
+    factory: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
+        description="model.kind=custom: 'package.module:function', called with (InputSpec, "
+        "TaskSpec, model.options) and returning an nn.Module (docs/bring-your-own.md)",
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="model.kind=custom: the factory's third argument"
+    )
 
     @model_validator(mode="after")
-    def _factory_with_custom(self) -> "ModelConfig":
+    def _factory_with_custom(self) -> ModelConfig:
         if self.kind == "custom" and not self.factory:
             raise ValueError("model.kind=custom needs model.factory: 'package.module:function'")
         if self.kind != "custom" and (self.factory or self.options):
-            raise ValueError(f"model.factory and model.options are for model.kind=custom (model.kind is {self.kind})")
+            raise ValueError(
+                f"model.factory and model.options are for model.kind=custom (model.kind is {self.kind})"
+            )
         return self
 
 
@@ -279,10 +374,15 @@ class TrainConfig(Section):
     # can it capture its step in a CUDA graph (train.cuda_graph=on)?
     cuda_graphs: ClassVar[bool] = False
 
-    strategy: str = Field("ddp", description="the training method; built in: ddp, fsdp, tensor, pipeline, hybrid, "
-                                             "async, federated (each adds its own keys below)")
-    backend: Literal["torch", "horovod"] = Field("torch", description="communication backend: torch.distributed, or "
-                                                                      "Horovod AllReduce (data parallelism only)")
+    strategy: str = Field(
+        "ddp",
+        description="the training method; built in: ddp, fsdp, tensor, pipeline, hybrid, "
+        "async, federated (each adds its own keys below)",
+    )
+    backend: Literal["torch", "horovod"] = Field(
+        "torch",
+        description="communication backend: torch.distributed, or Horovod AllReduce (data parallelism only)",
+    )
     num_ranks: int = Field(2, ge=1, le=1024, description="ranks in the barrier stage (one Spark task each)")
     epochs: int = Field(8, ge=1, description="passes over the training split")
     batch_size: int = Field(256, ge=1, description="rows per optimizer step on each rank")
@@ -292,37 +392,69 @@ class TrainConfig(Section):
     shuffle_buffer_row_groups: int = Field(4, ge=1, description="row groups a rank shuffles together")
     timeout_s: int = Field(300, ge=5, description="collective / rendezvous timeout")
     checkpoint_keep: int = Field(2, ge=1, description="newest checkpoints kept")
-    checkpoint_every_steps: int = Field(0, ge=0, description="also checkpoint every N optimizer steps (0: epoch ends only)")
+    checkpoint_every_steps: int = Field(
+        0, ge=0, description="also checkpoint every N optimizer steps (0: epoch ends only)"
+    )
     input: Literal["parquet", "dataframe"] = Field(
-        "parquet", description="how the train split reaches the ranks: parquet (each rank reads its rows from the "
-                               "preprocess output) or dataframe (Spark deals them through the barrier stage; no "
-                               "shared storage read for training rows)")
-    min_ranks: int | None = Field(None, ge=1, description="elastic: when train.num_ranks cannot all be placed within "
-                                                          "train.elastic_wait_s (a lost host), continue with fewer, at "
-                                                          "least this many, from the last checkpoint; a later attempt "
-                                                          "grows back. None: exactly num_ranks (ddp, fsdp)")
-    elastic_wait_s: float = Field(60.0, gt=0, description="how long a launch waits for train.num_ranks slots before an "
-                                                          "elastic run continues with fewer")
-    max_attempts: int = Field(3, ge=1, description="barrier-stage launches before giving up; each resumes from the last checkpoint")
-    straggler_factor: float = Field(1.5, gt=1.0, description="a rank whose median step time exceeds factor x the ranks' median is reported")
-    device: Literal["cpu", "cuda", "auto"] = Field("auto", description="auto: the GPU Spark assigned the task, else CPU")
+        "parquet",
+        description="how the train split reaches the ranks: parquet (each rank reads its rows from the "
+        "preprocess output) or dataframe (Spark deals them through the barrier stage; no "
+        "shared storage read for training rows)",
+    )
+    min_ranks: int | None = Field(
+        None,
+        ge=1,
+        description="elastic: when train.num_ranks cannot all be placed within "
+        "train.elastic_wait_s (a lost host), continue with fewer, at "
+        "least this many, from the last checkpoint; a later attempt "
+        "grows back. None: exactly num_ranks (ddp, fsdp)",
+    )
+    elastic_wait_s: float = Field(
+        60.0,
+        gt=0,
+        description="how long a launch waits for train.num_ranks slots before an "
+        "elastic run continues with fewer",
+    )
+    max_attempts: int = Field(
+        3, ge=1, description="barrier-stage launches before giving up; each resumes from the last checkpoint"
+    )
+    straggler_factor: float = Field(
+        1.5,
+        gt=1.0,
+        description="a rank whose median step time exceeds factor x the ranks' median is reported",
+    )
+    device: Literal["cpu", "cuda", "auto"] = Field(
+        "auto", description="auto: the GPU Spark assigned the task, else CPU"
+    )
     precision: Literal["fp32", "bf16", "fp16"] = Field(
-        "fp32", description="the forward pass's precision: bf16 or fp16 autocast (weights, gradients and the "
-                            "optimizer stay fp32; fp16 adds a gradient scaler and needs a GPU; bf16 also runs on CPU)")
-    tf32: bool = Field(True, description="on CUDA: fp32 matmuls on TF32 tensor cores (torch's 'high' matmul "
-                                         "precision) while training; scoring always uses full fp32")
+        "fp32",
+        description="the forward pass's precision: bf16 or fp16 autocast (weights, gradients and the "
+        "optimizer stay fp32; fp16 adds a gradient scaler and needs a GPU; bf16 also runs on CPU)",
+    )
+    tf32: bool = Field(
+        True,
+        description="on CUDA: fp32 matmuls on TF32 tensor cores (torch's 'high' matmul "
+        "precision) while training; scoring always uses full fp32",
+    )
     cuda_graph: Literal["auto", "on", "off"] = Field(
-        "auto", description="on a GPU, capture the whole training step in a CUDA graph and replay it (a tabular "
-                            "model's step is launch-bound: docs/gpu.md). auto: for one rank where the method, "
-                            "backend and precision allow it (ddp on torch.distributed, fp32 or bf16), falling back "
-                            "to eager steps if the model cannot be captured; on: also for several ranks (two graphs "
-                            "around an eager allreduce; not yet run on several GPUs), an error if it cannot; off: eager")
+        "auto",
+        description="on a GPU, capture the whole training step in a CUDA graph and replay it (a tabular "
+        "model's step is launch-bound: docs/gpu.md). auto: for one rank where the method, "
+        "backend and precision allow it (ddp on torch.distributed, fp32 or bf16), falling back "
+        "to eager steps if the model cannot be captured; on: also for several ranks (two graphs "
+        "around an eager allreduce; not yet run on several GPUs), an error if it cannot; off: eager",
+    )
     threads_per_rank: int = Field(0, ge=0, description="torch intra-op threads; 0 = cores / ranks")
     log_every_steps: int = Field(50, ge=1, description="rank 0 prints a progress line every N steps")
-    loss: Literal["mse", "huber"] | None = Field(None, description="regression: mse (default) or huber on the "
-                                                                 "standardised label; classifiers use cross-entropy")
-    class_weight: Literal["none", "balanced"] = Field("none", description="classification: balanced weighs each class "
-                                                                          "by rows / (classes x its rows) in the loss")
+    loss: Literal["mse", "huber"] | None = Field(
+        None,
+        description="regression: mse (default) or huber on the "
+        "standardised label; classifiers use cross-entropy",
+    )
+    class_weight: Literal["none", "balanced"] = Field(
+        "none",
+        description="classification: balanced weighs each class by rows / (classes x its rows) in the loss",
+    )
 
     @field_validator("cuda_graph", mode="before")
     @classmethod
@@ -333,28 +465,43 @@ class TrainConfig(Section):
     @model_validator(mode="after")
     def _backend_is_supported(self) -> TrainConfig:
         if self.backend not in self.supported_backends:
-            raise ValueError(f"train.strategy={self.strategy} runs on {' or '.join(self.supported_backends)}; Horovod "
-                             "does data parallelism only: set train.backend=torch or train.strategy=ddp")
+            raise ValueError(
+                f"train.strategy={self.strategy} runs on {' or '.join(self.supported_backends)}; Horovod "
+                "does data parallelism only: set train.backend=torch or train.strategy=ddp"
+            )
         if self.min_ranks is not None and (self.min_ranks > self.num_ranks or not self.elastic):
-            raise ValueError(f"train.min_ranks={self.min_ranks}: must be at most train.num_ranks ({self.num_ranks}), "
-                             f"and train.strategy={self.strategy} " + ("can" if self.elastic else "cannot") +
-                             " change its world size (elastic training: ddp, fsdp)")
+            raise ValueError(
+                f"train.min_ranks={self.min_ranks}: must be at most train.num_ranks ({self.num_ranks}), "
+                f"and train.strategy={self.strategy} "
+                + ("can" if self.elastic else "cannot")
+                + " change its world size (elastic training: ddp, fsdp)"
+            )
         if self.precision not in self.precisions:
-            raise ValueError(f"train.precision={self.precision} is not available with train.strategy={self.strategy} "
-                             f"(it runs {', '.join(self.precisions)}); fp16's loss scaling needs every rank to hold "
-                             f"whole gradients: use train.precision=bf16, or train.strategy=ddp")
+            raise ValueError(
+                f"train.precision={self.precision} is not available with train.strategy={self.strategy} "
+                f"(it runs {', '.join(self.precisions)}); fp16's loss scaling needs every rank to hold "
+                f"whole gradients: use train.precision=bf16, or train.strategy=ddp"
+            )
         if self.precision == "fp16" and self.device == "cpu":
-            raise ValueError("train.precision=fp16 needs a GPU (its gradient scaler is CUDA's); on CPU use "
-                             "train.precision=bf16")
-        if self.cuda_graph == "on" and (not self.cuda_graphs or self.device == "cpu" or self.precision == "fp16"):
-            raise ValueError(f"train.cuda_graph=on captures a data-parallel step on a GPU with torch.distributed, "
-                             f"in fp32 or bf16 (here: train.strategy={self.strategy}, train.backend={self.backend}, "
-                             f"train.device={self.device}, train.precision={self.precision}); set "
-                             f"train.cuda_graph=auto or off")
+            raise ValueError(
+                "train.precision=fp16 needs a GPU (its gradient scaler is CUDA's); on CPU use "
+                "train.precision=bf16"
+            )
+        if self.cuda_graph == "on" and (
+            not self.cuda_graphs or self.device == "cpu" or self.precision == "fp16"
+        ):
+            raise ValueError(
+                f"train.cuda_graph=on captures a data-parallel step on a GPU with torch.distributed, "
+                f"in fp32 or bf16 (here: train.strategy={self.strategy}, train.backend={self.backend}, "
+                f"train.device={self.device}, train.precision={self.precision}); set "
+                f"train.cuda_graph=auto or off"
+            )
         if self.input == "dataframe" and not self.dataframe_input:
-            raise ValueError(f"train.input=dataframe deals each rank its own rows, but train.strategy={self.strategy} "
-                             f"needs ranks that share rows (or a different reader); use train.input=parquet, or "
-                             f"train.strategy=ddp or fsdp")
+            raise ValueError(
+                f"train.input=dataframe deals each rank its own rows, but train.strategy={self.strategy} "
+                f"needs ranks that share rows (or a different reader); use train.input=parquet, or "
+                f"train.strategy=ddp or fsdp"
+            )
         return self
 
     def check_job(self, job: JobConfig) -> None:
@@ -372,7 +519,9 @@ class TrainMethodEntry(Protocol):
 
 # train.strategy -> method. Kept beside the schema because the `train` section's class is chosen
 # from it; methods register into it (sparkml_dist.methods.register_method), the built-ins on first use.
-TRAIN_METHODS: Registry[TrainMethodEntry] = Registry("train.strategy", builtin_modules=("sparkml_dist.methods.builtin",))
+TRAIN_METHODS: Registry[TrainMethodEntry] = Registry(
+    "train.strategy", builtin_modules=("sparkml_dist.methods.builtin",)
+)
 
 
 def _train_section(value: Any) -> TrainConfig:
@@ -385,9 +534,16 @@ def _train_section(value: Any) -> TrainConfig:
         raise ValueError("train must be a mapping of keys (strategy, epochs, ...)")
     strategy = value.get("strategy", "ddp")
     if not isinstance(strategy, str) or strategy not in TRAIN_METHODS:
-        raise _error(("strategy",), strategy, PydanticCustomError(
-            "unknown_method", "unknown training method '{strategy}'; known: {known} (a new one is registered with "
-            "sparkml_dist.register_method)", {"strategy": str(strategy), "known": ", ".join(TRAIN_METHODS.names())}))
+        raise _error(
+            ("strategy",),
+            strategy,
+            PydanticCustomError(
+                "unknown_method",
+                "unknown training method '{strategy}'; known: {known} (a new one is registered with "
+                "sparkml_dist.register_method)",
+                {"strategy": str(strategy), "known": ", ".join(TRAIN_METHODS.names())},
+            ),
+        )
     return TRAIN_METHODS.get(strategy).config.model_validate(value)
 
 
@@ -395,8 +551,11 @@ def _error(loc: tuple[str, ...], value: Any, error: Exception) -> ValidationErro
     """A validation error at `loc` (under the field being validated, or from the top when raised by
     the whole config's validator), so the message names the key."""
     if isinstance(error, PydanticCustomError):
-        line = {"type": PydanticCustomError(error.type, error.message_template, error.context), "loc": loc,
-                "input": value}
+        line = {
+            "type": PydanticCustomError(error.type, error.message_template, error.context),
+            "loc": loc,
+            "input": value,
+        }
     else:
         line = {"type": "value_error", "loc": loc, "input": value, "ctx": {"error": error}}
     return ValidationError.from_exception_data("JobConfig", [line])
@@ -408,20 +567,33 @@ class GateConfig(Section):
     macro_f1, weighted_f1, log_loss; regression: rmse, mae, r2); lower is better for log_loss,
     rmse and mae, and the bound and the champion comparison follow that."""
 
-    metric: str | None = Field(None, description="test metric the gate compares; default by task: binary roc_auc, "
-                                                 "multiclass accuracy, regression r2")
-    min_value: float | None = Field(None, description="for a higher-is-better metric: the least a new champion may "
-                                                      "score (default: what a constant prediction scores)")
-    max_value: float | None = Field(None, description="for a lower-is-better metric: the most a new champion may score")
-    must_beat_champion: bool = Field(True, description="and only if it beats the champion re-scored on the same rows")
+    metric: str | None = Field(
+        None,
+        description="test metric the gate compares; default by task: binary roc_auc, "
+        "multiclass accuracy, regression r2",
+    )
+    min_value: float | None = Field(
+        None,
+        description="for a higher-is-better metric: the least a new champion may "
+        "score (default: what a constant prediction scores)",
+    )
+    max_value: float | None = Field(
+        None, description="for a lower-is-better metric: the most a new champion may score"
+    )
+    must_beat_champion: bool = Field(
+        True, description="and only if it beats the champion re-scored on the same rows"
+    )
 
 
 class EvaluateConfig(Section):
     """How predictions are decided and judged."""
 
-    threshold: float | Literal["f1"] = Field(0.5, description="binary: the probability at or above which a row is "
-                                                              "predicted positive; f1: the one with the best F1 on the "
-                                                              "validation split (stored in the model, used by scoring)")
+    threshold: float | Literal["f1"] = Field(
+        0.5,
+        description="binary: the probability at or above which a row is "
+        "predicted positive; f1: the one with the best F1 on the "
+        "validation split (stored in the model, used by scoring)",
+    )
 
     @field_validator("threshold")
     @classmethod
@@ -434,12 +606,17 @@ class EvaluateConfig(Section):
 class TrackingConfig(Section):
     """MLflow: where runs, models and registry versions go."""
 
-    tracking_uri: str | None = Field(None, description="default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db; "
-                                                       "a sqlite store's new experiments keep their artifacts beside "
-                                                       "it, in <its folder>/mlruns/<experiment> (a name with characters unsafe "
-                                                       "in a folder name: its safe part and a hash of the name)")
+    tracking_uri: str | None = Field(
+        None,
+        description="default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db; "
+        "a sqlite store's new experiments keep their artifacts beside "
+        "it, in <its folder>/mlruns/<experiment> (a name with characters unsafe "
+        "in a folder name: its safe part and a hash of the name)",
+    )
     experiment: str = Field("sparkml_dist", description="MLflow experiment of the runs")
-    registered_model: str = Field("sparkml_dist_model", description="registry name the versions are created under")
+    registered_model: str = Field(
+        "sparkml_dist_model", description="registry name the versions are created under"
+    )
     gate: GateConfig = Field(GateConfig(), description="promotion to the champion alias")
 
 
@@ -449,69 +626,121 @@ class SparkConfig(Section):
     master: str = Field("local[*]", description="ignored when spark-submit sets --master")
     app_name: str = Field("sparkml_dist", description="Spark application name")
     conf: dict[str, str] = Field(default_factory=dict, description="any Spark conf; spark-submit --conf wins")
-    executor_wait_s: float = Field(120.0, gt=0, description="on a cluster without dynamic allocation: fail, naming the "
-                                                            "gap between the executors asked for and the workers' free "
-                                                            "cores and memory, when no executor registers within this")
+    executor_wait_s: float = Field(
+        120.0,
+        gt=0,
+        description="on a cluster without dynamic allocation: fail, naming the "
+        "gap between the executors asked for and the workers' free "
+        "cores and memory, when no executor registers within this",
+    )
 
 
 class FinetuneConfig(Section):
     """`finetune` job: continue training a registered model on new data (jobs/finetune.py)."""
 
-    base_model: str | None = Field(None, description="models:/<name>@<alias>, models:/<name>/<version> or runs:/<id>/model; "
-                                                     "default models:/<tracking.registered_model>@champion")
-    where: str | None = Field(None, description="Spark SQL predicate over the raw columns choosing the rows to fine-tune "
-                                                "on (and the subset the result is measured on), e.g. \"age < 30\"; "
-                                                "the label by its column name too")
+    base_model: str | None = Field(
+        None,
+        description="models:/<name>@<alias>, models:/<name>/<version> or runs:/<id>/model; "
+        "default models:/<tracking.registered_model>@champion",
+    )
+    where: str | None = Field(
+        None,
+        description="Spark SQL predicate over the raw columns choosing the rows to fine-tune "
+        'on (and the subset the result is measured on), e.g. "age < 30"; '
+        "the label by its column name too",
+    )
     epochs: int = Field(3, ge=1, description="passes over the fine-tuning rows")
     learning_rate: float = Field(2e-4, gt=0.0, le=1.0, description="usually well below train.learning_rate")
-    freeze: list[str] = Field(default_factory=list, description="parameter-name prefixes kept fixed, e.g. [net.0]")
-    lora_rank: int = Field(0, ge=0, description=">0: low-rank adapters on the Linear layers, base weights frozen")
+    freeze: list[str] = Field(
+        default_factory=list, description="parameter-name prefixes kept fixed, e.g. [net.0]"
+    )
+    lora_rank: int = Field(
+        0, ge=0, description=">0: low-rank adapters on the Linear layers, base weights frozen"
+    )
     lora_alpha: float = Field(8.0, gt=0.0, description="LoRA scale: the adapter adds alpha / rank x B A x")
-    max_original_drop: float = Field(0.02, ge=0.0,
-                                     description="the gate metric on the original test set may get worse (in its "
-                                                 "direction and units) by at most this")
+    max_original_drop: float = Field(
+        0.02,
+        ge=0.0,
+        description="the gate metric on the original test set may get worse (in its "
+        "direction and units) by at most this",
+    )
     alias: str = Field("finetuned", min_length=1, description="alias the new version gets when it passes")
 
 
 class CommunityConfig(Section):
     """`contribute` job: validate a submitted parameter delta before merging it (jobs/contribute.py)."""
 
-    base_model: str | None = Field(None, description="the model deltas apply to; default models:/<tracking.registered_model>@champion")
+    base_model: str | None = Field(
+        None, description="the model deltas apply to; default models:/<tracking.registered_model>@champion"
+    )
     max_delta_norm: float = Field(10.0, gt=0.0, description="L2 norm bound of the whole update")
-    max_regression: float = Field(0.005, ge=0.0, description="the gate metric on held-out rows may get worse (in its "
-                                                             "direction and units: accuracy points, rmse in the "
-                                                             "label's units) by at most this")
-    validation_path: str | None = Field(None, description="held-out rows (raw) a contribution is judged on; default "
-                                                           "the training file's validation split (not the test set)")
-    max_delta_mb: float | None = Field(None, gt=0.0, description="a delta file larger than this is refused unread; "
-                                                                 "default twice the base model's weights plus 1 MiB")
-    alias: str | None = Field("community", description="alias an accepted contribution's version gets (null: none)")
+    max_regression: float = Field(
+        0.005,
+        ge=0.0,
+        description="the gate metric on held-out rows may get worse (in its "
+        "direction and units: accuracy points, rmse in the "
+        "label's units) by at most this",
+    )
+    validation_path: str | None = Field(
+        None,
+        description="held-out rows (raw) a contribution is judged on; default "
+        "the training file's validation split (not the test set)",
+    )
+    max_delta_mb: float | None = Field(
+        None,
+        gt=0.0,
+        description="a delta file larger than this is refused unread; "
+        "default twice the base model's weights plus 1 MiB",
+    )
+    alias: str | None = Field(
+        "community", description="alias an accepted contribution's version gets (null: none)"
+    )
 
 
 class FederatedConfig(Section):
     """`federated` job: clients are the groups of `client_column`; rows never leave their partition."""
 
-    client_column: str | None = Field(None, description="raw column whose values are the clients, e.g. occupation")
+    client_column: str | None = Field(
+        None, description="raw column whose values are the clients, e.g. occupation"
+    )
     rounds: int = Field(10, ge=1, description="federated rounds")
     client_fraction: float = Field(1.0, gt=0.0, le=1.0, description="clients sampled per round")
-    min_clients: int = Field(2, ge=1, description="a round with fewer sampled or on-time clients is skipped (counted)")
+    min_clients: int = Field(
+        2, ge=1, description="a round with fewer sampled or on-time clients is skipped (counted)"
+    )
     local_epochs: int = Field(1, ge=1, description="passes over its own rows each client makes per round")
     batch_size: int = Field(64, ge=1, description="client batch size")
     learning_rate: float = Field(1e-3, gt=0.0, le=1.0, description="client AdamW learning rate")
-    algorithm: Literal["fedavg", "fedprox"] = Field("fedavg", description="fedprox adds a proximal term for skewed clients")
+    algorithm: Literal["fedavg", "fedprox"] = Field(
+        "fedavg", description="fedprox adds a proximal term for skewed clients"
+    )
     proximal_mu: float = Field(0.01, ge=0.0, description="fedprox: weight of mu/2 ||w - w_global||^2")
     clip_norm: float | None = Field(None, gt=0.0, description="per-client L2 bound on the update")
-    noise_multiplier: float = Field(0.0, ge=0.0, description="Gaussian noise std on the summed update = this x clip_norm")
-    dp_delta: float = Field(1e-5, gt=0.0, lt=1.0, description="the delta of the (epsilon, delta) the run reports "
-                                                                "when noise_multiplier > 0")
-    secure_aggregation: bool = Field(False, description="pairwise X25519 masks in a finite ring: the driver sees only the sum")
-    round_timeout_s: float = Field(300.0, gt=0.0, description="a client still training this long after it started is dropped for the round (counted)")
+    noise_multiplier: float = Field(
+        0.0, ge=0.0, description="Gaussian noise std on the summed update = this x clip_norm"
+    )
+    dp_delta: float = Field(
+        1e-5,
+        gt=0.0,
+        lt=1.0,
+        description="the delta of the (epsilon, delta) the run reports when noise_multiplier > 0",
+    )
+    secure_aggregation: bool = Field(
+        False, description="pairwise X25519 masks in a finite ring: the driver sees only the sum"
+    )
+    round_timeout_s: float = Field(
+        300.0,
+        gt=0.0,
+        description="a client still training this long after it started is dropped for the round (counted)",
+    )
     seed: int = Field(7, description="client sampling")
 
     @model_validator(mode="after")
     def _noise_needs_a_bound(self) -> FederatedConfig:
         if self.noise_multiplier > 0 and self.clip_norm is None:
-            raise ValueError("federated.noise_multiplier > 0 needs federated.clip_norm (the noise is scaled to the bound)")
+            raise ValueError(
+                "federated.noise_multiplier > 0 needs federated.clip_norm (the noise is scaled to the bound)"
+            )
         return self
 
 
@@ -519,57 +748,92 @@ class ObserveConfig(Section):
     """What a run costs and where its time goes (`sparkml_dist.observe`): per-rank system metrics
     under MLflow's `system/` names, the step-time breakdown, and energy (docs/observability.md)."""
 
-    system_metrics_interval_s: float = Field(5.0, ge=0.0, description="each rank samples its CPU, memory, network "
-                                                                      "(and GPU) this often into the run as "
-                                                                      "system/rank<N>/... metrics; 0: off")
-    step_breakdown: bool = Field(True, description="time each step's data wait, forward+backward, communication and "
-                                                   "optimizer step per rank (per-epoch medians and a stacked plot)")
-    cpu_watts_per_core: float = Field(7.0, gt=0.0, le=100.0,
-                                      description="energy estimate where neither NVML nor RAPL can be read: joules = "
-                                                  "process CPU-seconds x this (a server CPU's TDP / its cores)")
+    system_metrics_interval_s: float = Field(
+        5.0,
+        ge=0.0,
+        description="each rank samples its CPU, memory, network "
+        "(and GPU) this often into the run as "
+        "system/rank<N>/... metrics; 0: off",
+    )
+    step_breakdown: bool = Field(
+        True,
+        description="time each step's data wait, forward+backward, communication and "
+        "optimizer step per rank (per-epoch medians and a stacked plot)",
+    )
+    cpu_watts_per_core: float = Field(
+        7.0,
+        gt=0.0,
+        le=100.0,
+        description="energy estimate where neither NVML nor RAPL can be read: joules = "
+        "process CPU-seconds x this (a server CPU's TDP / its cores)",
+    )
 
 
 class ScoreConfig(Section):
     """Where scoring runs its model: batch scoring, evaluation, the stream and the served model."""
 
     device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto", description="auto: the GPU Spark assigned the scoring task (spark.task.resource.gpu.amount), else "
-                            "GPU 0 where torch sees one, else the CPU; cuda: the same, an error without a GPU; cpu: "
-                            "always the CPU. On a GPU, rows travel compact and are made dense there, in full fp32")
+        "auto",
+        description="auto: the GPU Spark assigned the scoring task (spark.task.resource.gpu.amount), else "
+        "GPU 0 where torch sees one, else the CPU; cuda: the same, an error without a GPU; cpu: "
+        "always the CPU. On a GPU, rows travel compact and are made dense there, in full fp32",
+    )
 
 
 class StreamConfig(Section):
     """`sparkml-dist stream`: continuous scoring with Structured Streaming (docs/streaming.md)."""
 
     trigger: Literal["processing_time", "available_now"] = Field(
-        "processing_time", description="processing_time: a micro-batch every stream.interval while the query runs; "
-                                       "available_now: score what the input holds, in micro-batches, then stop "
-                                       "(for scheduled runs)")
-    interval: str = Field("5 seconds", pattern=r"^\d+(\.\d+)? *(milliseconds?|ms|seconds?|s|minutes?|min)$",
-                          description="processing_time: how often a micro-batch starts, e.g. '1 second'")
-    max_files_per_trigger: int | None = Field(None, ge=1, description="new files one micro-batch reads at most "
-                                                                       "(default: all that arrived)")
-    model_uri: str = Field("", description="the model to follow: default models:/<tracking.registered_model>@champion; "
-                                           "an alias is resolved again before every micro-batch")
+        "processing_time",
+        description="processing_time: a micro-batch every stream.interval while the query runs; "
+        "available_now: score what the input holds, in micro-batches, then stop "
+        "(for scheduled runs)",
+    )
+    interval: str = Field(
+        "5 seconds",
+        pattern=r"^\d+(\.\d+)? *(milliseconds?|ms|seconds?|s|minutes?|min)$",
+        description="processing_time: how often a micro-batch starts, e.g. '1 second'",
+    )
+    max_files_per_trigger: int | None = Field(
+        None, ge=1, description="new files one micro-batch reads at most (default: all that arrived)"
+    )
+    model_uri: str = Field(
+        "",
+        description="the model to follow: default models:/<tracking.registered_model>@champion; "
+        "an alias is resolved again before every micro-batch",
+    )
     format: Literal["csv", "parquet", "orc", "json"] | None = Field(
-        None, description="the format of the files that arrive; default: the one the files already in the input "
-                          "directory name, else data.format or the training rows' format (an empty directory "
-                          "that JSON lines will arrive in needs format: json and source_schema)")
-    source_schema: str | None = Field(None, description="typed formats: the input's schema as Spark DDL, e.g. "
-                                                        "'age INT, city STRING'; default: the schema of the files "
-                                                        "already in the input directory")
-    source_options: dict[str, str] = Field(default_factory=dict, description="extra options of Spark's streaming "
-                                                                             "source, e.g. {cleanSource: archive}")
+        None,
+        description="the format of the files that arrive; default: the one the files already in the input "
+        "directory name, else data.format or the training rows' format (an empty directory "
+        "that JSON lines will arrive in needs format: json and source_schema)",
+    )
+    source_schema: str | None = Field(
+        None,
+        description="typed formats: the input's schema as Spark DDL, e.g. "
+        "'age INT, city STRING'; default: the schema of the files "
+        "already in the input directory",
+    )
+    source_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="extra options of Spark's streaming source, e.g. {cleanSource: archive}",
+    )
 
 
 class OutputConfig(Section):
     """Outputs: preprocessed splits, checkpoints, predictions, plots and the stages' records."""
 
-    root: str = Field("output", description="where every stage writes: a path (relative to the working directory) "
-                                            "or a URI (file://, dbfs:/, s3://, gs://, abfss://, hdfs://)")
-    run_date: str | None = Field(None, description="set by --run-date (a scheduled run): outputs go under "
-                                                   "<root>/run_date=<date>, and a re-run for the date on the same "
-                                                   "input and config reuses the date's registry version")
+    root: str = Field(
+        "output",
+        description="where every stage writes: a path (relative to the working directory) "
+        "or a URI (file://, dbfs:/, s3://, gs://, abfss://, hdfs://)",
+    )
+    run_date: str | None = Field(
+        None,
+        description="set by --run-date (a scheduled run): outputs go under "
+        "<root>/run_date=<date>, and a re-run for the date on the same "
+        "input and config reuses the date's registry version",
+    )
 
 
 class JobConfig(Section):
@@ -577,8 +841,10 @@ class JobConfig(Section):
     features: FeatureConfig = FeatureConfig()
     model: ModelConfig = ModelConfig()
     # SerializeAsAny: dump the method's own keys too, not only the shared ones
-    train: SerializeAsAny[TrainConfig] = Field(default_factory=lambda: _train_section({}),
-                                                description="training: shared keys plus the chosen method's own")
+    train: SerializeAsAny[TrainConfig] = Field(
+        default_factory=lambda: _train_section({}),
+        description="training: shared keys plus the chosen method's own",
+    )
     evaluate: EvaluateConfig = EvaluateConfig()
     tracking: TrackingConfig = TrackingConfig()
     spark: SparkConfig = SparkConfig()
@@ -601,11 +867,17 @@ class JobConfig(Section):
         client = self.federated.client_column
         listed = [c.name for c in self.data.columns]
         if client is not None and not self.data.typed and client not in listed:
-            raise _error(("federated", "client_column"), client,
-                         ValueError(f"federated.client_column {client!r} is not one of data.columns"))
+            raise _error(
+                ("federated", "client_column"),
+                client,
+                ValueError(f"federated.client_column {client!r} is not one of data.columns"),
+            )
         if self.data.label.task is not None and self.data.label.task not in TASKS:
-            raise _error(("data", "label", "task"), self.data.label.task, ValueError(
-                f"unknown task {self.data.label.task!r}; known: {', '.join(TASKS.names())}"))
+            raise _error(
+                ("data", "label", "task"),
+                self.data.label.task,
+                ValueError(f"unknown task {self.data.label.task!r}; known: {', '.join(TASKS.names())}"),
+            )
         if self.task is not None:
             for loc, problem in task_problems(self, self.task):
                 raise _error(loc, self.task, ValueError(problem))
@@ -632,7 +904,9 @@ class JobConfig(Section):
         """A copy with `--set`-style overrides applied and everything validated again (a changed
         `train.strategy` picks its method's keys): `cfg.with_overrides("train.epochs=3")`."""
         # only what was set: another method's defaults would be unknown keys to the new one
-        return JobConfig.model_validate(apply_overrides(self.model_dump(mode="json", exclude_unset=True), overrides))
+        return JobConfig.model_validate(
+            apply_overrides(self.model_dump(mode="json", exclude_unset=True), overrides)
+        )
 
     def flat_params(self) -> dict[str, str]:
         """The resolved config as flat `a.b.c -> value` pairs, for MLflow params."""
@@ -656,9 +930,11 @@ def _validation_message(raw: dict) -> str | None:
     try:
         JobConfig.model_validate(raw)
     except ValidationError as exc:
-        return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<top level>'}: "
-                         f"{'unknown key' if e['type'] == 'extra_forbidden' else e['msg'].removeprefix('Value error, ')}"
-                         for e in exc.errors())
+        return "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '<top level>'}: "
+            f"{'unknown key' if e['type'] == 'extra_forbidden' else e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
     return None
 
 
@@ -669,7 +945,9 @@ def task_problems(cfg: JobConfig, task_name: str) -> list[tuple[tuple[str, ...],
     problems: list[tuple[tuple[str, ...], str]] = []
     label = cfg.data.label
     # a typed source's boolean label names its own classes once read (data/sources.py::with_task)
-    classes_when_read = cfg.data.typed and task_name == "binary" and label.positive is None and label.negative is None
+    classes_when_read = (
+        cfg.data.typed and task_name == "binary" and label.positive is None and label.negative is None
+    )
     try:
         if not classes_when_read:
             task.check_label(label)
@@ -678,19 +956,34 @@ def task_problems(cfg: JobConfig, task_name: str) -> list[tuple[tuple[str, ...],
     gate = cfg.tracking.gate
     metric = gate.metric or task.default_gate[0]
     if metric not in task.metrics:
-        problems.append((("tracking", "gate", "metric"), f"{metric!r} is not a {task_name} metric; one of "
-                                                          f"{', '.join(task.metrics)}"))
+        problems.append(
+            (
+                ("tracking", "gate", "metric"),
+                f"{metric!r} is not a {task_name} metric; one of {', '.join(task.metrics)}",
+            )
+        )
     elif task.metrics[metric] == "lower" and gate.min_value is not None:
-        problems.append((("tracking", "gate", "min_value"), f"{metric} is better lower: bound it with "
-                                                            f"tracking.gate.max_value"))
+        problems.append(
+            (
+                ("tracking", "gate", "min_value"),
+                f"{metric} is better lower: bound it with tracking.gate.max_value",
+            )
+        )
     elif task.metrics[metric] == "higher" and gate.max_value is not None:
-        problems.append((("tracking", "gate", "max_value"), f"{metric} is better higher: bound it with "
-                                                            f"tracking.gate.min_value"))
+        problems.append(
+            (
+                ("tracking", "gate", "max_value"),
+                f"{metric} is better higher: bound it with tracking.gate.min_value",
+            )
+        )
     if cfg.evaluate.threshold != 0.5 and not task.thresholded:
-        problems.append((("evaluate", "threshold"), "a decision threshold applies to binary classification only"))
+        problems.append(
+            (("evaluate", "threshold"), "a decision threshold applies to binary classification only")
+        )
     if cfg.train.loss is not None and task.classifier:
-        problems.append((("train", "loss"), f"train.loss is for regression; a {task_name} classifier uses "
-                                            f"cross-entropy"))
+        problems.append(
+            (("train", "loss"), f"train.loss is for regression; a {task_name} classifier uses cross-entropy")
+        )
     if cfg.train.class_weight != "none" and not task.classifier:
         problems.append((("train", "class_weight"), "class weights apply to classification only"))
     return problems

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import builtins
 import json
-from typing import Any, Callable, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -29,15 +30,21 @@ class ParamSpace(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    loguniform: tuple[float, float] | None = Field(None, description="[low, high], sampled on a log scale (low > 0)")
+    loguniform: tuple[float, float] | None = Field(
+        None, description="[low, high], sampled on a log scale (low > 0)"
+    )
     uniform: tuple[float, float] | None = Field(None, description="[low, high], floats")
-    int: tuple[builtins.int, builtins.int] | None = Field(None, description="[low, high], integers, both included")
-    choice: list[Any] | None = Field(None, description="the values to choose from (any YAML values, e.g. lists)")
+    int: tuple[builtins.int, builtins.int] | None = Field(
+        None, description="[low, high], integers, both included"
+    )
+    choice: list[Any] | None = Field(
+        None, description="the values to choose from (any YAML values, e.g. lists)"
+    )
     log: bool = Field(False, description="int: sample on a log scale")
     step: float | None = Field(None, gt=0, description="uniform / int: a step between values")
 
     @model_validator(mode="after")
-    def _one_kind(self) -> "ParamSpace":
+    def _one_kind(self) -> ParamSpace:
         given = [k for k in KINDS if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of {', '.join(KINDS)} (got {', '.join(given) or 'none'})")
@@ -66,27 +73,39 @@ class TuneConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    space: dict[str, ParamSpace] = Field(default_factory=dict,
-                                         description="config key -> {loguniform|uniform|int: [low, high]} or {choice: [...]}")
+    space: dict[str, ParamSpace] = Field(
+        default_factory=dict,
+        description="config key -> {loguniform|uniform|int: [low, high]} or {choice: [...]}",
+    )
     trials: int = Field(8, ge=1, description="finished trials (complete or pruned) the study should reach")
     parallel_trials: int = Field(2, ge=1, description="trials running at once, each a barrier job")
     ranks_per_trial: int = Field(1, ge=1, description="train.num_ranks of every trial")
-    metric: str | None = Field(None, description="validation metric to optimise: the task's held-out metric "
-                                                 "(default: accuracy, or rmse), 'loss', binary's 'roc_auc', "
-                                                 "multiclass's 'macro_f1' (imbalanced classes) or regression's "
-                                                 "'mae' or 'r2'; its direction comes from the task")
+    metric: str | None = Field(
+        None,
+        description="validation metric to optimise: the task's held-out metric "
+        "(default: accuracy, or rmse), 'loss', binary's 'roc_auc', "
+        "multiclass's 'macro_f1' (imbalanced classes) or regression's "
+        "'mae' or 'r2'; its direction comes from the task",
+    )
     sampler: Literal["tpe", "random"] = Field("tpe", description="Optuna sampler")
     seed: int = Field(0, description="the sampler's seed")
-    pruner: Literal["median", "asha", "none"] = Field("median", description="stop losing trials at an epoch end")
+    pruner: Literal["median", "asha", "none"] = Field(
+        "median", description="stop losing trials at an epoch end"
+    )
     pruner_startup_trials: int = Field(2, ge=0, description="median: finished trials before any pruning")
     timeout_s: float | None = Field(None, gt=0, description="start no new trial after this many seconds")
-    max_failed_trials: int = Field(2, ge=0, description="failed trials tolerated before the study stops with an error")
-    storage: str | None = Field(None, description="Optuna storage URL (default: sqlite file <output.root>/tune/study.db)")
+    max_failed_trials: int = Field(
+        2, ge=0, description="failed trials tolerated before the study stops with an error"
+    )
+    storage: str | None = Field(
+        None, description="Optuna storage URL (default: sqlite file <output.root>/tune/study.db)"
+    )
     study_name: str | None = Field(None, description="default: tune-<tracking.registered_model>")
 
 
-def space_problems(raw: dict, space: dict[str, ParamSpace], validate: Callable[[dict], str | None]
-                   ) -> list[tuple[str, str]]:
+def space_problems(
+    raw: dict, space: dict[str, ParamSpace], validate: Callable[[dict], str | None]
+) -> list[tuple[str, str]]:
     """(key, problem) for every space entry whose key is unknown or whose range leaves the key's
     schema: `validate(raw)` returns the validation message of a config, or None."""
     from sparkml_dist.config.overrides import apply_overrides
@@ -95,8 +114,13 @@ def space_problems(raw: dict, space: dict[str, ParamSpace], validate: Callable[[
     problems = []
     for key, param in space.items():
         if key.split(".")[0] not in SEARCHABLE:
-            problems.append((key, f"trials share one preprocess output, tracking and session: search keys under "
-                                  f"{', '.join(SEARCHABLE)}"))
+            problems.append(
+                (
+                    key,
+                    f"trials share one preprocess output, tracking and session: search keys under "
+                    f"{', '.join(SEARCHABLE)}",
+                )
+            )
             continue
         if key == "train.num_ranks":
             problems.append((key, "every trial has tune.ranks_per_trial ranks: set that instead"))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-
 from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
@@ -66,18 +65,29 @@ class Manifest:
         return storage.write_text(storage.join(root, MANIFEST), self.to_json())
 
     @staticmethod
-    def load(root: str) -> "Manifest":
+    def load(root: str) -> Manifest:
         path = storage.join(str(root), MANIFEST)
         if not storage.exists(path):
             raise DataError(f"no {MANIFEST} under {root}: run the preprocess stage first")
         raw = storage.read_json(path)
         splits = {
-            name: SplitInfo(s["rows"], s["label_counts"], s["files"], [RowGroup(**g) for g in s["row_groups"]])
+            name: SplitInfo(
+                s["rows"], s["label_counts"], s["files"], [RowGroup(**g) for g in s["row_groups"]]
+            )
             for name, s in raw["splits"].items()
         }
-        return Manifest(raw["feature_dim"], raw["feature_names"], splits, raw["input_fingerprint"],
-                        raw["inputs"], raw["schema"], raw["layout"], raw.get("feature_layout"), raw.get("target"),
-                        raw.get("weighted", False))
+        return Manifest(
+            raw["feature_dim"],
+            raw["feature_names"],
+            splits,
+            raw["input_fingerprint"],
+            raw["inputs"],
+            raw["schema"],
+            raw["layout"],
+            raw.get("feature_layout"),
+            raw.get("target"),
+            raw.get("weighted", False),
+        )
 
     @property
     def target_spec(self) -> Target:
@@ -96,7 +106,7 @@ class PreprocessResult:
         return storage.join(self.path, "feature_pipeline")
 
     @staticmethod
-    def load(path: str) -> "PreprocessResult":
+    def load(path: str) -> PreprocessResult:
         return PreprocessResult(path, Manifest.load(path))
 
 
@@ -106,10 +116,13 @@ def write_split(df: DataFrame, path: str, num_files: int, row_group_rows: int, f
     # each file holds several row groups that ranks can share out.
     row_bytes = feature_bytes + 32
     block = max(row_group_rows * row_bytes, 64 * 1024)
-    (df.repartition(num_files).write.mode("overwrite")
-       .option("parquet.block.size", str(block))
-       .option("compression", "snappy")
-       .parquet(storage.spark_path(path)))
+    (
+        df.repartition(num_files)
+        .write.mode("overwrite")
+        .option("parquet.block.size", str(block))
+        .option("compression", "snappy")
+        .parquet(storage.spark_path(path))
+    )
 
 
 def describe_split(split_dir: str, classes: int = 2) -> SplitInfo:
@@ -131,7 +144,9 @@ def describe_split(split_dir: str, classes: int = 2) -> SplitInfo:
         for value, count in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()):
             key = str(int(value))
             labels[key] = labels.get(key, 0) + count
-    return SplitInfo(sum(files.values()), dict(sorted(labels.items(), key=lambda kv: int(kv[0]))), files, groups)
+    return SplitInfo(
+        sum(files.values()), dict(sorted(labels.items(), key=lambda kv: int(kv[0]))), files, groups
+    )
 
 
 def split_frame(df: DataFrame, fraction: float, seed: int) -> tuple[DataFrame, DataFrame]:
@@ -139,5 +154,5 @@ def split_frame(df: DataFrame, fraction: float, seed: int) -> tuple[DataFrame, D
     from pyspark.sql import functions as F
 
     bucket = F.abs(F.xxhash64(F.col("row_id"), F.lit(seed))) % 10_000
-    cut = int(round(fraction * 10_000))
+    cut = round(fraction * 10_000)
     return df.where(bucket >= cut), df.where(bucket < cut)

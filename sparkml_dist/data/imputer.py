@@ -58,7 +58,11 @@ class ColumnMoments:
         mean = (k * self.mean + (n - k) * s) / n
         if n < 2:
             return mean, 0.0
-        squares = (k - 1) * (self.variance if k > 1 else 0.0) + k * (self.mean - mean) ** 2 + (n - k) * (s - mean) ** 2
+        squares = (
+            (k - 1) * (self.variance if k > 1 else 0.0)
+            + k * (self.mean - mean) ** 2
+            + (n - k) * (s - mean) ** 2
+        )
         return mean, math.sqrt(squares / (n - 1))
 
 
@@ -86,8 +90,9 @@ class OnePassImputer(Estimator):
         names = self.imputer.getInputCols()
         moments = numeric_moments(dataset, names, self.imputer)
         self.box.moments = moments
-        java_model = _java_imputer_model(dataset.sparkSession, self.imputer.uid, names,
-                                         [moments[n].surrogate for n in names])
+        java_model = _java_imputer_model(
+            dataset.sparkSession, self.imputer.uid, names, [moments[n].surrogate for n in names]
+        )
         return self.imputer._copyValues(ImputerModel(java_model))
 
 
@@ -116,7 +121,9 @@ class ImputedScaler(Estimator):
             return jvm.org.apache.spark.ml.linalg.Vectors.dense(_java_array(context, "double", list(values)))
 
         # the constructor StandardScaler's own fit uses: (uid, std, mean)
-        java_model = jvm.org.apache.spark.ml.feature.StandardScalerModel(self.scaler.uid, vector(stds), vector(means))
+        java_model = jvm.org.apache.spark.ml.feature.StandardScalerModel(
+            self.scaler.uid, vector(stds), vector(means)
+        )
         return self.scaler._copyValues(StandardScalerModel(java_model))
 
 
@@ -124,14 +131,19 @@ def numeric_moments(rows: DataFrame, names: list[str], imputer: Imputer) -> dict
     """Each column's moments over its present values, and `imputer`'s surrogate for it."""
     median = imputer.getStrategy() == "median"
     narrow = len(names) <= _SQL_COLUMNS
-    moments = (_sql_moments(rows, names, imputer.getRelativeError() if median else None) if narrow
-               else _summarized_moments(rows, names))
+    moments = (
+        _sql_moments(rows, names, imputer.getRelativeError() if median else None)
+        if narrow
+        else _summarized_moments(rows, names)
+    )
     if moments[names[0]].n == 0:
         raise DataError("no training rows to fit the feature pipeline on (the training split is empty)")
     empty = [name for name in names if moments[name].k == 0]
     if empty:
-        raise DataError(f"numeric column(s) {empty} have no value in the training rows (every value is null "
-                        f"or NaN): there is nothing to impute from; give them role ignore in data.columns")
+        raise DataError(
+            f"numeric column(s) {empty} have no value in the training rows (every value is null "
+            f"or NaN): there is nothing to impute from; give them role ignore in data.columns"
+        )
     if median and not narrow:
         surrogates = imputer.fit(rows).surrogateDF.first().asDict()  # Spark's own quantile pass
         moments = {n: replace(m, surrogate=surrogates[n]) for n, m in moments.items()}
@@ -152,14 +164,15 @@ def _sql_moments(rows: DataFrame, names: list[str], median_error: float | None) 
         p = _present(name)
         aggregates += [f"count({p})", f"avg({p})", f"var_samp({p})"]
         if median_error is not None:
-            aggregates.append(f"percentile_approx({p}, 0.5, {int(round(1 / median_error))})")
+            aggregates.append(f"percentile_approx({p}, 0.5, {round(1 / median_error)})")
     row = rows.selectExpr(*aggregates).first()
     moments = {}
     for i, name in enumerate(names):
-        k, mean, variance, *median = row[1 + per_column * i: 1 + per_column * (i + 1)]
+        k, mean, variance, *median = row[1 + per_column * i : 1 + per_column * (i + 1)]
         mean = _number(mean)
-        moments[name] = ColumnMoments(int(row[0]), int(k), mean, _number(variance),
-                                      _number(median[0]) if median else mean)
+        moments[name] = ColumnMoments(
+            int(row[0]), int(k), mean, _number(variance), _number(median[0]) if median else mean
+        )
     return moments
 
 
@@ -169,7 +182,9 @@ def _summarized_moments(rows: DataFrame, names: list[str]) -> dict[str, ColumnMo
         return {name: ColumnMoments(0, 0, math.nan, math.nan, math.nan) for name in names}
     as_doubles = ", ".join(f"coalesce(CAST({ident(n)} AS DOUBLE), double('NaN'))" for n in names)
     vector = array_to_vector(F.expr(f"array({as_doubles})"))
-    summary = rows.select(Summarizer.metrics("count", "mean", "variance").summary(vector).alias("s")).first()["s"]
+    summary = rows.select(Summarizer.metrics("count", "mean", "variance").summary(vector).alias("s")).first()[
+        "s"
+    ]
     n = int(summary["count"])
     means, variances = summary["mean"].toArray().tolist(), summary["variance"].toArray().tolist()
     moments = {name: ColumnMoments(n, n, m, v, m) for name, m, v in zip(names, means, variances)}
@@ -184,10 +199,13 @@ def _java_imputer_model(spark: SparkSession, uid: str, names: list[str], surroga
     context = spark.sparkContext
     model_class = context._jvm.org.apache.spark.ml.feature.ImputerModel
     if _has_names_and_surrogates_constructor(context):  # Spark 4's (uid, column names, surrogates)
-        return model_class(uid, _java_array(context, "String", names), _java_array(context, "double", surrogates))
+        return model_class(
+            uid, _java_array(context, "String", names), _java_array(context, "double", surrogates)
+        )
     # 3.5's (uid, surrogateDF): one row holding each column's surrogate under the column's name
-    surrogate_row = spark.createDataFrame([tuple(float(v) for v in surrogates)],
-                                          T.StructType([T.StructField(n, T.DoubleType()) for n in names]))
+    surrogate_row = spark.createDataFrame(
+        [tuple(float(v) for v in surrogates)], T.StructType([T.StructField(n, T.DoubleType()) for n in names])
+    )
     return model_class(uid, surrogate_row._jdf)
 
 
@@ -195,8 +213,10 @@ def _has_names_and_surrogates_constructor(context) -> bool:
     """Asked of the JVM rather than inferred from pyspark's version: the client and the cluster's
     Spark can differ by a minor release, and the constructor is what the call needs."""
     jvm_class = context._jvm.java.lang.Class.forName("org.apache.spark.ml.feature.ImputerModel")
-    return any([str(t.getSimpleName()) for t in c.getParameterTypes()] == ["String", "String[]", "double[]"]
-               for c in jvm_class.getConstructors())
+    return any(
+        [str(t.getSimpleName()) for t in c.getParameterTypes()] == ["String", "String[]", "double[]"]
+        for c in jvm_class.getConstructors()
+    )
 
 
 def _number(value) -> float:

@@ -27,7 +27,9 @@ class MostFrequentIndexer(Estimator):
     def __init__(self, indexer: StringIndexer, limit: int) -> None:
         super().__init__()
         if indexer.getStringOrderType() != "frequencyDesc" or indexer.getHandleInvalid() != "keep":
-            raise ValueError("MostFrequentIndexer caps a StringIndexer ordered frequencyDesc that keeps unseen values")
+            raise ValueError(
+                "MostFrequentIndexer caps a StringIndexer ordered frequencyDesc that keeps unseen values"
+            )
         if limit < 1:
             raise ValueError(f"features.max_categories must be at least 1, not {limit}")
         self._indexer = indexer
@@ -39,5 +41,8 @@ class MostFrequentIndexer(Estimator):
         if all(len(column) <= self._limit for column in labels):
             return fitted
         return StringIndexerModel.from_arrays_of_labels(
-            [column[:self._limit] for column in labels], inputCols=fitted.getInputCols(),
-            outputCols=fitted.getOutputCols(), handleInvalid="keep")
+            [column[: self._limit] for column in labels],
+            inputCols=fitted.getInputCols(),
+            outputCols=fitted.getOutputCols(),
+            handleInvalid="keep",
+        )

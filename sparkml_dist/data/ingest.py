@@ -18,8 +18,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sparkml_dist.config.schema import DataConfig
-from sparkml_dist.data.sources import RAW_LINE, ROW_ID, SOURCE_FILE, RawRows, read_source, resolve_path
 from sparkml_dist.data.dataset import LABEL
+from sparkml_dist.data.sources import RAW_LINE, ROW_ID, SOURCE_FILE, RawRows, read_source, resolve_path
 from sparkml_dist.data.sql import ident
 from sparkml_dist.errors import DataError
 from sparkml_dist.tasks.base import Target, get_task
@@ -27,8 +27,18 @@ from sparkml_dist.tasks.base import Target, get_task
 WEIGHT = "weight"
 REASON = "reason"
 
-__all__ = ["LABEL", "RAW_LINE", "REASON", "ROW_ID", "SOURCE_FILE", "WEIGHT", "IngestResult", "checked_rows",
-           "ingest", "split_checked"]
+__all__ = [
+    "LABEL",
+    "RAW_LINE",
+    "REASON",
+    "ROW_ID",
+    "SOURCE_FILE",
+    "WEIGHT",
+    "IngestResult",
+    "checked_rows",
+    "ingest",
+    "split_checked",
+]
 
 
 @dataclass
@@ -41,7 +51,7 @@ class IngestResult:
     data: DataConfig  # the config resolved against the source: every column typed, the task named
     cached: DataFrame | None = None  # what `accepted` and `rejects` read from; `release` frees it
 
-    def __enter__(self) -> "IngestResult":
+    def __enter__(self) -> IngestResult:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -68,8 +78,14 @@ class IngestResult:
         return self.data.label.task
 
 
-def ingest(spark: SparkSession, location: str, cfg: DataConfig, require_label: bool = True,
-           key: str | None = None, target: Target | None = None) -> IngestResult:
+def ingest(
+    spark: SparkSession,
+    location: str,
+    cfg: DataConfig,
+    require_label: bool = True,
+    key: str | None = None,
+    target: Target | None = None,
+) -> IngestResult:
     """Read `location`, type and check its rows, split into accepted and rejects (cached). `key`
     is the config key or flag that named `location`: an error about the input starts with it, so
     the user knows which setting to fix (a job reads several inputs). With a fitted `target`, a
@@ -83,8 +99,9 @@ def ingest(spark: SparkSession, location: str, cfg: DataConfig, require_label: b
         raise DataError(f"{key}: {exc}") from None
 
 
-def _ingest(spark: SparkSession, location: str, cfg: DataConfig, require_label: bool,
-            target: Target | None) -> IngestResult:
+def _ingest(
+    spark: SparkSession, location: str, cfg: DataConfig, require_label: bool, target: Target | None
+) -> IngestResult:
     raw = read_source(spark, resolve_path(location), location, cfg)
     if require_label:
         _require_label_columns(raw.data, location)
@@ -106,8 +123,12 @@ def checked_rows(raw: RawRows, require_label: bool, target: Target | None = None
     # rejected. The accepted rows' strings would make the cache several times larger and slower.
     reasoned = raw.rows.withColumn(REASON, _reject_reason(raw, raw.data, require_label, target))
     bad = F.col(REASON).isNotNull()
-    return reasoned.select(*typed, F.when(bad, F.col(SOURCE_FILE)).alias(SOURCE_FILE),
-                           F.when(bad, raw.raw_line).alias(RAW_LINE), REASON)
+    return reasoned.select(
+        *typed,
+        F.when(bad, F.col(SOURCE_FILE)).alias(SOURCE_FILE),
+        F.when(bad, raw.raw_line).alias(RAW_LINE),
+        REASON,
+    )
 
 
 def split_checked(checked: DataFrame, data: DataConfig) -> IngestResult:
@@ -118,7 +139,9 @@ def split_checked(checked: DataFrame, data: DataConfig) -> IngestResult:
     rejects = checked.where(bad).select(SOURCE_FILE, ROW_ID, RAW_LINE, REASON)
     accepted = checked.where(~bad).select(*names)
     counts = checked.agg(F.count(F.lit(1)).alias("n"), F.count(F.col(REASON)).alias("bad")).first()
-    result = IngestResult(accepted, rejects, counts["n"], counts["n"] - counts["bad"], counts["bad"], data, checked)
+    result = IngestResult(
+        accepted, rejects, counts["n"], counts["n"] - counts["bad"], counts["bad"], data, checked
+    )
     result.reconcile()
     return result
 
@@ -127,9 +150,11 @@ def _require_label_columns(data: DataConfig, location: str) -> None:
     names = [c.name for c in data.columns]
     for key, name in (("data.label.column", data.label.column), ("data.weight_column", data.weight_column)):
         if name is not None and name not in names:
-            raise DataError(f"{location}: column '{name}' ({key}) is not in the source; its columns: "
-                            f"{names[:50]}{' ...' if len(names) > 50 else ''}. Training and evaluation need it "
-                            f"(only scoring reads rows without it)")
+            raise DataError(
+                f"{location}: column '{name}' ({key}) is not in the source; its columns: "
+                f"{names[:50]}{' ...' if len(names) > 50 else ''}. Training and evaluation need it "
+                f"(only scoring reads rows without it)"
+            )
 
 
 def _reject_reason(raw: RawRows, data: DataConfig, require_label: bool, target: Target | None) -> Column:
@@ -140,10 +165,16 @@ def _reject_reason(raw: RawRows, data: DataConfig, require_label: bool, target: 
                 task = get_task(data.label.task)
                 problem = task.label_problem(data.label, F.col(c.name))
                 problems.append(problem)
-                if target is not None:  # one reason a row: a label the config already refuses is not also unknown
+                if (
+                    target is not None
+                ):  # one reason a row: a label the config already refuses is not also unknown
                     value = task.label_value(data.label, F.col(c.name))
-                    problems.append(F.when(problem.isNull() & value.isNotNull() & task.encode(target, value).isNull(),
-                                           unknown_label_reason(target, c.name, F.col(c.name))))
+                    problems.append(
+                        F.when(
+                            problem.isNull() & value.isNotNull() & task.encode(target, value).isNull(),
+                            unknown_label_reason(target, c.name, F.col(c.name)),
+                        )
+                    )
         elif c.role == "weight" and require_label:  # scoring needs no weights
             problems.append(_weight_problem(c.name))
     joined = F.concat_ws("; ", *problems)  # concat_ws skips nulls: "" means no problem
@@ -153,20 +184,29 @@ def _reject_reason(raw: RawRows, data: DataConfig, require_label: bool, target: 
 def unknown_label_reason(target: Target, label_column: str, value: Column) -> Column:
     """The reason for a row whose label `target` does not know."""
     shown = ", ".join(target.classes[:20]) + (" ..." if len(target.classes) > 20 else "")
-    return F.concat(F.lit(f"label '{label_column}': '"), value.cast("string"),
-                    F.lit(f"' is not a class of the target ({shown})"))
+    return F.concat(
+        F.lit(f"label '{label_column}': '"),
+        value.cast("string"),
+        F.lit(f"' is not a class of the target ({shown})"),
+    )
 
 
 def _weight_problem(name: str) -> Column:
     value = F.col(name).cast("double")
     return F.when(value.isNull(), F.lit(f"weight '{name}' is missing")).when(
         F.isnan(value) | (F.abs(value) == float("inf")) | (value < 0),
-        F.concat(F.lit(f"weight '{name}': '"), F.col(name).cast("string"), F.lit("' is not a finite number >= 0")))
+        F.concat(
+            F.lit(f"weight '{name}': '"), F.col(name).cast("string"), F.lit("' is not a finite number >= 0")
+        ),
+    )
 
 
 def _typed_columns(data: DataConfig, with_label: bool) -> list[Column]:
-    features = [f"CAST({ident(c.name)} AS DOUBLE) AS {ident(c.name)}" if c.role == "numeric" else ident(c.name)
-                for c in data.columns if c.role in ("numeric", "categorical", "id")]
+    features = [
+        f"CAST({ident(c.name)} AS DOUBLE) AS {ident(c.name)}" if c.role == "numeric" else ident(c.name)
+        for c in data.columns
+        if c.role in ("numeric", "categorical", "id")
+    ]
     cols = [F.col(ROW_ID), *[F.expr(f) for f in features]]  # SQL text: one JVM call a column (data/sql.py)
     if with_label:
         cols.append(get_task(data.label.task).label_value(data.label, F.col(data.label.column)).alias(LABEL))

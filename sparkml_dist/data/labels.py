@@ -32,16 +32,21 @@ def encode_labels(rows: DataFrame, target: Target, data: DataConfig) -> EncodedR
     count = unknown.count()
     known = encoded.where(F.col("_encoded").isNotNull()).withColumn(LABEL, F.col("_encoded")).drop("_encoded")
     reason = unknown_label_reason(target, data.label.column, F.col(LABEL))
-    rejects = unknown.select(F.lit(None).cast("string").alias(SOURCE_FILE), F.col(ROW_ID),
-                             F.expr(raw_json(", ".join(ident(c) for c in rows.columns))).alias(RAW_LINE),
-                             reason.alias(REASON))
+    rejects = unknown.select(
+        F.lit(None).cast("string").alias(SOURCE_FILE),
+        F.col(ROW_ID),
+        F.expr(raw_json(", ".join(ident(c) for c in rows.columns))).alias(RAW_LINE),
+        reason.alias(REASON),
+    )
     return EncodedRows(known.select(*rows.columns), rejects, count)
 
 
 def check_task(cfg: JobConfig, data: DataConfig) -> None:
     """What the config asks of the task the source's label decided (a typed source's label type
     is only known once read): the same checks as at load, naming the keys."""
-    problems = task_problems(cfg.model_copy(update={"data": data}), data.label.task)  # the label as the source resolved it
+    problems = task_problems(
+        cfg.model_copy(update={"data": data}), data.label.task
+    )  # the label as the source resolved it
     if problems:
         raise ConfigError("; ".join(f"{'.'.join(loc)}: {message}" for loc, message in problems))
 

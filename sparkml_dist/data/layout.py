@@ -47,7 +47,7 @@ class FeatureLayout:
         return [asdict(b) for b in self.blocks]
 
     @staticmethod
-    def from_json(raw: list[dict] | None) -> "FeatureLayout | None":
+    def from_json(raw: list[dict] | None) -> FeatureLayout | None:
         return None if raw is None else FeatureLayout(tuple(FeatureBlock(**b) for b in raw))
 
     def to_dense(self, table: pa.Table | pa.RecordBatch, where: str = "") -> np.ndarray:
@@ -63,8 +63,10 @@ class FeatureLayout:
         for i, block in enumerate(self.blocks):
             values = table.column(block.column).to_numpy()
             if block.kind == ONEHOT and len(values) and (values.min() < 0 or values.max() >= block.size):
-                raise DataError(f"{where}: column '{block.column}' holds an index outside [0, {block.size}); "
-                                f"the file does not match its manifest. Re-run the preprocess stage.")
+                raise DataError(
+                    f"{where}: column '{block.column}' holds an index outside [0, {block.size}); "
+                    f"the file does not match its manifest. Re-run the preprocess stage."
+                )
             out[:, i] = values
         return out
 

@@ -5,9 +5,10 @@ shuffle buffer (a few row groups), never by the dataset."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -46,10 +47,22 @@ class ShardLoader:
     """Yields (features float32 [B, D], targets float32 [B, 2]) numpy batches for one rank; a
     target row is (encoded label, weight), the weight 1 unless the splits carry one."""
 
-    def __init__(self, root: str, groups: list[RowGroup], rank: int, world: int,
-                 batch_size: int, seed: int, shuffle: bool = True, buffer_row_groups: int = 4,
-                 with_label: bool = True, decode_threads: int = 2, layout: FeatureLayout | None = None,
-                 weighted: bool = False, dense: bool = True):
+    def __init__(
+        self,
+        root: str,
+        groups: list[RowGroup],
+        rank: int,
+        world: int,
+        batch_size: int,
+        seed: int,
+        shuffle: bool = True,
+        buffer_row_groups: int = 4,
+        with_label: bool = True,
+        decode_threads: int = 2,
+        layout: FeatureLayout | None = None,
+        weighted: bool = False,
+        dense: bool = True,
+    ):
         self.root = str(root)  # a path or URI (sparkml_dist.storage)
         self.pieces = shard_pieces(groups, rank, world)
         self.rank = rank
@@ -59,8 +72,11 @@ class ShardLoader:
         self.buffer_row_groups = buffer_row_groups
         self.layout = layout  # None: the files hold a dense `features` list column
         self.dense = dense  # False: batches stay compact (a GPU makes them dense: data.expand)
-        self.columns = [*feature_columns(layout), *(["label"] if with_label else []),
-                        *(["weight"] if with_label and weighted else [])]
+        self.columns = [
+            *feature_columns(layout),
+            *(["label"] if with_label else []),
+            *(["weight"] if with_label and weighted else []),
+        ]
         self._local = threading.local()  # ParquetFile readers are not thread-safe: one set per thread
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader-prefetch")
         self._decoders = ThreadPoolExecutor(max_workers=decode_threads, thread_name_prefix="loader-decode")
@@ -93,8 +109,10 @@ class ShardLoader:
 
     def epoch(self, epoch: int, skip_batches: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
         """All of this rank's rows once, in batches; `skip_batches` resumes mid-epoch exactly."""
-        permuted = ((x, y) if perm is None else (x[perm], y[perm] if y is not None else None)
-                    for x, y, perm in self.buffers(epoch))
+        permuted = (
+            (x, y) if perm is None else (x[perm], y[perm] if y is not None else None)
+            for x, y, perm in self.buffers(epoch)
+        )
         for x, y in batched(permuted, self.batch_size, skip_batches, np.concatenate):
             yield self._dense(x), y
 
@@ -105,8 +123,10 @@ class ShardLoader:
         permutes on the device (`train.feed`), where a gather costs nothing."""
         rng = np.random.default_rng([self.seed, epoch, self.rank])
         order = rng.permutation(len(self.pieces)) if self.shuffle else np.arange(len(self.pieces))
-        groups = [[self.pieces[i] for i in order[s:s + self.buffer_row_groups]]
-                  for s in range(0, len(order), self.buffer_row_groups)]
+        groups = [
+            [self.pieces[i] for i in order[s : s + self.buffer_row_groups]]
+            for s in range(0, len(order), self.buffer_row_groups)
+        ]
         # decode the next buffer while this one is consumed (pyarrow releases the GIL)
         pending = self._pool.submit(self._read, groups[0]) if groups else None
         for index in range(len(groups)):
@@ -133,11 +153,17 @@ class ShardLoader:
 
     def _read_piece(self, p: Piece) -> tuple[np.ndarray, np.ndarray | None]:
         try:
-            table = self._file(p.file).read_row_group(p.row_group, columns=self.columns).slice(p.offset, p.length)
+            table = (
+                self._file(p.file).read_row_group(p.row_group, columns=self.columns).slice(p.offset, p.length)
+            )
         except (OSError, pa.ArrowException) as exc:
-            raise DataError(f"{storage.join(self.root, p.file)}: row group {p.row_group} is unreadable ({exc}); "
-                            f"re-run the preprocess stage to rewrite the dataset") from None
-        x = stored_features(table, self.layout, where=f"{storage.join(self.root, p.file)} row group {p.row_group}")
+            raise DataError(
+                f"{storage.join(self.root, p.file)}: row group {p.row_group} is unreadable ({exc}); "
+                f"re-run the preprocess stage to rewrite the dataset"
+            ) from None
+        x = stored_features(
+            table, self.layout, where=f"{storage.join(self.root, p.file)} row group {p.row_group}"
+        )
         if "label" not in self.columns:
             return x, None
         y = np.ones((table.num_rows, 2), np.float32)
@@ -153,13 +179,16 @@ class ShardLoader:
             try:
                 files[rel] = pq.ParquetFile(storage.open_input(path))
             except (OSError, pa.ArrowException) as exc:
-                raise DataError(f"{path}: not a readable Parquet file ({exc}); re-run the preprocess stage "
-                                f"to rewrite the dataset") from None
+                raise DataError(
+                    f"{path}: not a readable Parquet file ({exc}); re-run the preprocess stage "
+                    f"to rewrite the dataset"
+                ) from None
         return files[rel]
 
 
-def batched(buffers: Iterable[tuple[Any, Any]], batch_size: int, skip_batches: int,
-            concat: Callable[[list[Any]], Any]) -> Iterator[tuple[Any, Any]]:
+def batched(
+    buffers: Iterable[tuple[Any, Any]], batch_size: int, skip_batches: int, concat: Callable[[list[Any]], Any]
+) -> Iterator[tuple[Any, Any]]:
     """Fixed-size batches over consecutive buffers of rows (numpy arrays, or tensors on a device):
     a buffer's remainder is topped up with the next one's head (copying only that batch, not the
     buffer) and the last rows make a short batch. The first `skip_batches` are not yielded (a
@@ -181,7 +210,7 @@ def batched(buffers: Iterable[tuple[Any, Any]], batch_size: int, skip_batches: i
         full = len(x) // batch_size * batch_size
         for b in range(0, full, batch_size):
             if emitted >= skip_batches:
-                yield x[b:b + batch_size], (y[b:b + batch_size] if y is not None else None)
+                yield x[b : b + batch_size], (y[b : b + batch_size] if y is not None else None)
             emitted += 1
         carry_x, carry_y = x[full:], (y[full:] if y is not None else None)
     if carry_x is not None and len(carry_x) and emitted >= skip_batches:
@@ -225,7 +254,9 @@ def read_split(root: str, split: str) -> tuple[np.ndarray, np.ndarray]:
     layout = FeatureLayout.from_json(Manifest.load(root).feature_layout)
     files = storage.list_files(storage.join(str(root), split), suffix=".parquet")
     table = pa.concat_tables([pq.read_table(storage.open_input(f)) for f in files])
-    return dense_features(table, layout, where=f"{root}/{split}"), table.column("label").to_numpy().astype(np.float32, copy=False)
+    return dense_features(table, layout, where=f"{root}/{split}"), table.column("label").to_numpy().astype(
+        np.float32, copy=False
+    )
 
 
 class FrameShardLoader:
@@ -234,8 +265,17 @@ class FrameShardLoader:
     once (its features kept compact, as `ShardLoader` keeps them, when the splits have a layout),
     then shuffled per epoch like the Parquet path and made dense a batch at a time."""
 
-    def __init__(self, spill_path: str, rank: int, batch_size: int, seed: int, shuffle: bool = True,
-                 layout: FeatureLayout | None = None, weighted: bool = False, dense: bool = True):
+    def __init__(
+        self,
+        spill_path: str,
+        rank: int,
+        batch_size: int,
+        seed: int,
+        shuffle: bool = True,
+        layout: FeatureLayout | None = None,
+        weighted: bool = False,
+        dense: bool = True,
+    ):
         self.path = spill_path
         self.dense = dense
         self.rank = rank
@@ -278,11 +318,17 @@ class FrameShardLoader:
     def epoch(self, epoch: int, skip_batches: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         self.prepare()
         rows = len(self._x)
-        order = np.random.default_rng([self.seed, epoch, self.rank]).permutation(rows) if self.shuffle else None
+        order = (
+            np.random.default_rng([self.seed, epoch, self.rank]).permutation(rows) if self.shuffle else None
+        )
         for index, start in enumerate(range(0, rows, self.batch_size)):
             if index < skip_batches:
                 continue
-            take = slice(start, start + self.batch_size) if order is None else order[start:start + self.batch_size]
+            take = (
+                slice(start, start + self.batch_size)
+                if order is None
+                else order[start : start + self.batch_size]
+            )
             yield (batch_input(self._x[take], self.layout) if self.dense else self._x[take]), self._y[take]
 
     @property

@@ -9,7 +9,7 @@ functions, and anything not listed are refused with the node named. The result m
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -20,19 +20,98 @@ from sparkml_dist.errors import ConfigError
 MAX_CHARS = 2000
 MAX_NODES = 500
 
-OPERATORS = frozenset({
-    "Literal", "And", "Or", "Not", "EqualTo", "EqualNullSafe", "LessThan", "LessThanOrEqual", "GreaterThan",
-    "GreaterThanOrEqual", "In", "InSet", "IsNull", "IsNotNull", "IsNaN", "Add", "Subtract", "Multiply", "Divide",
-    "IntegralDivide", "Remainder", "UnaryMinus", "UnaryPositive", "Abs", "Cast", "CaseWhen", "If", "Like", "ILike",
-    "RLike", "LikeAny", "LikeAll", "NotLikeAny", "NotLikeAll", "Coalesce", "Concat", "Upper", "Lower",
-})
-FUNCTIONS = frozenset({
-    "abs", "between", "ceil", "ceiling", "coalesce", "concat", "contains", "date", "day", "dayofmonth",
-    "dayofweek", "dayofyear", "endswith", "floor", "greatest", "hour", "if", "ifnull", "isnan", "isnotnull",
-    "isnull", "lcase", "least", "left", "length", "lower", "ltrim", "month", "nanvl", "nvl", "nvl2", "quarter",
-    "right", "round", "rtrim", "sign", "signum", "startswith", "substr", "substring", "to_date", "trim", "ucase",
-    "upper", "weekofyear", "year",
-})
+OPERATORS = frozenset(
+    {
+        "Literal",
+        "And",
+        "Or",
+        "Not",
+        "EqualTo",
+        "EqualNullSafe",
+        "LessThan",
+        "LessThanOrEqual",
+        "GreaterThan",
+        "GreaterThanOrEqual",
+        "In",
+        "InSet",
+        "IsNull",
+        "IsNotNull",
+        "IsNaN",
+        "Add",
+        "Subtract",
+        "Multiply",
+        "Divide",
+        "IntegralDivide",
+        "Remainder",
+        "UnaryMinus",
+        "UnaryPositive",
+        "Abs",
+        "Cast",
+        "CaseWhen",
+        "If",
+        "Like",
+        "ILike",
+        "RLike",
+        "LikeAny",
+        "LikeAll",
+        "NotLikeAny",
+        "NotLikeAll",
+        "Coalesce",
+        "Concat",
+        "Upper",
+        "Lower",
+    }
+)
+FUNCTIONS = frozenset(
+    {
+        "abs",
+        "between",
+        "ceil",
+        "ceiling",
+        "coalesce",
+        "concat",
+        "contains",
+        "date",
+        "day",
+        "dayofmonth",
+        "dayofweek",
+        "dayofyear",
+        "endswith",
+        "floor",
+        "greatest",
+        "hour",
+        "if",
+        "ifnull",
+        "isnan",
+        "isnotnull",
+        "isnull",
+        "lcase",
+        "least",
+        "left",
+        "length",
+        "lower",
+        "ltrim",
+        "month",
+        "nanvl",
+        "nvl",
+        "nvl2",
+        "quarter",
+        "right",
+        "round",
+        "rtrim",
+        "sign",
+        "signum",
+        "startswith",
+        "substr",
+        "substring",
+        "to_date",
+        "trim",
+        "ucase",
+        "upper",
+        "weekofyear",
+        "year",
+    }
+)
 
 
 def checked_predicate(rows: DataFrame, where: str, key: str = "finetune.where") -> Column:
@@ -43,19 +122,23 @@ def checked_predicate(rows: DataFrame, where: str, key: str = "finetune.where") 
     spark = rows.sparkSession
     try:
         tree = spark._jsparkSession.sessionState().sqlParser().parseExpression(where)
-    except Exception as exc:  # noqa: BLE001 - py4j wraps ParseException
-        raise ConfigError(f"{key}: {where!r} does not parse as a SQL expression: "
-                          f"{_first_line(exc)}") from None
+    except Exception as exc:
+        raise ConfigError(
+            f"{key}: {where!r} does not parse as a SQL expression: {_first_line(exc)}"
+        ) from None
     _check_tree(tree, {c.lower() for c in columns}, where, key, columns)
     column = F.expr(where)
     try:
         kind = rows.select(column).schema[0].dataType
-    except Exception as exc:  # noqa: BLE001 - AnalysisException: a type error
-        raise ConfigError(f"{key}: {where!r} is not a valid predicate over the columns {columns}: "
-                          f"{_first_line(exc)}") from None
+    except Exception as exc:
+        raise ConfigError(
+            f"{key}: {where!r} is not a valid predicate over the columns {columns}: {_first_line(exc)}"
+        ) from None
     if not isinstance(kind, BooleanType):
-        raise ConfigError(f"{key}: {where!r} is {kind.simpleString()}, not boolean: write a condition, "
-                          f"e.g. age > 40 AND sex = 'Female'")
+        raise ConfigError(
+            f"{key}: {where!r} is {kind.simpleString()}, not boolean: write a condition, "
+            f"e.g. age > 40 AND sex = 'Female'"
+        )
     return column
 
 
@@ -90,17 +173,23 @@ def _check_tree(root, allowed_columns: set[str], where: str, key: str, columns: 
         if kind == "UnresolvedAttribute":
             name = ".".join(_parts(node))
             if name.lower() not in allowed_columns:
-                raise ConfigError(f"{key}: {where!r} names {name!r}, which is not a column of the input "
-                                  f"{list(columns)} (quote names with spaces in backticks)")
+                raise ConfigError(
+                    f"{key}: {where!r} names {name!r}, which is not a column of the input "
+                    f"{list(columns)} (quote names with spaces in backticks)"
+                )
         elif kind == "UnresolvedFunction":
             name = ".".join(_parts(node)).lower()
             if name not in FUNCTIONS:
-                raise ConfigError(f"{key}: {where!r} calls {name}(), which a row filter may not use; allowed "
-                                  f"functions: {', '.join(sorted(FUNCTIONS))}")
+                raise ConfigError(
+                    f"{key}: {where!r} calls {name}(), which a row filter may not use; allowed "
+                    f"functions: {', '.join(sorted(FUNCTIONS))}"
+                )
         elif kind not in OPERATORS:
-            raise ConfigError(f"{key}: {where!r} contains a {kind}, which a row filter may not use (only "
-                              f"comparisons, boolean and arithmetic operators, CASE, CAST, LIKE, IN and "
-                              f"simple functions over the input's columns)")
+            raise ConfigError(
+                f"{key}: {where!r} contains a {kind}, which a row filter may not use (only "
+                f"comparisons, boolean and arithmetic operators, CASE, CAST, LIKE, IN and "
+                f"simple functions over the input's columns)"
+            )
 
 
 def _parts(node) -> list[str]:

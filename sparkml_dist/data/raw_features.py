@@ -57,9 +57,14 @@ class RawFeatures:
 
     @property
     def layout(self) -> FeatureLayout:
-        return FeatureLayout(tuple(
-            FeatureBlock(s.name, ONEHOT, s.size) if isinstance(s, CategorySlot) and s.one_hot
-            else FeatureBlock(s.name, VALUE, 1) for s in self.slots))
+        return FeatureLayout(
+            tuple(
+                FeatureBlock(s.name, ONEHOT, s.size)
+                if isinstance(s, CategorySlot) and s.one_hot
+                else FeatureBlock(s.name, VALUE, 1)
+                for s in self.slots
+            )
+        )
 
     @property
     def numeric_columns(self) -> list[str]:
@@ -75,8 +80,10 @@ class RawFeatures:
         number in a numeric column, or an infinite number."""
         missing = [c for c in dict.fromkeys(s.source for s in self.slots) if c not in frame.columns]
         if missing:
-            raise RawRowError(f"missing column(s) {missing}; the model reads {self.numeric_columns} (numbers) and "
-                              f"{self.categorical_columns} (categories)")
+            raise RawRowError(
+                f"missing column(s) {missing}; the model reads {self.numeric_columns} (numbers) and "
+                f"{self.categorical_columns} (categories)"
+            )
         rows = len(frame)
         out = np.zeros((rows, self.layout.dim), np.float32)
         offset = 0
@@ -94,10 +101,12 @@ class RawFeatures:
         return out
 
     def to_json(self) -> list[dict]:
-        return [{"kind": "numeric" if isinstance(s, NumericSlot) else "category", **asdict(s)} for s in self.slots]
+        return [
+            {"kind": "numeric" if isinstance(s, NumericSlot) else "category", **asdict(s)} for s in self.slots
+        ]
 
     @staticmethod
-    def from_json(raw: list[dict]) -> "RawFeatures":
+    def from_json(raw: list[dict]) -> RawFeatures:
         slots: list[Slot] = []
         for entry in raw:
             fields = {k: v for k, v in entry.items() if k != "kind"}
@@ -117,8 +126,10 @@ def _numeric(values, slot: NumericSlot) -> np.ndarray:
         bad = next(v for v in values.tolist() if not _is_number(v))
         raise RawRowError(f"column '{slot.source}': {bad!r} is not a number") from None
     if np.isinf(x).any():
-        raise RawRowError(f"column '{slot.source}': {float(x[np.isinf(x)][0])!r} is not finite; send a number, or null "
-                          f"for a missing value (imputed as in training)")
+        raise RawRowError(
+            f"column '{slot.source}': {float(x[np.isinf(x)][0])!r} is not finite; send a number, or null "
+            f"for a missing value (imputed as in training)"
+        )
     x = np.where(np.isnan(x), slot.surrogate, x)
     if slot.mean is not None:
         x = (x - slot.mean) * slot.inv_std

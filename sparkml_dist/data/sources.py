@@ -16,9 +16,9 @@ import hashlib
 import logging
 import os
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -40,7 +40,12 @@ ROW_ID, SOURCE_FILE, RAW_LINE = "row_id", "source_file", "raw_line"
 _CORRUPT = "_corrupt"
 _SOURCE = "_source_value_of_"
 _CASTS = {"int": "int", "double": "double", "string": "string", "boolean": "boolean"}
-_KINDS = {"int": "an int", "double": "a number", "boolean": "true or false", "string": "text"}  # in reject reasons
+_KINDS = {
+    "int": "an int",
+    "double": "a number",
+    "boolean": "true or false",
+    "string": "text",
+}  # in reject reasons
 
 
 @dataclass
@@ -75,9 +80,11 @@ def read_as(cfg: DataConfig, fmt: str, location: str) -> DataConfig:
     if fmt == cfg.source_format:
         return cfg
     if fmt == "csv" and cfg.typed:
-        raise DataError(f"'{location}' is CSV, but the training rows are {cfg.source_format}, so data.columns does "
-                        f"not list every column in file order with its type, as CSV needs. Give these rows as "
-                        f"{cfg.source_format} (or JSON lines, ORC), or train from CSV with data.columns")
+        raise DataError(
+            f"'{location}' is CSV, but the training rows are {cfg.source_format}, so data.columns does "
+            f"not list every column in file order with its type, as CSV needs. Give these rows as "
+            f"{cfg.source_format} (or JSON lines, ORC), or train from CSV with data.columns"
+        )
     return cfg.model_copy(update={"format": fmt})
 
 
@@ -86,8 +93,13 @@ def with_task(cfg: DataConfig, columns: list[ColumnSpec]) -> DataConfig:
     are checked against that task."""
     label_type = next((c.type for c in columns if c.name == cfg.label.column), None)
     label = cfg.label
-    if cfg.typed and label_type == "boolean" and label.task in (None, "binary") and \
-            label.positive is None and label.negative is None:
+    if (
+        cfg.typed
+        and label_type == "boolean"
+        and label.task in (None, "binary")
+        and label.positive is None
+        and label.negative is None
+    ):
         # a typed source's true/false label is a binary target, true the positive class
         label = label.model_copy(update={"positive": "true", "negative": "false"})
     task = resolve_task(label, label_type)
@@ -100,6 +112,7 @@ def with_task(cfg: DataConfig, columns: list[ColumnSpec]) -> DataConfig:
 
 # ---- csv ---------------------------------------------------------------------------------------
 
+
 def read_csv(spark: SparkSession, path: str, location: str, cfg: DataConfig) -> RawRows:
     return csv_rows(_read_lines(spark, path, cfg), cfg)
 
@@ -108,14 +121,23 @@ def csv_rows(lines: DataFrame, cfg: DataConfig) -> RawRows:
     """Text lines (value, source_file, row_id; a batch or a streaming frame) parsed with the
     config's columns and types."""
     schema = ", ".join(f"`{c.name}` STRING" for c in cfg.columns) + f", {_CORRUPT} STRING"
-    options = {"sep": cfg.delimiter, "ignoreLeadingWhiteSpace": "true", "ignoreTrailingWhiteSpace": "true",
-               "mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+    options = {
+        "sep": cfg.delimiter,
+        "ignoreLeadingWhiteSpace": "true",
+        "ignoreTrailingWhiteSpace": "true",
+        "mode": "PERMISSIVE",
+        "columnNameOfCorruptRecord": _CORRUPT,
+    }
     parsed = lines.withColumn("_parsed", F.from_csv(F.col("value"), schema, options))
     raw = {c.name: F.col(f"_parsed.`{c.name}`") for c in cfg.columns}
     raw = {name: F.when(col.isin(cfg.null_values), None).otherwise(col) for name, col in raw.items()}
     n = len(cfg.columns)
-    problems = [F.when(F.col(f"_parsed.{_CORRUPT}").isNotNull(),
-                       F.lit(f"malformed line: expected {n} fields separated by '{cfg.delimiter}'"))]
+    problems = [
+        F.when(
+            F.col(f"_parsed.{_CORRUPT}").isNotNull(),
+            F.lit(f"malformed line: expected {n} fields separated by '{cfg.delimiter}'"),
+        )
+    ]
     typed = []
     for c in cfg.columns:
         if c.role == "label":  # the task reads the raw text
@@ -126,10 +148,19 @@ def csv_rows(lines: DataFrame, cfg: DataConfig) -> RawRows:
             problems.append(_parse_problem(c, raw[c.name]))
     # the problems read the parse result: evaluated on `parsed`, carried as one column
     reason = F.concat_ws("; ", *problems)
-    rows = parsed.select(SOURCE_FILE, ROW_ID, F.col("value").alias(RAW_LINE), *typed, reason.alias("_source_problem"))
-    problem = F.when(F.col("_source_problem") == "", F.lit(None).cast("string")).otherwise(F.col("_source_problem"))
-    return RawRows(rows, [problem], with_task(cfg, list(cfg.columns)),
-                   lambda rejects, where: _explain_csv(rejects, where, cfg), F.col(RAW_LINE))
+    rows = parsed.select(
+        SOURCE_FILE, ROW_ID, F.col("value").alias(RAW_LINE), *typed, reason.alias("_source_problem")
+    )
+    problem = F.when(F.col("_source_problem") == "", F.lit(None).cast("string")).otherwise(
+        F.col("_source_problem")
+    )
+    return RawRows(
+        rows,
+        [problem],
+        with_task(cfg, list(cfg.columns)),
+        lambda rejects, where: _explain_csv(rejects, where, cfg),
+        F.col(RAW_LINE),
+    )
 
 
 def _parse_problem(c: ColumnSpec, raw: Column) -> Column:
@@ -137,8 +168,9 @@ def _parse_problem(c: ColumnSpec, raw: Column) -> Column:
     message = _not_read_as_type(c, raw, cast)
     if c.type == "double" and c.role != "weight":
         not_finite = cast.isNotNull() & (F.isnan(cast) | (F.abs(cast) == float("inf")))
-        message = message.when(not_finite, F.concat(F.lit(f"column '{c.name}': '"), raw,
-                                                    F.lit("' is not finite (NaN/inf)")))
+        message = message.when(
+            not_finite, F.concat(F.lit(f"column '{c.name}': '"), raw, F.lit("' is not finite (NaN/inf)"))
+        )
     return message
 
 
@@ -170,16 +202,21 @@ def check_header(spark: SparkSession, path: str, cfg: DataConfig) -> None:
     accepted: CSV columns are positional). A repeated or empty name in the header is the column
     name `header_names` makes of it."""
     files = local_files(path)
-    headers = ({str(f): f.open().readline() for f in files} if files
-               else {path: spark.read.text(storage.spark_path(path)).first()["value"]})
+    headers = (
+        {str(f): f.open().readline() for f in files}
+        if files
+        else {path: spark.read.text(storage.spark_path(path)).first()["value"]}
+    )
     expected = [c.name for c in cfg.columns]
     for name, line in headers.items():
         got = header_names(line.strip().split(cfg.delimiter))
         if got != expected:
             missing = [c for c in expected if c not in got]
             extra = [c for c in got if c not in expected]
-            raise DataError(f"{name}: header {got} does not match data.columns; missing {missing}, "
-                            f"unexpected {extra}. Fix the input or data.columns (order matters).")
+            raise DataError(
+                f"{name}: header {got} does not match data.columns; missing {missing}, "
+                f"unexpected {extra}. Fix the input or data.columns (order matters)."
+            )
 
 
 def _explain_csv(rejects: DataFrame, location: str, cfg: DataConfig) -> None:
@@ -200,11 +237,12 @@ def _explain_csv(rejects: DataFrame, location: str, cfg: DataConfig) -> None:
 
 # ---- parquet, orc, json, table -------------------------------------------------------------------
 
+
 def read_typed(spark: SparkSession, path: str, location: str, cfg: DataConfig) -> RawRows:
     fmt = cfg.source_format
     try:
         frame = spark.table(path) if fmt == "table" else spark.read.format(fmt).load(storage.spark_path(path))
-        frame.schema  # resolving the schema is where a missing path or a wrong format fails
+        _ = frame.schema  # resolving the schema is where a missing path or a wrong format fails
     except Exception as exc:  # AnalysisException: no such path or table, not that format
         raise DataError(f"cannot read {fmt} input '{location}': {root_cause(exc)}") from None
     return typed_rows(frame, location, cfg)
@@ -219,7 +257,7 @@ def root_cause(exc: Exception) -> str:
         while cause is not None and cause.getCause() is not None:
             cause = cause.getCause()
         message = cause.getMessage() if cause is not None else None
-    except Exception:  # noqa: BLE001 - the gateway may be gone; the text is still there
+    except Exception:
         message = None
     return (message or str(exc) or type(exc).__name__).splitlines()[0]
 
@@ -237,18 +275,29 @@ def typed_rows(frame: DataFrame, location: str, cfg: DataConfig, say_roles: bool
     # a cast column's source value stays alongside, under a private name, for the raw text
     cast = {c.name: _SOURCE + c.name for c, t in zip(columns, typed) if t != ident(c.name)}
     malformed = corrupt if corrupt in frame.columns else None
-    rows = frame.selectExpr(f"input_file_name() AS {SOURCE_FILE}", f"monotonically_increasing_id() AS {ROW_ID}",
-                            *typed, *[f"{ident(name)} AS {ident(hidden)}" for name, hidden in cast.items()],
-                            *([f"{ident(malformed)} AS {ident(_SOURCE + malformed)}"] if malformed else []))
-    as_read = ", ".join(f"{ident(cast[f.name])} AS {ident(f.name)}" if f.name in cast else ident(f.name) for f in fields)
+    rows = frame.selectExpr(
+        f"input_file_name() AS {SOURCE_FILE}",
+        f"monotonically_increasing_id() AS {ROW_ID}",
+        *typed,
+        *[f"{ident(name)} AS {ident(hidden)}" for name, hidden in cast.items()],
+        *([f"{ident(malformed)} AS {ident(_SOURCE + malformed)}"] if malformed else []),
+    )
+    as_read = ", ".join(
+        f"{ident(cast[f.name])} AS {ident(f.name)}" if f.name in cast else ident(f.name) for f in fields
+    )
     raw_line = F.expr(raw_json(as_read))
     doubles = [c.name for c in columns if c.role == "numeric" and c.type == "double"]
     problems = [_not_finite(doubles)] if doubles else []
-    problems += [_not_read_as_type(c, F.col(cast[c.name]), F.col(c.name), source_types[c.name]) for c in columns
-                 if c.name in cast and c.role not in ("ignore", "weight")]  # a weight has its own check (ingest)
+    problems += [
+        _not_read_as_type(c, F.col(cast[c.name]), F.col(c.name), source_types[c.name])
+        for c in columns
+        if c.name in cast and c.role not in ("ignore", "weight")
+    ]  # a weight has its own check (ingest)
     if malformed:
         text = F.col(_SOURCE + malformed)
-        problems.insert(0, F.when(text.isNotNull(), F.lit("malformed record: the source's reader could not parse it")))
+        problems.insert(
+            0, F.when(text.isNotNull(), F.lit("malformed record: the source's reader could not parse it"))
+        )
         raw_line = F.coalesce(text, raw_line)
     return RawRows(rows, problems, with_task(cfg, columns), _explain_typed, raw_line)
 
@@ -260,8 +309,10 @@ def _not_read_as_type(c: ColumnSpec, source: Column, typed: Column, source_type:
     unread = source.isNotNull() & typed.isNull()
     if c.type == "int" and source_type == "double":
         unread = unread | (typed.isNotNull() & (source.cast("double") != typed.cast("double")))
-    return F.when(unread, F.concat(
-        F.lit(f"column '{c.name}': '"), source.cast("string"), F.lit(f"' is not {_KINDS[c.type]}")))
+    return F.when(
+        unread,
+        F.concat(F.lit(f"column '{c.name}': '"), source.cast("string"), F.lit(f"' is not {_KINDS[c.type]}")),
+    )
 
 
 def schema_of(data: DataConfig) -> dict[str, str]:
@@ -281,7 +332,9 @@ def with_types_of(cfg: DataConfig, schema: Mapping[str, str]) -> DataConfig:
     if not schema:
         return cfg
     kinds = {name: kind.partition("/") for name, kind in schema.items()}
-    features = {name: (type_, role) for name, (type_, _, role) in kinds.items() if role in ("numeric", "categorical")}
+    features = {
+        name: (type_, role) for name, (type_, _, role) in kinds.items() if role in ("numeric", "categorical")
+    }
     if cfg.typed:
         columns = list(cfg.columns)
         where = {c.name: i for i, c in enumerate(columns)}
@@ -294,8 +347,9 @@ def with_types_of(cfg: DataConfig, schema: Mapping[str, str]) -> DataConfig:
     return cfg.with_model_features(features)
 
 
-def resolve_columns(cfg: DataConfig, fields: list[T.StructField], location: str,
-                    say_roles: bool = True) -> list[ColumnSpec]:
+def resolve_columns(
+    cfg: DataConfig, fields: list[T.StructField], location: str, say_roles: bool = True
+) -> list[ColumnSpec]:
     """Every source column with a type (the source's, or the configured cast) and a role (the
     configured one, the label's, the weight's, or the type's)."""
     names = [f.name for f in fields]
@@ -306,28 +360,45 @@ def resolve_columns(cfg: DataConfig, fields: list[T.StructField], location: str,
         optional |= {c.name for c in cfg.columns if c.role == "ignore"}
     missing = [n for n in dict.fromkeys(c.name for c in cfg.columns) if n not in names and n not in optional]
     if missing:
-        raise DataError(f"{location}: column(s) {missing} named in data are not in the source; its columns: "
-                        f"{names[:50]}{' ...' if len(names) > 50 else ''}. data.columns names them, or (reading rows "
-                        f"for a trained model) the model was trained on them")
+        raise DataError(
+            f"{location}: column(s) {missing} named in data are not in the source; its columns: "
+            f"{names[:50]}{' ...' if len(names) > 50 else ''}. data.columns names them, or (reading rows "
+            f"for a trained model) the model was trained on them"
+        )
     configured = {c.name: c for c in cfg.columns}
     out, ignored, unused = [], [], []
     for f in fields:
         source_type = _type_name(f.dataType)
         spec = configured.get(f.name)
-        role = (spec.role if spec else "label" if f.name == cfg.label.column
-                else "weight" if f.name == cfg.weight_column
-                else "numeric" if source_type in ("int", "double")
-                else "categorical" if source_type in ("string", "boolean") else "ignore")
+        role = (
+            spec.role
+            if spec
+            else "label"
+            if f.name == cfg.label.column
+            else "weight"
+            if f.name == cfg.weight_column
+            else "numeric"
+            if source_type in ("int", "double")
+            else "categorical"
+            if source_type in ("string", "boolean")
+            else "ignore"
+        )
         kind = (spec.type if spec and spec.type else source_type) or "string"
         if role == "ignore" and spec is None and source_type is None:
             ignored.append(f"{f.name} ({f.dataType.simpleString()})")
-        if role in ("numeric", "categorical") and spec is None and cfg.model_features is not None \
-                and f.name not in cfg.model_features:
+        if (
+            role in ("numeric", "categorical")
+            and spec is None
+            and cfg.model_features is not None
+            and f.name not in cfg.model_features
+        ):
             role = "ignore"
             unused.append(f"{f.name} ({f.dataType.simpleString()})")
         if role in ("numeric", "weight") and kind not in ("int", "double"):
-            raise DataError(f"{location}: column '{f.name}' is {f.dataType.simpleString()}, which cannot be role "
-                            f"'{role}'; give it role categorical or ignore in data.columns, or a numeric type")
+            raise DataError(
+                f"{location}: column '{f.name}' is {f.dataType.simpleString()}, which cannot be role "
+                f"'{role}'; give it role categorical or ignore in data.columns, or a numeric type"
+            )
         out.append(ColumnSpec(name=f.name, type=kind, role=role))
     if ignored and say_roles:
         log.info("%s: columns of other types are not features: %s", location, ", ".join(ignored))
@@ -369,16 +440,22 @@ def _not_finite(names: list[str]) -> Column:
     if len(names) == 1:
         c = ident(names[0])
         prefix = literal(f"column '{names[0]}': '")
-        return F.expr(f"CASE WHEN {bad.format(c)} THEN concat({prefix}, CAST({c} AS STRING), "
-                      f"{literal(chr(39) + ' is not finite (NaN/inf)')}) END")
+        return F.expr(
+            f"CASE WHEN {bad.format(c)} THEN concat({prefix}, CAST({c} AS STRING), "
+            f"{literal(chr(39) + ' is not finite (NaN/inf)')}) END"
+        )
     values = "array(" + ", ".join(f"CAST({ident(n)} AS DOUBLE)" for n in names) + ")"
     labels = "array(" + ", ".join(literal(f"'{n}' (") for n in names) + ")"
     # concat_ws skips the nulls zip_with leaves for the finite values; no quote right after ': ',
     # where common_reasons would take a column's name for the row's own value and elide it
-    which = (f"zip_with({labels}, {values}, "
-             f"(n, v) -> CASE WHEN {bad.format('v')} THEN concat(n, CAST(v AS STRING), ')') END)")
-    return F.expr(f"CASE WHEN {_any_not_finite(names)} "
-                  f"THEN concat('not finite (NaN/inf) in ', concat_ws(', ', {which})) END")
+    which = (
+        f"zip_with({labels}, {values}, "
+        f"(n, v) -> CASE WHEN {bad.format('v')} THEN concat(n, CAST(v AS STRING), ')') END)"
+    )
+    return F.expr(
+        f"CASE WHEN {_any_not_finite(names)} "
+        f"THEN concat('not finite (NaN/inf) in ', concat_ws(', ', {which})) END"
+    )
 
 
 def _any_not_finite(names: list[str]) -> str:
@@ -388,13 +465,17 @@ def _any_not_finite(names: list[str]) -> str:
     as it is long for Spark's recursive rules and code generation."""
     terms = [f"coalesce(CAST({ident(n)} AS DOUBLE) * 0D, 0D)" for n in names]
     while len(terms) > 1:
-        terms = [f"({a} + {b})" for a, b in zip(terms[::2], terms[1::2])] + (terms[-1:] if len(terms) % 2 else [])
+        terms = [f"({a} + {b})" for a, b in zip(terms[::2], terms[1::2])] + (
+            terms[-1:] if len(terms) % 2 else []
+        )
     return f"isnan({terms[0]})"
 
 
 def _explain_typed(rejects: DataFrame, location: str) -> None:
-    raise DataError(f"{location}: every row was rejected; {describe_reasons(common_reasons(rejects))}. "
-                    f"Rejected rows and reasons: see the rejects output.")
+    raise DataError(
+        f"{location}: every row was rejected; {describe_reasons(common_reasons(rejects))}. "
+        f"Rejected rows and reasons: see the rejects output."
+    )
 
 
 @dataclass(frozen=True)
@@ -413,8 +494,13 @@ def common_reasons(rejects: DataFrame, limit: int = 3) -> list[RejectReason]:
     """The most frequent kinds of reason among `rejects`: each row's reason with its quoted values
     elided, so 10,000 rows rejected for one column's type are one kind, not 10,000."""
     kind = F.regexp_replace(F.col("reason"), _QUOTED_VALUE, "$1'…'")
-    top = (rejects.groupBy(kind.alias("kind")).agg(F.count(F.lit(1)).alias("rows"), F.min("reason").alias("example"))
-           .orderBy(F.desc("rows"), "kind").limit(limit).collect())
+    top = (
+        rejects.groupBy(kind.alias("kind"))
+        .agg(F.count(F.lit(1)).alias("rows"), F.min("reason").alias("example"))
+        .orderBy(F.desc("rows"), "kind")
+        .limit(limit)
+        .collect()
+    )
     return [RejectReason(r["kind"], r["rows"], r["example"]) for r in top]
 
 
@@ -434,6 +520,7 @@ for _fmt in ("parquet", "orc", "json", "table"):
 
 
 # ---- fingerprints --------------------------------------------------------------------------------
+
 
 def local_files(path: str) -> list[Path]:
     """The local files behind a path (file or directory); empty for remote URIs."""

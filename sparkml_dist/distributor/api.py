@@ -19,8 +19,9 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from sparkml_dist.distributor.frames import frame_for_ranks
 from sparkml_dist.distributor.job import UserJob, user_rank
@@ -47,9 +48,18 @@ class TorchDistributor:
     relaunch would meet it again), `checkpoint_dir` for the function to resume from (default: a
     fresh temporary directory, removed after success), and the `spark` session to use."""
 
-    def __init__(self, num_processes: int = 1, local_mode: bool = True, use_gpu: bool = True,
-                 _ssl_conf: str = IGNORE_SSL_CONF, *, max_attempts: int = 1, checkpoint_dir: str | None = None,
-                 spark=None, timeout_s: int = 1800):
+    def __init__(
+        self,
+        num_processes: int = 1,
+        local_mode: bool = True,
+        use_gpu: bool = True,
+        _ssl_conf: str = IGNORE_SSL_CONF,
+        *,
+        max_attempts: int = 1,
+        checkpoint_dir: str | None = None,
+        spark=None,
+        timeout_s: int = 1800,
+    ):
         if not isinstance(num_processes, int) or num_processes < 1:
             raise ConfigError(f"num_processes has to be a positive integer, got {num_processes!r}")
         if not isinstance(max_attempts, int) or max_attempts < 1:
@@ -69,8 +79,12 @@ class TorchDistributor:
         self.attempts_used = 0  # launches the last run took
         self.num_tasks = self._get_num_tasks()
         # pyspark's record of the arguments (its tests and users read it)
-        self.input_params = {"num_processes": self.num_processes, "local_mode": local_mode, "use_gpu": use_gpu,
-                             "num_tasks": self.num_tasks}
+        self.input_params = {
+            "num_processes": self.num_processes,
+            "local_mode": local_mode,
+            "use_gpu": use_gpu,
+            "num_tasks": self.num_tasks,
+        }
         _show_rank_output()
 
     def run(self, train_object: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> Any:
@@ -82,8 +96,10 @@ class TorchDistributor:
         """Like `run`, with `df`'s rows dealt to the ranks: inside `train_function`,
         `sparkml_dist.dataframe_loader(...)` iterates over this rank's share."""
         if self.local_mode:
-            raise ConfigError("run_on_dataframe needs local_mode=False: the rows reach the ranks through a "
-                              "barrier stage on the executors")
+            raise ConfigError(
+                "run_on_dataframe needs local_mode=False: the rows reach the ranks through a "
+                "barrier stage on the executors"
+            )
         call = train_call(train_function, args, kwargs)
         if not isinstance(call, FunctionCall):
             raise UserCodeError("run_on_dataframe takes a function (a script cannot call dataframe_loader)")
@@ -95,24 +111,38 @@ class TorchDistributor:
     def _launch(self, call: TrainCall, frame) -> Any:
         self._check_encryption()
         with self._checkpoint_dir() as checkpoint_dir:
+
             def job(attempt: int) -> UserJob:
                 return UserJob(call, attempt, self.max_attempts, checkpoint_dir, self.use_gpu)
 
-            launched = relaunch(lambda attempt: self._attempt(job(attempt), frame), self.max_attempts, wrap=False)
+            launched = relaunch(
+                lambda attempt: self._attempt(job(attempt), frame), self.max_attempts, wrap=False
+            )
         self.attempts_used = launched.attempts
         return launched.results[0]
 
     def _attempt(self, job: UserJob, frame) -> list[Any]:
-        log.info("%s on %d %s rank(s), attempt %d/%d", job.call.name, self.num_processes,
-                 "local" if self.local_mode else "barrier", job.attempt + 1, self.max_attempts)
+        log.info(
+            "%s on %d %s rank(s), attempt %d/%d",
+            job.call.name,
+            self.num_processes,
+            "local" if self.local_mode else "barrier",
+            job.attempt + 1,
+            self.max_attempts,
+        )
         if self.local_mode:
-            gpus = _driver_gpus(self.spark)[:self.num_processes] if self.use_gpu else None
+            gpus = _driver_gpus(self.spark)[: self.num_processes] if self.use_gpu else None
             return run_local(job, self.num_processes, gpus)
-        backend = TorchBackend(device="cuda" if self.use_gpu else "cpu", timeout_s=self.timeout_s, init_group=False,
-                               needs_fresh_process=self.use_gpu)
+        backend = TorchBackend(
+            device="cuda" if self.use_gpu else "cpu",
+            timeout_s=self.timeout_s,
+            init_group=False,
+            needs_fresh_process=self.use_gpu,
+        )
         try:
-            return run_barrier(self.spark, user_rank, job, self.num_processes, backend, stream_output=True,
-                               frame=frame)
+            return run_barrier(
+                self.spark, user_rank, job, self.num_processes, backend, stream_output=True, frame=frame
+            )
         except SlotError as exc:  # name the argument this API sets the ranks with
             raise SlotError(exc.available, exc.requested, exc.detail, key="num_processes") from None
 
@@ -124,9 +154,12 @@ class TorchDistributor:
         scratch = tempfile.mkdtemp(prefix="sparkml-dist-checkpoints-")
         if not self.local_mode and not self.spark.sparkContext.master.startswith("local"):
             # a directory on the driver's own disk: ranks on other hosts neither see it nor share it
-            log.warning("no checkpoint_dir given: the scratch directory %s is on the driver's host only; on a "
-                        "cluster pass checkpoint_dir=<a path or URI every executor can reach> for relaunches "
-                        "to resume", scratch)
+            log.warning(
+                "no checkpoint_dir given: the scratch directory %s is on the driver's host only; on a "
+                "cluster pass checkpoint_dir=<a path or URI every executor can reach> for relaunches "
+                "to resume",
+                scratch,
+            )
         try:
             yield scratch
         finally:
@@ -142,22 +175,31 @@ class TorchDistributor:
             key = "spark.task.resource.gpu.amount"
             per_task = int(float(_conf_value(self.spark, key) or "0"))
             if per_task < 1:
-                raise PrerequisiteError(f"'{key}' was unset, so gpu usage is unavailable. Set it (with "
-                                        f"spark.executor.resource.gpu.amount and a discovery script), or pass "
-                                        f"use_gpu=False to train on CPU")
+                raise PrerequisiteError(
+                    f"'{key}' was unset, so gpu usage is unavailable. Set it (with "
+                    f"spark.executor.resource.gpu.amount and a discovery script), or pass "
+                    f"use_gpu=False to train on CPU"
+                )
             if self.num_processes % per_task:
-                raise PrerequisiteError(f"TorchDistributor 'num_processes' value ({self.num_processes}) must be a "
-                                        f"multiple of '{key}' ({per_task}) value.")
+                raise PrerequisiteError(
+                    f"TorchDistributor 'num_processes' value ({self.num_processes}) must be a "
+                    f"multiple of '{key}' ({per_task}) value."
+                )
             return self.num_processes // per_task
         available = len(_driver_gpus(self.spark))
         if available == 0:
-            raise PrerequisiteError("GPUs were unable to be found on the driver. Give the driver GPUs "
-                                    "(spark.driver.resource.gpu.amount and its discovery script), or pass "
-                                    "use_gpu=False to train on CPU")
+            raise PrerequisiteError(
+                "GPUs were unable to be found on the driver. Give the driver GPUs "
+                "(spark.driver.resource.gpu.amount and its discovery script), or pass "
+                "use_gpu=False to train on CPU"
+            )
         if self.num_processes > available:
-            self.logger.warning("'num_processes' cannot be set to a value greater than the number of available GPUs "
-                                "on the driver, which is %d. 'num_processes' was reset to be equal to the number of "
-                                "available GPUs.", available)
+            self.logger.warning(
+                "'num_processes' cannot be set to a value greater than the number of available GPUs "
+                "on the driver, which is %d. 'num_processes' was reset to be equal to the number of "
+                "available GPUs.",
+                available,
+            )
             self.num_processes = available
         return self.num_processes
 
@@ -167,15 +209,20 @@ class TorchDistributor:
         if not _conf_is_true(self.spark, "spark.ssl.enabled"):
             return
         if _conf_is_true(self.spark, self.ssl_conf):
-            self.logger.warning("This cluster has TLS encryption enabled; however, TorchDistributor does not support "
-                                "data encryption in transit. '%s' is true, so it goes on: model parameters and "
-                                "possibly training data are sent between nodes unencrypted.", self.ssl_conf)
+            self.logger.warning(
+                "This cluster has TLS encryption enabled; however, TorchDistributor does not support "
+                "data encryption in transit. '%s' is true, so it goes on: model parameters and "
+                "possibly training data are sent between nodes unencrypted.",
+                self.ssl_conf,
+            )
             return
-        raise PrerequisiteError(f"This cluster has TLS encryption enabled; however, TorchDistributor does not support "
-                                f"data encryption in transit. To override this configuration and use TorchDistributor "
-                                f"anyway, you may set '{self.ssl_conf}' to 'true' in the Spark configuration. Please "
-                                f"note this will cause model parameters and possibly training data to be sent between "
-                                f"nodes unencrypted.")
+        raise PrerequisiteError(
+            f"This cluster has TLS encryption enabled; however, TorchDistributor does not support "
+            f"data encryption in transit. To override this configuration and use TorchDistributor "
+            f"anyway, you may set '{self.ssl_conf}' to 'true' in the Spark configuration. Please "
+            f"note this will cause model parameters and possibly training data to be sent between "
+            f"nodes unencrypted."
+        )
 
 
 def _conf_value(spark, key: str) -> str | None:
@@ -216,8 +263,10 @@ def _active_session(required: bool):
 
     session = SparkSession.getActiveSession()
     if session is None and required:
-        raise ConfigError("TorchDistributor(local_mode=False) needs an active SparkSession: create one first "
-                          "(SparkSession.builder...getOrCreate() or sparkml_dist.build_session), or pass spark=")
+        raise ConfigError(
+            "TorchDistributor(local_mode=False) needs an active SparkSession: create one first "
+            "(SparkSession.builder...getOrCreate() or sparkml_dist.build_session), or pass spark="
+        )
     return session
 
 

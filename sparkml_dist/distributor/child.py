@@ -28,7 +28,9 @@ def main(job_file: str, out_dir: str) -> int:
 
     rank = int(os.environ["RANK"])
     try:
-        job = cloudpickle.loads(Path(job_file).read_bytes())  # written by this job's parent, in its private dir
+        job = cloudpickle.loads(
+            Path(job_file).read_bytes()
+        )  # written by this job's parent, in its private dir
         from sparkml_dist.launch.pg_guard import process_groups_outlive_the_call
 
         with _env(job.env()), process_groups_outlive_the_call():  # see launch.pg_guard
@@ -36,11 +38,17 @@ def main(job_file: str, out_dir: str) -> int:
         if rank == 0:
             _write_atomically(Path(out_dir) / RESULT_FILE, cloudpickle.dumps(result))
         return 0
-    except BaseException as exc:  # noqa: BLE001 - every failure becomes this rank's report
+    except BaseException as exc:
         text = traceback.format_exc()
         sys.stderr.write(text)
-        report = RankReport(rank=rank, host="127.0.0.1", exc_type=type(exc).__name__, message=str(exc)[:2000],
-                            traceback=text[-4000:], retryable=is_retryable(exc))
+        report = RankReport(
+            rank=rank,
+            host="127.0.0.1",
+            exc_type=type(exc).__name__,
+            message=str(exc)[:2000],
+            traceback=text[-4000:],
+            retryable=is_retryable(exc),
+        )
         _write_atomically(report_file(out_dir, rank), json.dumps(report.to_json()).encode())
         return 1
 

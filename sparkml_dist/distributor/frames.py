@@ -16,15 +16,23 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
 from sparkml_dist.distributor.job import PARTITION_FILE, PARTITION_ROWS
 from sparkml_dist.errors import DataError
 
-_NUMERIC = ("ByteType", "ShortType", "IntegerType", "LongType", "FloatType", "DoubleType", "BooleanType",
-            "DecimalType")
+_NUMERIC = (
+    "ByteType",
+    "ShortType",
+    "IntegerType",
+    "LongType",
+    "FloatType",
+    "DoubleType",
+    "BooleanType",
+    "DecimalType",
+)
 
 
 def frame_for_ranks(df):
@@ -40,15 +48,16 @@ def frame_for_ranks(df):
         kind = type(field.dataType).__name__
         if kind == "VectorUDT":
             selected.append(vector_to_array(F.col(field.name), "float32").alias(field.name))
-        elif kind in _NUMERIC:
-            selected.append(F.col(field.name))
-        elif isinstance(field.dataType, ArrayType) and type(field.dataType.elementType).__name__ in _NUMERIC:
+        elif kind in _NUMERIC or (
+            isinstance(field.dataType, ArrayType) and type(field.dataType.elementType).__name__ in _NUMERIC
+        ):
             selected.append(F.col(field.name))
         else:
             raise DataError(
                 f"column {field.name!r} has type {field.dataType.simpleString()}, which no tensor holds; the "
                 f"ranks take numbers, booleans, arrays of numbers and Spark ML vectors. Encode it first "
-                f"(StringIndexer / OneHotEncoder, or a cast), or drop it: df.drop({field.name!r})")
+                f"(StringIndexer / OneHotEncoder, or a cast), or drop it: df.drop({field.name!r})"
+            )
     return df.select(*selected)
 
 
@@ -59,24 +68,35 @@ class PartitionLoader:
     other column; array columns contribute their elements) and y keeps the label's kind (int64 for
     integer labels, for CrossEntropyLoss; float32 otherwise). Without: a dict of column tensors."""
 
-    def __init__(self, batch_size: int, label: str | None = None, features: list[str] | None = None,
-                 shuffle: bool = True, seed: int = 0, drop_last: bool = False):
+    def __init__(
+        self,
+        batch_size: int,
+        label: str | None = None,
+        features: list[str] | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ):
         import pyarrow as pa
 
         path, rows_per_rank = _partition_from_env()
         self.rank = int(os.environ.get("RANK", 0))
         self.table = pa.ipc.open_file(pa.memory_map(path)).read_all() if path else None
         if self.table is None or self.table.num_rows == 0:
-            raise DataError(f"rank {self.rank} got no rows of the DataFrame (shares per rank: {rows_per_rank}); "
-                            f"use fewer processes than rows")
+            raise DataError(
+                f"rank {self.rank} got no rows of the DataFrame (shares per rank: {rows_per_rank}); "
+                f"use fewer processes than rows"
+            )
         names = self.table.column_names
         missing = [c for c in [*(features or []), *([label] if label else [])] if c not in names]
         if missing:
             raise DataError(f"dataframe_loader: no column(s) {missing} in the DataFrame; it has {names}")
         nulls = [c for c in names if self.table.column(c).null_count]
         if nulls:
-            raise DataError(f"rank {self.rank}: column(s) {nulls} hold nulls, which no tensor holds; fill or drop "
-                            f"them before the launch (df.na.fill(...) / df.na.drop(subset={nulls}))")
+            raise DataError(
+                f"rank {self.rank}: column(s) {nulls} hold nulls, which no tensor holds; fill or drop "
+                f"them before the launch (df.na.fill(...) / df.na.drop(subset={nulls}))"
+            )
         self.label = label
         self.features = features if features is not None else [c for c in names if c != label]
         self.batch_size = int(batch_size)
@@ -102,14 +122,14 @@ class PartitionLoader:
     def __iter__(self) -> Iterator:
         order = self._order()
         for start in range(0, len(self) * self.batch_size, self.batch_size):
-            yield self._batch(self.table.take(order[start:start + self.batch_size]))
+            yield self._batch(self.table.take(order[start : start + self.batch_size]))
 
     def _order(self) -> np.ndarray:
         rows = self.table.num_rows
         rng = np.random.default_rng([self.seed, self.epoch, self.rank])
         own = rng.permutation(rows) if self.shuffle else np.arange(rows)
         repeats = -(-self.rows_per_epoch // rows)
-        return np.tile(own, repeats)[:self.rows_per_epoch]
+        return np.tile(own, repeats)[: self.rows_per_epoch]
 
     def _batch(self, table):
         import torch
@@ -122,16 +142,24 @@ class PartitionLoader:
         return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)), torch.from_numpy(y)
 
 
-def dataframe_loader(batch_size: int, label: str | None = None, features: list[str] | None = None,
-                     shuffle: bool = True, seed: int = 0, drop_last: bool = False) -> PartitionLoader:
+def dataframe_loader(
+    batch_size: int,
+    label: str | None = None,
+    features: list[str] | None = None,
+    shuffle: bool = True,
+    seed: int = 0,
+    drop_last: bool = False,
+) -> PartitionLoader:
     """Inside a function run by `TorchDistributor.run_on_dataframe`: a loader over this rank's rows."""
     return PartitionLoader(batch_size, label, features, shuffle, seed, drop_last)
 
 
 def _partition_from_env() -> tuple[str, list[int]]:
     if PARTITION_ROWS not in os.environ:
-        raise RuntimeError("dataframe_loader() is only available inside a function launched by "
-                           "TorchDistributor.run_on_dataframe(fn, df, ...)")
+        raise RuntimeError(
+            "dataframe_loader() is only available inside a function launched by "
+            "TorchDistributor.run_on_dataframe(fn, df, ...)"
+        )
     return os.environ[PARTITION_FILE], json.loads(os.environ[PARTITION_ROWS])
 
 

@@ -30,7 +30,11 @@ class UserJob:
     use_gpu: bool = True
 
     def env(self) -> dict[str, str]:
-        return {ATTEMPT: str(self.attempt), MAX_ATTEMPTS: str(self.max_attempts), CHECKPOINT_DIR: self.checkpoint_dir}
+        return {
+            ATTEMPT: str(self.attempt),
+            MAX_ATTEMPTS: str(self.max_attempts),
+            CHECKPOINT_DIR: self.checkpoint_dir,
+        }
 
 
 @dataclass(frozen=True)
@@ -53,9 +57,17 @@ def launch_info() -> LaunchInfo:
     """Inside a function or script launched by `TorchDistributor`: this rank's launch."""
     env = os.environ
     if ATTEMPT not in env:
-        raise RuntimeError("launch_info() is only available inside a rank launched by sparkml_dist.TorchDistributor")
-    return LaunchInfo(int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0)),
-                      int(env[ATTEMPT]), int(env[MAX_ATTEMPTS]), env[CHECKPOINT_DIR])
+        raise RuntimeError(
+            "launch_info() is only available inside a rank launched by sparkml_dist.TorchDistributor"
+        )
+    return LaunchInfo(
+        int(env.get("RANK", 0)),
+        int(env.get("WORLD_SIZE", 1)),
+        int(env.get("LOCAL_RANK", 0)),
+        int(env[ATTEMPT]),
+        int(env[MAX_ATTEMPTS]),
+        env[CHECKPOINT_DIR],
+    )
 
 
 def partition_env(ctx: RankContext) -> dict[str, str]:
@@ -67,7 +79,10 @@ def partition_env(ctx: RankContext) -> dict[str, str]:
 def gpu_env(ctx: RankContext, use_gpu: bool) -> dict[str, str]:
     """As pyspark's TorchDistributor: a rank sees only the GPU Spark assigned to its task, as cuda:0,
     and none when it was given none (use_gpu=False); each task is its own local world of one."""
-    one_per_task = {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}  # pyspark: torchrun --nproc_per_node=1 per task
+    one_per_task = {
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+    }  # pyspark: torchrun --nproc_per_node=1 per task
     if not use_gpu or not ctx.gpus:
         return {"CUDA_VISIBLE_DEVICES": "", **one_per_task}
     return {"CUDA_VISIBLE_DEVICES": ",".join(ctx.gpus), **one_per_task}

@@ -34,15 +34,21 @@ def run_local(job: UserJob, num_processes: int, visible_gpus: list[str] | None =
     from pyspark import cloudpickle
 
     # the ranks' rendezvous store lives here, bound to loopback only (launch.rendezvous)
-    with tempfile.TemporaryDirectory(prefix="sparkml-dist-local-") as work, \
-            BoundStore(HOST, num_processes) as store:  # mode 0700: only this user
+    with (
+        tempfile.TemporaryDirectory(prefix="sparkml-dist-local-") as work,
+        BoundStore(HOST, num_processes) as store,
+    ):  # mode 0700: only this user
         job_file = Path(work) / "job.pkl"
         job_file.write_bytes(cloudpickle.dumps(job))
         port = store.port
         tails = [collections.deque(maxlen=TAIL_LINES) for _ in range(num_processes)]
         gpus = {} if visible_gpus is None else {"CUDA_VISIBLE_DEVICES": ",".join(visible_gpus)}
-        procs = [_start(job, job_file, work, rank, num_processes, port, gpus) for rank in range(num_processes)]
-        readers = [threading.Thread(target=_relay, args=(p, r, tails[r]), daemon=True) for r, p in enumerate(procs)]
+        procs = [
+            _start(job, job_file, work, rank, num_processes, port, gpus) for rank in range(num_processes)
+        ]
+        readers = [
+            threading.Thread(target=_relay, args=(p, r, tails[r]), daemon=True) for r, p in enumerate(procs)
+        ]
         for reader in readers:
             reader.start()
         codes = _wait(procs)
@@ -56,23 +62,46 @@ def run_local(job: UserJob, num_processes: int, visible_gpus: list[str] | None =
     return [result] + [None] * (num_processes - 1)
 
 
-def _start(job: UserJob, job_file: Path, work: str, rank: int, world: int, port: int,
-           gpus: dict[str, str]) -> subprocess.Popen:
-    env = {**os.environ, **job.env(), **_torchrun_env(rank, world, port), **gpus, "PYTHONUNBUFFERED": "1",
-           # the child imports what the driver can (the user's modules, this package from a checkout)
-           "PYTHONPATH": os.pathsep.join(p for p in [*sys.path, os.environ.get("PYTHONPATH", "")] if p)}
+def _start(
+    job: UserJob, job_file: Path, work: str, rank: int, world: int, port: int, gpus: dict[str, str]
+) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        **job.env(),
+        **_torchrun_env(rank, world, port),
+        **gpus,
+        "PYTHONUNBUFFERED": "1",
+        # the child imports what the driver can (the user's modules, this package from a checkout)
+        "PYTHONPATH": os.pathsep.join(p for p in [*sys.path, os.environ.get("PYTHONPATH", "")] if p),
+    }
     if isinstance(job.call, FunctionCall):
         command = [sys.executable, "-m", "sparkml_dist.distributor.child", str(job_file), work]
     else:
         command = job.call.command(job.call.path)
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", bufsize=1)
+    return subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        bufsize=1,
+    )
 
 
 def _torchrun_env(rank: int, world: int, port: int) -> dict[str, str]:
-    return {"MASTER_ADDR": HOST, "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(world),
-            "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world), "GROUP_RANK": "0", **AGENT_STORE_ENV,
-            "GLOO_SOCKET_IFNAME": "lo", "TP_SOCKET_IFNAME": "lo"}
+    return {
+        "MASTER_ADDR": HOST,
+        "MASTER_PORT": str(port),
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(world),
+        "GROUP_RANK": "0",
+        **AGENT_STORE_ENV,
+        "GLOO_SOCKET_IFNAME": "lo",
+        "TP_SOCKET_IFNAME": "lo",
+    }
 
 
 def _relay(proc: subprocess.Popen, rank: int, tail: collections.deque) -> None:

@@ -7,9 +7,10 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import Any
 
 from sparkml_dist.errors import UserCodeError
 
@@ -65,8 +66,14 @@ class ScriptCall:
             if not os.path.isfile(path):
                 path = os.path.join(scratch, os.path.basename(self.path))
                 Path(path).write_bytes(self.source)
-            proc = subprocess.Popen(self.command(path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, errors="replace", bufsize=1)
+            proc = subprocess.Popen(
+                self.command(path),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                bufsize=1,
+            )
             assert proc.stdout is not None
             for line in proc.stdout:
                 print(line.rstrip("\n"), flush=True)
@@ -74,7 +81,7 @@ class ScriptCall:
                 raise ScriptFailed(self.path, proc.returncode)
 
 
-TrainCall = Union[FunctionCall, ScriptCall]
+TrainCall = FunctionCall | ScriptCall
 
 
 def train_call(train_object: Any, args: tuple, kwargs: dict) -> TrainCall:
@@ -82,8 +89,10 @@ def train_call(train_object: Any, args: tuple, kwargs: dict) -> TrainCall:
     if isinstance(train_object, (str, os.PathLike)):
         return _script_call(os.fspath(train_object), args, kwargs)
     if not callable(train_object):
-        raise UserCodeError(f"train_object must be a function or the path of a Python script, got "
-                            f"{type(train_object).__name__}")
+        raise UserCodeError(
+            f"train_object must be a function or the path of a Python script, got "
+            f"{type(train_object).__name__}"
+        )
     call = FunctionCall(train_object, tuple(args), dict(kwargs))
     check_picklable(call, what=f"training function {call.name}")
     return call
@@ -95,21 +104,26 @@ def check_picklable(value: Any, what: str) -> None:
 
     try:
         cloudpickle.dumps(value)
-    except Exception as exc:  # noqa: BLE001 - pickling raises many types (TypeError, PicklingError, ...)
+    except Exception as exc:
         raise UserCodeError(
             f"the {what} cannot be sent to the ranks: {type(exc).__name__}: {str(exc)[:300]}. It, its arguments "
             f"and what it refers to must be picklable: pass a SparkSession, SparkContext, lock, open file or "
-            f"socket by name or path instead, or create it inside the function") from None
+            f"socket by name or path instead, or create it inside the function"
+        ) from None
 
 
 def _script_call(path: str, args: tuple, kwargs: dict) -> ScriptCall:
     if kwargs:
-        raise UserCodeError(f"a script takes command-line arguments only; pass {sorted(kwargs)} as strings, "
-                            f"e.g. run({path!r}, '--{next(iter(kwargs))}=...')")
+        raise UserCodeError(
+            f"a script takes command-line arguments only; pass {sorted(kwargs)} as strings, "
+            f"e.g. run({path!r}, '--{next(iter(kwargs))}=...')"
+        )
     script = Path(path)
     if not script.is_file():
-        raise UserCodeError(f"training script {path} does not exist (working directory {os.getcwd()}); "
-                            f"pass an existing .py file or a function")
+        raise UserCodeError(
+            f"training script {path} does not exist (working directory {os.getcwd()}); "
+            f"pass an existing .py file or a function"
+        )
     bad = [a for a in args if not isinstance(a, (str, int, float))]
     if bad:
         raise UserCodeError(f"script arguments must be strings (command-line arguments), got {bad[0]!r}")

@@ -43,15 +43,25 @@ def rounds_dir(cfg: JobConfig) -> str:
 
 def fingerprint(cfg: JobConfig) -> str:
     """What makes two runs the same rounds: data, features, model, the federated settings, the seed."""
-    parts = [cfg.data.model_dump_json(), cfg.features.model_dump_json(), cfg.model.model_dump_json(),
-             cfg.federated.model_dump_json(), str(cfg.train.seed)]
+    parts = [
+        cfg.data.model_dump_json(),
+        cfg.features.model_dump_json(),
+        cfg.model.model_dump_json(),
+        cfg.federated.model_dump_json(),
+        str(cfg.train.seed),
+    ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
 def save_round(directory: str, done: RoundsDone, config_fingerprint: str) -> str:
-    meta = {"fingerprint": config_fingerprint, "next_round": done.next_round,
-            "records": [r.to_json() for r in done.records], "sampler_state": done.sampler_state,
-            "payloads": done.payloads, "largest_value": done.largest_value}
+    meta = {
+        "fingerprint": config_fingerprint,
+        "next_round": done.next_round,
+        "records": [r.to_json() for r in done.records],
+        "sampler_state": done.sampler_state,
+        "payloads": done.payloads,
+        "largest_value": done.largest_value,
+    }
     final = storage.join(directory, f"round-{done.next_round:05d}.pt")
     with storage.atomic_writer(final) as fh:
         torch.save({"state": done.state, "meta": json.dumps(meta)}, fh)
@@ -68,11 +78,18 @@ def load_rounds(directory: str, config_fingerprint: str) -> RoundsDone | None:
     raw = torch.load(io.BytesIO(storage.read_bytes(saved[-1])), map_location="cpu", weights_only=True)
     meta = json.loads(raw["meta"])
     if meta["fingerprint"] != config_fingerprint:
-        log.warning("federated: %s was written by a run with another configuration; starting from round 1",
-                    saved[-1])
+        log.warning(
+            "federated: %s was written by a run with another configuration; starting from round 1", saved[-1]
+        )
         return None
-    return RoundsDone(int(meta["next_round"]), raw["state"], tuple(EpochRecord.from_json(r) for r in meta["records"]),
-                      meta["sampler_state"], int(meta["payloads"]), float(meta["largest_value"]))
+    return RoundsDone(
+        int(meta["next_round"]),
+        raw["state"],
+        tuple(EpochRecord.from_json(r) for r in meta["records"]),
+        meta["sampler_state"],
+        int(meta["payloads"]),
+        float(meta["largest_value"]),
+    )
 
 
 def clear_rounds(directory: str) -> None:

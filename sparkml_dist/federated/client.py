@@ -5,8 +5,9 @@ update, its sample count and a few scalars leave the partition."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,6 +20,7 @@ from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.models.weights import state_dict_from_bytes
 from sparkml_dist.tasks.base import Target
 from sparkml_dist.train.precision import Precision
+
 
 @dataclass(frozen=True)
 class RoundTask:
@@ -59,8 +61,11 @@ def public_key(index: int, rows: Iterable, task: RoundTask) -> dict[str, Any]:
     """Secure aggregation's first pass: a fresh key pair; the public half, and the private half sealed."""
     x, y = client_rows(rows)
     key = secure.new_key()
-    return {"client": index, "public": secure.public_bytes(key),
-            "sealed": secure.seal(key, secure.rows_digest(x, y), task.round_salt)}
+    return {
+        "client": index,
+        "public": secure.public_bytes(key),
+        "sealed": secure.seal(key, secure.rows_digest(x, y), task.round_salt),
+    }
 
 
 def client_update(index: int, rows: Iterable, task: RoundTask) -> dict[str, Any]:
@@ -75,8 +80,17 @@ def client_update(index: int, rows: Iterable, task: RoundTask) -> dict[str, Any]
     if task.noise_std and not late:  # local Gaussian noise on the clipped update, from the OS CSPRNG
         delta = {k: d + privacy.gaussian(tuple(d.shape), task.noise_std) for k, d in delta.items()}
     samples = 0 if late else len(x)
-    update = {k: d.double() * samples for k, d in delta.items()}  # sample-weighted: the driver divides by the sum
-    payload = {"client": index, "samples": samples, "late": late, "norm": norm, "clipped": clipped, "loss": loss}
+    update = {
+        k: d.double() * samples for k, d in delta.items()
+    }  # sample-weighted: the driver divides by the sum
+    payload = {
+        "client": index,
+        "samples": samples,
+        "late": late,
+        "norm": norm,
+        "clipped": clipped,
+        "loss": loss,
+    }
     if task.publics is None:
         return {**payload, "update": update}
     # a late client still sends its masks, so that the others' cancel
@@ -106,12 +120,14 @@ def _train_locally(index: int, x: np.ndarray, y: np.ndarray, global_state: dict,
             if time.time() > deadline:
                 return {k: torch.zeros_like(v) for k, v in global_state.items()}, True, 0.0
             time.sleep(delay)
-            batch = order[start:start + task.batch_size]
+            batch = order[start : start + task.batch_size]
             with precision.autocast():
                 outputs = model(torch.from_numpy(batch_input(x[batch], task.layout)))
             loss = loss_fn(outputs.float(), torch.from_numpy(y[batch]))
             if task.proximal_mu:  # FedProx: stay near the global model on skewed clients
-                loss = loss + task.proximal_mu / 2 * sum(((p - anchor[k]) ** 2).sum() for k, p in model.named_parameters())
+                loss = loss + task.proximal_mu / 2 * sum(
+                    ((p - anchor[k]) ** 2).sum() for k, p in model.named_parameters()
+                )
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

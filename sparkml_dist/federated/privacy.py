@@ -26,8 +26,8 @@ def gaussian(shape: tuple[int, ...], std: float) -> torch.Tensor:
     """N(0, std^2) noise from os.urandom (Box-Muller): no seed anyone could recompute it from."""
     n = math.prod(shape)
     words = np.frombuffer(os.urandom(16 * ((n + 1) // 2)), dtype=np.uint64).reshape(-1, 2)
-    u1 = ((words[:, 0] >> np.uint64(11)).astype(np.float64) + 1.0) * 2.0 ** -53  # (0, 1]
-    u2 = (words[:, 1] >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+    u1 = ((words[:, 0] >> np.uint64(11)).astype(np.float64) + 1.0) * 2.0**-53  # (0, 1]
+    u2 = (words[:, 1] >> np.uint64(11)).astype(np.float64) * 2.0**-53
     radius = np.sqrt(-2.0 * np.log(u1))
     z = np.concatenate([radius * np.cos(2 * np.pi * u2), radius * np.sin(2 * np.pi * u2)])[:n]
     return torch.from_numpy(z.reshape(shape) * std).float()
@@ -58,11 +58,18 @@ def epsilon(rounds: list[RoundNoise], delta: float) -> float:
         return 0.0
     if any(r.noise_multiplier <= 0 for r in rounds):
         return math.inf
-    rdp = sum(np.asarray(compute_rdp(q=r.sample_rate, noise_multiplier=r.noise_multiplier, steps=1,
-                                     orders=list(ORDERS))) for r in rounds if math.isfinite(r.noise_multiplier))
+    rdp = sum(
+        np.asarray(
+            compute_rdp(q=r.sample_rate, noise_multiplier=r.noise_multiplier, steps=1, orders=list(ORDERS))
+        )
+        for r in rounds
+        if math.isfinite(r.noise_multiplier)
+    )
     if isinstance(rdp, int):  # every round was late or skipped: nothing released
         return 0.0
-    with warnings.catch_warnings():  # tiny noise: "optimal order is the smallest alpha"; epsilon is huge anyway
+    with (
+        warnings.catch_warnings()
+    ):  # tiny noise: "optimal order is the smallest alpha"; epsilon is huge anyway
         warnings.simplefilter("ignore", UserWarning)
         eps, _ = get_privacy_spent(orders=list(ORDERS), rdp=rdp, delta=delta)
     return float(eps)

@@ -67,17 +67,21 @@ def quantise(flat: np.ndarray, parties: int) -> np.ndarray:
     largest = float(np.abs(flat).max()) if flat.size else 0.0
     limit = SUM_LIMIT / max(parties, 1)
     if not np.isfinite(largest) or largest >= limit:
-        raise QuantisationOverflow(f"an update entry of {largest:.3g} does not fit the secure-aggregation ring "
-                                   f"(|entry| < {limit:.3g} for {parties} clients): bound the updates with "
-                                   f"federated.clip_norm")
-    return np.round(flat * 2.0 ** FRACTION_BITS).astype(np.int64).view(np.uint64)
+        raise QuantisationOverflow(
+            f"an update entry of {largest:.3g} does not fit the secure-aggregation ring "
+            f"(|entry| < {limit:.3g} for {parties} clients): bound the updates with "
+            f"federated.clip_norm"
+        )
+    return np.round(flat * 2.0**FRACTION_BITS).astype(np.int64).view(np.uint64)
 
 
 def dequantise(words: np.ndarray) -> np.ndarray:
-    return words.view(np.int64).astype(np.float64) / 2.0 ** FRACTION_BITS
+    return words.view(np.int64).astype(np.float64) / 2.0**FRACTION_BITS
 
 
-def masked(me: int, key: X25519PrivateKey, publics: dict[int, bytes], salt: bytes, words: np.ndarray) -> np.ndarray:
+def masked(
+    me: int, key: X25519PrivateKey, publics: dict[int, bytes], salt: bytes, words: np.ndarray
+) -> np.ndarray:
     """`words` plus this client's signed pairwise masks, in Z_2^64 (uint64 arithmetic wraps)."""
     out = words.copy()
     for peer, public in sorted(publics.items()):
@@ -90,8 +94,9 @@ def masked(me: int, key: X25519PrivateKey, publics: dict[int, bytes], salt: byte
 
 def pair_mask(key: X25519PrivateKey, peer_public: bytes, salt: bytes, size: int) -> np.ndarray:
     shared = key.exchange(X25519PublicKey.from_public_bytes(peer_public))
-    stream = Cipher(algorithms.ChaCha20(_derive(shared, salt, b"sparkml_dist secagg mask"), b"\0" * 16),
-                    mode=None).encryptor()
+    stream = Cipher(
+        algorithms.ChaCha20(_derive(shared, salt, b"sparkml_dist secagg mask"), b"\0" * 16), mode=None
+    ).encryptor()
     return np.frombuffer(stream.update(b"\0" * (8 * size)), dtype=np.uint64)
 
 

@@ -13,8 +13,9 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,9 +31,15 @@ from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.loader import feature_columns, stored_features
 from sparkml_dist.data.sources import schema_of, with_types_of
 from sparkml_dist.errors import ConfigError
-from sparkml_dist.federated.checkpoints import (RoundsDone, clear_rounds, fingerprint, load_rounds, rounds_dir,
-                                                save_round)
 from sparkml_dist.federated import secure
+from sparkml_dist.federated.checkpoints import (
+    RoundsDone,
+    clear_rounds,
+    fingerprint,
+    load_rounds,
+    rounds_dir,
+    save_round,
+)
 from sparkml_dist.federated.client import RoundTask, client_update, public_key
 from sparkml_dist.federated.privacy import RoundNoise, effective_multiplier, epsilon
 from sparkml_dist.inference.predict import network_outputs
@@ -66,20 +73,37 @@ class ReceivedLog:
     largest_value: float = 0.0  # the largest |entry| of any single update seen (masked ones are huge)
 
     def check(self, payload: dict[str, Any]) -> None:
-        allowed = {"client", "samples", "update", "masked", "late", "norm", "clipped", "loss", "public", "sealed"}
+        allowed = {
+            "client",
+            "samples",
+            "update",
+            "masked",
+            "late",
+            "norm",
+            "clipped",
+            "loss",
+            "public",
+            "sealed",
+        }
         if set(payload) - allowed:
-            raise UnexpectedPayload(f"client {payload.get('client')}: unexpected fields {sorted(set(payload) - allowed)}")
+            raise UnexpectedPayload(
+                f"client {payload.get('client')}: unexpected fields {sorted(set(payload) - allowed)}"
+            )
         update = payload.get("update")
         if update is not None:
             if {k: tuple(v.shape) for k, v in update.items()} != self.shapes:
-                raise UnexpectedPayload(f"client {payload['client']}: update is not shaped like the model's parameters")
+                raise UnexpectedPayload(
+                    f"client {payload['client']}: update is not shaped like the model's parameters"
+                )
             self.largest_value = max(self.largest_value, max(float(v.abs().max()) for v in update.values()))
         masked = payload.get("masked")
         if masked is not None:
             size = sum(math.prod(shape) for shape in self.shapes.values())
             if not isinstance(masked, np.ndarray) or masked.dtype != np.uint64 or masked.shape != (size,):
-                raise UnexpectedPayload(f"client {payload['client']}: a masked update must be {size} ring words "
-                                        f"(uint64), one per model parameter")
+                raise UnexpectedPayload(
+                    f"client {payload['client']}: a masked update must be {size} ring words "
+                    f"(uint64), one per model parameter"
+                )
             self.largest_value = max(self.largest_value, float(np.abs(secure.dequantise(masked)).max()))
         self.payloads += 1
 
@@ -107,13 +131,19 @@ class FederatedResult:
 RoundSink = Callable[[EpochRecord], None]
 
 
-def run_federated(spark: SparkSession, cfg: JobConfig, sink: RoundSink | None = None,
-                  slow_clients: dict[str, float] | None = None) -> FederatedResult:
+def run_federated(
+    spark: SparkSession,
+    cfg: JobConfig,
+    sink: RoundSink | None = None,
+    slow_clients: dict[str, float] | None = None,
+) -> FederatedResult:
     """The federated rounds over the clients of `federated.client_column`; `sink` gets each round's
     record. `slow_clients`: client value -> seconds of delay per batch (to exercise the round timeout)."""
     fed = cfg.federated
     if fed.client_column is None:
-        raise ConfigError("federated.client_column: name the column whose values are the clients, e.g. occupation")
+        raise ConfigError(
+            "federated.client_column: name the column whose values are the clients, e.g. occupation"
+        )
     with ingest(spark, cfg.data.train_path, cfg.data, key="data.train_path") as train_input:
         data = train_input.data
         check_task(cfg, data)
@@ -126,11 +156,14 @@ def run_federated(spark: SparkSession, cfg: JobConfig, sink: RoundSink | None = 
         spec = model_spec(cfg.model, len(names), names, target.kind.output_dim(target), task_spec(target))
         if spec.custom is not None:
             check_custom_model(spec.input_dim, spec.custom)
-        clients, rdd, layout = client_partitions(pipeline, rows, fed.client_column, data.weight_column is not None)
+        clients, rdd, layout = client_partitions(
+            pipeline, rows, fed.client_column, data.weight_column is not None
+        )
         try:
             test = _test_arrays(spark, cfg, pipeline, target, schema_of(data))
-            state, records, received = _run_rounds(spark, cfg, spec, target, clients, rdd, layout, test,
-                                                   slow_clients or {}, sink)
+            state, records, received = _run_rounds(
+                spark, cfg, spec, target, clients, rdd, layout, test, slow_clients or {}, sink
+            )
         finally:
             rdd.unpersist()
     pipeline_dir = OutputPaths.of(cfg).under("federated", "feature_pipeline")
@@ -138,12 +171,23 @@ def run_federated(spark: SparkSession, cfg: JobConfig, sink: RoundSink | None = 
         pipeline.write().save(staging)
     clear_rounds(rounds_dir(cfg))  # finished: a new run of the job trains afresh
     schema = {c.name: f"{c.type}/{c.role}" for c in data.columns}
-    return FederatedResult(spec, state_dict_to_bytes(state), pipeline_dir, clients, target, schema, records, received)
+    return FederatedResult(
+        spec, state_dict_to_bytes(state), pipeline_dir, clients, target, schema, records, received
+    )
 
 
-def _run_rounds(spark, cfg: JobConfig, spec: ModelSpec, target: Target, clients: dict[str, int], rdd,
-                layout: FeatureLayout | None, test: HeldOut, slow_clients: dict[str, float],
-                sink: RoundSink | None) -> tuple[dict, list[EpochRecord], ReceivedLog]:
+def _run_rounds(
+    spark,
+    cfg: JobConfig,
+    spec: ModelSpec,
+    target: Target,
+    clients: dict[str, int],
+    rdd,
+    layout: FeatureLayout | None,
+    test: HeldOut,
+    slow_clients: dict[str, float],
+    sink: RoundSink | None,
+) -> tuple[dict, list[EpochRecord], ReceivedLog]:
     """The rounds from a fresh model, or from the last round an earlier run of this job completed
     (federated.checkpoints): sample clients, aggregate their updates, evaluate on `test`."""
     fed = cfg.federated
@@ -159,34 +203,64 @@ def _run_rounds(spark, cfg: JobConfig, spec: ModelSpec, target: Target, clients:
         state, records = done.state, list(done.records)
         rng.bit_generator.state = done.sampler_state
         received.payloads, received.largest_value = done.payloads, done.largest_value
-        log.info("federated: resuming at round %d/%d from the checkpoint under %s", done.next_round + 1,
-                 fed.rounds, where)
+        log.info(
+            "federated: resuming at round %d/%d from the checkpoint under %s",
+            done.next_round + 1,
+            fed.rounds,
+            where,
+        )
     for round_index in range(done.next_round if done else 0, fed.rounds):
         sampled = _sample(rng, len(clients), fed.client_fraction)
         started = time.perf_counter()
-        state, stats = run_round(spark, rdd, cfg, spec, target, state, round_index, sampled, received, delays,
-                                 layout)
+        state, stats = run_round(
+            spark, rdd, cfg, spec, target, state, round_index, sampled, received, delays, layout
+        )
         samples = int(stats.pop("samples"))
         if fed.noise_multiplier > 0:  # what the rounds so far spent, this one included
             stats["dp_epsilon"] = spent_epsilon([*(r.counters for r in records), stats], fed.dp_delta)
-        record = EpochRecord(round_index, stats.pop("train_loss"), samples,
-                             samples / max(time.perf_counter() - started, 1e-9),
-                             evaluate_arrays(spec, state, test, target), counters=stats)
+        record = EpochRecord(
+            round_index,
+            stats.pop("train_loss"),
+            samples,
+            samples / max(time.perf_counter() - started, 1e-9),
+            evaluate_arrays(spec, state, test, target),
+            counters=stats,
+        )
         records.append(record)
-        save_round(where, RoundsDone(round_index + 1, state, tuple(records), rng.bit_generator.state,
-                                     received.payloads, received.largest_value), config_fingerprint)
+        save_round(
+            where,
+            RoundsDone(
+                round_index + 1,
+                state,
+                tuple(records),
+                rng.bit_generator.state,
+                received.payloads,
+                received.largest_value,
+            ),
+            config_fingerprint,
+        )
         if sink is not None:
             sink(record)
         e = record.evaluation
-        log.info("round %d/%d: %d clients, %d late, %d clipped, test %s %.4f", round_index + 1, fed.rounds,
-                 stats["clients"], stats["late"], stats["clipped"], e.metric, e.value)
+        log.info(
+            "round %d/%d: %d clients, %d late, %d clipped, test %s %.4f",
+            round_index + 1,
+            fed.rounds,
+            stats["clients"],
+            stats["late"],
+            stats["clipped"],
+            e.metric,
+            e.value,
+        )
     return state, records, received
 
 
 def spent_epsilon(rounds: list[dict[str, float]], delta: float) -> float:
     """(epsilon, delta)-DP of the released rounds (skipped rounds release nothing)."""
-    return epsilon([RoundNoise(r["dp_sample_rate"], r["dp_noise_multiplier"]) for r in rounds
-                    if "dp_sample_rate" in r], delta)
+    return epsilon(
+        [RoundNoise(r["dp_sample_rate"], r["dp_noise_multiplier"]) for r in rounds if "dp_sample_rate" in r],
+        delta,
+    )
 
 
 def client_partitions(pipeline, rows: DataFrame, column: str, weighted: bool = False):
@@ -200,39 +274,77 @@ def client_partitions(pipeline, rows: DataFrame, column: str, weighted: bool = F
     extra = (CLIENT, WEIGHT) if weighted else (CLIENT,)
     weight = F.col(WEIGHT).cast("float") if weighted else F.lit(1.0).cast("float")
     frame, layout = ScoringPipeline.of(pipeline).frame(keyed, extra=extra)
-    features = F.array(*[F.col(c).cast("float") for c in feature_columns(layout)]) if layout is not None \
+    features = (
+        F.array(*[F.col(c).cast("float") for c in feature_columns(layout)])
+        if layout is not None
         else F.col(feature_columns(None)[0])
-    rdd = (frame.select(CLIENT, features, LABEL, weight).rdd
-           .map(lambda r: (r[0], (r[1], r[2], r[3])))
-           .partitionBy(len(clients), lambda c: index[c])
-           .values()
-           .cache())
+    )
+    rdd = (
+        frame.select(CLIENT, features, LABEL, weight)
+        .rdd.map(lambda r: (r[0], (r[1], r[2], r[3])))
+        .partitionBy(len(clients), lambda c: index[c])
+        .values()
+        .cache()
+    )
     return clients, rdd, layout
 
 
-def run_round(spark, rdd, cfg: JobConfig, spec: ModelSpec, target: Target, state: dict, round_index: int,
-              sampled: tuple[int, ...], received: ReceivedLog, delays: dict[int, float],
-              layout: FeatureLayout | None = None) -> tuple[dict, dict[str, float]]:
+def run_round(
+    spark,
+    rdd,
+    cfg: JobConfig,
+    spec: ModelSpec,
+    target: Target,
+    state: dict,
+    round_index: int,
+    sampled: tuple[int, ...],
+    received: ReceivedLog,
+    delays: dict[int, float],
+    layout: FeatureLayout | None = None,
+) -> tuple[dict, dict[str, float]]:
     fed = cfg.federated
-    stats = {"clients": float(len(sampled)), "late": 0.0, "clipped": 0.0, "skipped": 0.0, "update_norm": 0.0,
-             "train_loss": float("nan"), "samples": 0.0}
+    stats = {
+        "clients": float(len(sampled)),
+        "late": 0.0,
+        "clipped": 0.0,
+        "skipped": 0.0,
+        "update_norm": 0.0,
+        "train_loss": float("nan"),
+        "samples": 0.0,
+    }
     if len(sampled) < fed.min_clients:
         stats["skipped"] = 1.0
         return state, stats
     noise_std = fed.noise_multiplier * (fed.clip_norm or 0.0) / math.sqrt(len(sampled))
-    task = RoundTask(round_index, sampled, spec, state_dict_to_bytes(state), fed.local_epochs, fed.batch_size,
-                     fed.learning_rate, fed.proximal_mu if fed.algorithm == "fedprox" else 0.0, fed.clip_norm,
-                     noise_std, fed.round_timeout_s, target=target,
-                     class_weights=target.balanced_weights() if cfg.train.class_weight == "balanced" else None,
-                     loss_kind=cfg.train.loss, slow_clients=tuple(delays.items()), layout=layout,
-                     precision=cfg.train.precision)
+    task = RoundTask(
+        round_index,
+        sampled,
+        spec,
+        state_dict_to_bytes(state),
+        fed.local_epochs,
+        fed.batch_size,
+        fed.learning_rate,
+        fed.proximal_mu if fed.algorithm == "fedprox" else 0.0,
+        fed.clip_norm,
+        noise_std,
+        fed.round_timeout_s,
+        target=target,
+        class_weights=target.balanced_weights() if cfg.train.class_weight == "balanced" else None,
+        loss_kind=cfg.train.loss,
+        slow_clients=tuple(delays.items()),
+        layout=layout,
+        precision=cfg.train.precision,
+    )
     if fed.secure_aggregation:
         task = replace(task, round_salt=os.urandom(16))
         keys = _on_clients(spark, rdd, sampled, public_key, task)
         for payload in keys:
             received.check(payload)
-        task = replace(task, publics={p["client"]: p["public"] for p in keys},
-                       sealed={p["client"]: p["sealed"] for p in keys})
+        task = replace(
+            task,
+            publics={p["client"]: p["public"] for p in keys},
+            sealed={p["client"]: p["sealed"] for p in keys},
+        )
     payloads = _on_clients(spark, rdd, sampled, client_update, task)
     if task.publics is not None:
         _check_every_keyed_client_answered(task.publics, payloads, round_index)
@@ -250,21 +362,28 @@ def run_round(spark, rdd, cfg: JobConfig, spec: ModelSpec, target: Target, state
         return state, stats
     total = _sum_of_updates(payloads, state)
     stats["dp_sample_rate"] = len(sampled) / rdd.getNumPartitions()
-    stats["dp_noise_multiplier"] = effective_multiplier(fed.noise_multiplier, [p["samples"] for p in payloads])
-    new_state = {k: (v + (total[k] / samples).to(v.dtype)) if v.is_floating_point() else v for k, v in state.items()}
+    stats["dp_noise_multiplier"] = effective_multiplier(
+        fed.noise_multiplier, [p["samples"] for p in payloads]
+    )
+    new_state = {
+        k: (v + (total[k] / samples).to(v.dtype)) if v.is_floating_point() else v for k, v in state.items()
+    }
     stats["train_loss"] = loss_sum / samples  # the clients' local training loss, sample-weighted
     stats["samples"] = float(samples)
     stats["noise_std_per_client"] = noise_std
     return new_state, stats
 
 
-def _check_every_keyed_client_answered(publics: dict[int, bytes], payloads: list[dict], round_index: int) -> None:
+def _check_every_keyed_client_answered(
+    publics: dict[int, bytes], payloads: list[dict], round_index: int
+) -> None:
     missing = sorted(set(publics) - {p["client"] for p in payloads})
     if missing:
         raise FederatedRoundError(
             f"round {round_index + 1}: client(s) {missing} took part in the key exchange but sent no masked update; "
             f"without their masks the sum cannot be unmasked (this secure aggregation has no dropout recovery). "
-            f"Re-run the job: it resumes at this round with fresh keys")
+            f"Re-run the job: it resumes at this round with fresh keys"
+        )
 
 
 def _sum_of_updates(payloads: list[dict], state: dict) -> dict[str, torch.Tensor]:
@@ -276,7 +395,7 @@ def _sum_of_updates(payloads: list[dict], state: dict) -> dict[str, torch.Tensor
             ring = ring + payload["masked"]  # uint64: wraps, as the ring does
         flat, total, offset = torch.from_numpy(secure.dequantise(ring)), {}, 0
         for k, v in state.items():
-            total[k] = flat[offset:offset + v.numel()].reshape(v.shape)
+            total[k] = flat[offset : offset + v.numel()].reshape(v.shape)
             offset += v.numel()
         return total
     total = {k: torch.zeros(v.shape, dtype=torch.float64) for k, v in state.items()}
@@ -319,7 +438,9 @@ class HeldOut:
 def _test_arrays(spark, cfg: JobConfig, pipeline, target: Target, schema: Mapping[str, str]) -> HeldOut:
     """The driver's own held-out rows (the test file; rows whose label the target does not know
     left out, read with the training rows' types, `schema`), for per-round evaluation."""
-    with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, schema), key="data.test_path") as test_input:
+    with ingest(
+        spark, cfg.data.test_path, with_types_of(cfg.data, schema), key="data.test_path"
+    ) as test_input:
         rows = encode_labels(test_input.accepted, target, test_input.data).known
         weighted = test_input.data.weight_column is not None
         frame, layout = ScoringPipeline.of(pipeline).frame(rows, extra=(WEIGHT,) if weighted else ())
@@ -328,11 +449,14 @@ def _test_arrays(spark, cfg: JobConfig, pipeline, target: Target, schema: Mappin
     y[:, 0] = table.column(LABEL).to_numpy()
     if weighted:
         y[:, 1] = table.column(WEIGHT).to_numpy()
-    return HeldOut(stored_features(table, layout, where=f"{cfg.data.test_path} (federated test rows)"), y, layout)
+    return HeldOut(
+        stored_features(table, layout, where=f"{cfg.data.test_path} (federated test rows)"), y, layout
+    )
 
 
-def evaluate_arrays(spec: ModelSpec, state: dict, test: HeldOut, target: Target,
-                    batch_rows: int = 4096) -> Evaluation:
+def evaluate_arrays(
+    spec: ModelSpec, state: dict, test: HeldOut, target: Target, batch_rows: int = 4096
+) -> Evaluation:
     model = build_model(spec)
     model.load_state_dict(state)
     model.eval()
@@ -345,18 +469,27 @@ def result_lines(result: FederatedResult, cfg: JobConfig, model_uri: str) -> str
     fed = cfg.federated
     sizes = sorted(result.clients.values())
     last = result.records[-1]
-    return "\n".join([
-        "=== sparkml_dist federated ===",
-        f"clients        : {len(result.clients)} by {fed.client_column} (rows {sizes[0]:,} .. {sizes[-1]:,}), "
-        f"{fed.client_fraction:.0%} sampled per round",
-        f"algorithm      : {fed.algorithm}, {fed.rounds} rounds x {fed.local_epochs} local epoch(s), "
-        f"clip {fed.clip_norm}, noise multiplier {fed.noise_multiplier}, secure aggregation {fed.secure_aggregation}",
-        f"test {last.evaluation.metric:10s}: " + " ".join(f"{r.evaluation.value:.4f}" for r in result.records),
-        *([f"privacy        : ({last.counters['dp_epsilon']:.2f}, {fed.dp_delta:g})-DP at the client level "
-            f"(Opacus RDP accountant)"] if "dp_epsilon" in last.counters else []),
-        f"late / skipped : {int(sum(r.counters['late'] for r in result.records))} client-rounds late, "
-        f"{int(sum(r.counters['skipped'] for r in result.records))} rounds skipped",
-        f"driver received: {result.received.payloads} payloads, every update shaped like the model's parameters",
-        f"final          : test {last.evaluation.metric} {last.evaluation.value:.4f}, loss {last.evaluation.loss:.4f}",
-        f"model          : {model_uri}",
-    ])
+    return "\n".join(
+        [
+            "=== sparkml_dist federated ===",
+            f"clients        : {len(result.clients)} by {fed.client_column} (rows {sizes[0]:,} .. {sizes[-1]:,}), "
+            f"{fed.client_fraction:.0%} sampled per round",
+            f"algorithm      : {fed.algorithm}, {fed.rounds} rounds x {fed.local_epochs} local epoch(s), "
+            f"clip {fed.clip_norm}, noise multiplier {fed.noise_multiplier}, secure aggregation {fed.secure_aggregation}",
+            f"test {last.evaluation.metric:10s}: "
+            + " ".join(f"{r.evaluation.value:.4f}" for r in result.records),
+            *(
+                [
+                    f"privacy        : ({last.counters['dp_epsilon']:.2f}, {fed.dp_delta:g})-DP at the client level "
+                    f"(Opacus RDP accountant)"
+                ]
+                if "dp_epsilon" in last.counters
+                else []
+            ),
+            f"late / skipped : {int(sum(r.counters['late'] for r in result.records))} client-rounds late, "
+            f"{int(sum(r.counters['skipped'] for r in result.records))} rounds skipped",
+            f"driver received: {result.received.payloads} payloads, every update shaped like the model's parameters",
+            f"final          : test {last.evaluation.metric} {last.evaluation.value:.4f}, loss {last.evaluation.loss:.4f}",
+            f"model          : {model_uri}",
+        ]
+    )

@@ -8,7 +8,7 @@ from __future__ import annotations
 from sparkml_dist.exports import lazy_getattr
 
 _EXPORTS = {"ModelBundle": "sparkml_dist.inference.bundle", "score_features": "sparkml_dist.inference.udf"}
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605 -- a list; the names resolve lazily (__getattr__)
 
 
 __getattr__ = lazy_getattr("sparkml_dist.inference", _EXPORTS, globals())

@@ -18,13 +18,17 @@ def scoring_device(requested: str = "auto") -> torch.device:
         assigned = task_gpus()
         index = int(assigned[0]) if assigned else 0
         if index >= torch.cuda.device_count():
-            raise RuntimeError(f"score.device={requested}: Spark assigned GPU {index} but torch sees "
-                               f"{torch.cuda.device_count()} on {socket.gethostname()}; check the discovery script "
-                               f"and CUDA_VISIBLE_DEVICES")
+            raise RuntimeError(
+                f"score.device={requested}: Spark assigned GPU {index} but torch sees "
+                f"{torch.cuda.device_count()} on {socket.gethostname()}; check the discovery script "
+                f"and CUDA_VISIBLE_DEVICES"
+            )
         return torch.device("cuda", index)
     if requested == "cuda":
-        raise RuntimeError(f"score.device=cuda but torch sees no GPU on {socket.gethostname()} (torch "
-                           f"{torch.__version__}, CUDA {torch.version.cuda}); use score.device=auto or cpu")
+        raise RuntimeError(
+            f"score.device=cuda but torch sees no GPU on {socket.gethostname()} (torch "
+            f"{torch.__version__}, CUDA {torch.version.cuda}); use score.device=auto or cpu"
+        )
     return torch.device("cpu")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -25,8 +25,9 @@ class ModelCache:
         self._models: dict[tuple[str, str], nn.Module] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: str, spec: ModelSpec, weights: Callable[[], bytes],
-            device: torch.device | str = "cpu") -> nn.Module:
+    def get(
+        self, key: str, spec: ModelSpec, weights: Callable[[], bytes], device: torch.device | str = "cpu"
+    ) -> nn.Module:
         slot = (key, str(torch.device(device)))
         with self._lock:
             if slot not in self._models:
@@ -52,15 +53,15 @@ class _PaddedLinear(nn.Module):
         self.outputs = linear.out_features
         padded = -(-self.outputs // 16) * 16
         weight = torch.zeros(padded, linear.in_features, dtype=linear.weight.dtype)
-        weight[:self.outputs] = linear.weight.detach()
+        weight[: self.outputs] = linear.weight.detach()
         bias = torch.zeros(padded, dtype=linear.weight.dtype)
         if linear.bias is not None:
-            bias[:self.outputs] = linear.bias.detach()
+            bias[: self.outputs] = linear.bias.detach()
         self.register_buffer("weight", weight)
         self.register_buffer("bias", bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return nn.functional.linear(x, self.weight, self.bias)[..., :self.outputs]
+        return nn.functional.linear(x, self.weight, self.bias)[..., : self.outputs]
 
 
 def pad_output_layer(model: nn.Module, outputs: int) -> nn.Module:
@@ -103,8 +104,9 @@ def forward_rows(model: nn.Module, batch_rows: int) -> int:
 
 
 @torch.inference_mode()
-def network_outputs(model: nn.Module, x: np.ndarray, batch_rows: int = 65536,
-                    layout: FeatureLayout | None = None) -> np.ndarray:
+def network_outputs(
+    model: nn.Module, x: np.ndarray, batch_rows: int = 65536, layout: FeatureLayout | None = None
+) -> np.ndarray:
     """The network's raw outputs for `x`: [rows] (one output) or [rows, outputs]; the task turns
     them into predictions (`tasks.Task.predict`). With a `layout`, `x` holds compact rows
     (`FeatureLayout.compact`), made dense a chunk at a time. On CPU at most `batch_rows` rows run
@@ -115,13 +117,15 @@ def network_outputs(model: nn.Module, x: np.ndarray, batch_rows: int = 65536,
         return _device_outputs(model, x, batch_rows, layout, device)
     step = forward_rows(model, batch_rows)
     dense = layout.expand if layout is not None else (lambda rows: rows)
-    parts = [model(_as_tensor(dense(x[start:start + step]))).float().numpy()
-             for start in range(0, len(x), step)]
+    parts = [
+        model(_as_tensor(dense(x[start : start + step]))).float().numpy() for start in range(0, len(x), step)
+    ]
     return _joined(parts, model)
 
 
-def _device_outputs(model: nn.Module, x: np.ndarray, batch_rows: int, layout: FeatureLayout | None,
-                    device: torch.device) -> np.ndarray:
+def _device_outputs(
+    model: nn.Module, x: np.ndarray, batch_rows: int, layout: FeatureLayout | None, device: torch.device
+) -> np.ndarray:
     from sparkml_dist.data.expand import DeviceExpander
     from sparkml_dist.train.precision import matmul_precision
 
@@ -130,8 +134,8 @@ def _device_outputs(model: nn.Module, x: np.ndarray, batch_rows: int, layout: Fe
     parts = []
     with matmul_precision(device, tf32=False):
         for start in range(0, len(x), batch_rows):
-            chunk = _as_tensor(x[start:start + batch_rows])
-            host = staging[:len(chunk)]
+            chunk = _as_tensor(x[start : start + batch_rows])
+            host = staging[: len(chunk)]
             host.copy_(chunk)
             on_device = host.to(device, non_blocking=True)
             out = model(expand(on_device)).float().cpu()  # waits for the forward: `host` is free after
@@ -166,8 +170,13 @@ def model_device(model: nn.Module) -> torch.device:
     return first.device if first is not None else torch.device("cpu")
 
 
-def predict(model: nn.Module, target: Target, x: np.ndarray, batch_rows: int = 65536,
-            layout: FeatureLayout | None = None) -> dict[str, np.ndarray]:
+def predict(
+    model: nn.Module,
+    target: Target,
+    x: np.ndarray,
+    batch_rows: int = 65536,
+    layout: FeatureLayout | None = None,
+) -> dict[str, np.ndarray]:
     """Features -> the task's prediction columns (probability/prediction, per-class
     probabilities, or the value in the label's units). With a `layout`, `x` holds compact rows
     (`FeatureLayout.compact`) made dense `batch_rows` at a time."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -21,12 +21,22 @@ __all__ = ["PREDICTION", "PROBABILITY", "score_features"]
 DENSE_CHUNK_FLOATS = 1 << 22  # 16 MiB of float32 features per forward pass in a scoring worker
 GPU_CHUNK_ROWS = 1 << 16  # rows per forward pass on a GPU (compact on the host, dense on the device)
 _ARROW = {"double": pa.float64(), "integer": pa.int32()}
-_SPARK: dict[str, DataType] = {"double": DoubleType(), "integer": IntegerType(), "array<float>": ArrayType(FloatType())}
+_SPARK: dict[str, DataType] = {
+    "double": DoubleType(),
+    "integer": IntegerType(),
+    "array<float>": ArrayType(FloatType()),
+}
 
 
-def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int = 1,
-                   passthrough: tuple[str, ...] = ("row_id",), layout: FeatureLayout | None = None,
-                   cpu_seconds: Accumulator | None = None, device: str = "auto") -> DataFrame:
+def score_features(
+    df: DataFrame,
+    bundle: ModelBundle,
+    threads_per_worker: int = 1,
+    passthrough: tuple[str, ...] = ("row_id",),
+    layout: FeatureLayout | None = None,
+    cpu_seconds: Accumulator | None = None,
+    device: str = "auto",
+) -> DataFrame:
     """(passthrough..., features) -> (passthrough..., the task's prediction columns: probability
     and prediction; prediction, probability and probabilities; or prediction). With a `layout`,
     the features arrive as its per-feature columns (`scoring_frame`) and each Arrow batch is made
@@ -56,8 +66,13 @@ def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int =
 
         on = scoring_device(device)
         # a GPU takes compact rows and makes them dense itself: its chunks are sized to fill it
-        chunk_rows = GPU_CHUNK_ROWS if on.type == "cuda" else \
-            max(1, DENSE_CHUNK_FLOATS // layout.dim) if layout is not None else 65536
+        chunk_rows = (
+            GPU_CHUNK_ROWS
+            if on.type == "cuda"
+            else max(1, DENSE_CHUNK_FLOATS // layout.dim)
+            if layout is not None
+            else 65536
+        )
 
         # the worker process serves one task at a time: its CPU time across the task is the task's
         cpu0 = time.process_time()
@@ -65,8 +80,13 @@ def score_features(df: DataFrame, bundle: ModelBundle, threads_per_worker: int =
         model = MODEL_CACHE.get(key, spec, lambda: weights.value, on)
         try:
             for batch in batches:
-                columns = predict(model, target, stored_features(batch, layout, where="a scoring batch"), chunk_rows,
-                                  layout=layout)
+                columns = predict(
+                    model,
+                    target,
+                    stored_features(batch, layout, where="a scoring batch"),
+                    chunk_rows,
+                    layout=layout,
+                )
                 arrays = [batch.column(c) for c in keep]
                 arrays += [_arrow(columns[name], kind) for name, kind in outputs]
                 yield pa.RecordBatch.from_arrays(arrays, names=names)

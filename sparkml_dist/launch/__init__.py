@@ -21,7 +21,7 @@ _EXPORTS = {
     "run_with_relaunch": "sparkml_dist.launch.relaunch",
     "TorchBackend": "sparkml_dist.launch.torch_backend",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605 -- a list; the names resolve lazily (__getattr__)
 
 
 __getattr__ = lazy_getattr("sparkml_dist.launch", _EXPORTS, globals())

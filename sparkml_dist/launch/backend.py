@@ -5,7 +5,8 @@ returns. Implementations: `torch_backend`, `horovod_backend`; looked up in `back
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Protocol
+from collections.abc import Iterator
+from typing import Protocol
 
 from sparkml_dist.errors import RendezvousError
 from sparkml_dist.launch.context import RankContext
@@ -30,8 +31,9 @@ class Backend(Protocol):
     # driver hosts the backend's rendezvous (behind a gateway of its own, `driver_start`)
     hosts_store: bool
 
-    def driver_start(self, num_ranks: int, driver_host: str, secret: bytes,
-                     ports: PortRange | None = None) -> DriverHandle:
+    def driver_start(
+        self, num_ranks: int, driver_host: str, secret: bytes, ports: PortRange | None = None
+    ) -> DriverHandle:
         """Start what the driver hosts for one launch. A listener that executors reach binds
         `driver_host` only, on a port of `ports` when given (`spark.sparkml_dist.driver.ports`)."""
 
@@ -60,9 +62,11 @@ def joining_the_group(ctx: RankContext, library: str) -> Iterator[None]:
     or is reset by a transient network fault)."""
     try:
         yield
-    except Exception as exc:  # noqa: BLE001 - the library's own types vary by version and transport
-        raise RendezvousError(f"rank {ctx.rank} of {ctx.world_size} (host {ctx.host}) could not join the {library} "
-                              f"process group: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        raise RendezvousError(
+            f"rank {ctx.rank} of {ctx.world_size} (host {ctx.host}) could not join the {library} "
+            f"process group: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def pick_device(ctx: RankContext, preference: str) -> str:
@@ -82,10 +86,14 @@ def gpu_index(ctx: RankContext, device_count: int) -> int:
     if ctx.gpus:
         index = int(ctx.gpus[0])
         if index >= device_count:
-            raise RuntimeError(f"rank {ctx.rank}: Spark assigned GPU {index} but torch sees {device_count} GPU(s) "
-                               f"on {ctx.host}; check the discovery script and CUDA_VISIBLE_DEVICES")
+            raise RuntimeError(
+                f"rank {ctx.rank}: Spark assigned GPU {index} but torch sees {device_count} GPU(s) "
+                f"on {ctx.host}; check the discovery script and CUDA_VISIBLE_DEVICES"
+            )
         return index
     if ctx.local_size > device_count:
-        raise RuntimeError(f"rank {ctx.rank}: {ctx.local_size} ranks on {ctx.host} but only {device_count} GPU(s); "
-                           f"set spark.task.resource.gpu.amount=1 so Spark places one rank per GPU")
+        raise RuntimeError(
+            f"rank {ctx.rank}: {ctx.local_size} ranks on {ctx.host} but only {device_count} GPU(s); "
+            f"set spark.task.resource.gpu.amount=1 so Spark places one rank per GPU"
+        )
     return ctx.local_rank

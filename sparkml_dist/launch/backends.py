@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from sparkml_dist.launch.backend import Backend
 from sparkml_dist.launch.horovod_backend import HorovodBackend

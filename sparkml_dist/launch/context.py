@@ -7,9 +7,9 @@ import io
 import logging
 import os
 import sys
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping
 
 
 @dataclass(frozen=True)
@@ -106,8 +106,9 @@ class _Tee(io.TextIOBase):
 
 
 @contextmanager
-def captured_output(max_lines: int = 40, on_line: Callable[[str], None] | None = None,
-                    echo: bool = True) -> Iterator[collections.deque]:
+def captured_output(
+    max_lines: int = 40, on_line: Callable[[str], None] | None = None, echo: bool = True
+) -> Iterator[collections.deque]:
     """Tee stdout/stderr and the library's log records; yields the deque of the last lines.
     `on_line` also gets every complete line (the driver relay); `echo=False` keeps them out of
     the worker's own stdout (a local master's workers print to the driver's terminal already)."""

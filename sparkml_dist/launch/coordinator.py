@@ -21,8 +21,8 @@ import select
 import socket
 import socketserver
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from sparkml_dist.launch.listener import TokenListener
 from sparkml_dist.launch.ports import PortRange
@@ -61,7 +61,9 @@ class _Exchanges:
         self._rounds: dict[str, _Round] = {}
         self._changed = threading.Condition()
 
-    def post_and_wait(self, step: str, rank: int, value: str, still_there: Callable[[], bool]) -> list[str] | None:
+    def post_and_wait(
+        self, step: str, rank: int, value: str, still_there: Callable[[], bool]
+    ) -> list[str] | None:
         """Every rank's value in rank order; None when the coordinator stopped first, or when the
         poster went away while it waited (its value is withdrawn: a killed task must not stand in
         for the rank in a re-run of the stage)."""
@@ -119,8 +121,12 @@ class LaunchCoordinator:
     def _serve(self, handler: socketserver.StreamRequestHandler) -> None:
         try:
             request = json.loads(handler.rfile.readline(_MAX_LINE))
-            values = self._exchanges.post_and_wait(str(request["step"]), int(request["rank"]),
-                                                   str(request["value"]), lambda: _open(handler.connection))
+            values = self._exchanges.post_and_wait(
+                str(request["step"]),
+                int(request["rank"]),
+                str(request["value"]),
+                lambda: _open(handler.connection),
+            )
         except (ValueError, KeyError, TypeError):
             return
         if values is not None:
@@ -131,21 +137,26 @@ class LaunchCoordinator:
         self._listener.stop()
 
 
-def all_gather(address: CoordinatorAddress, step: str, rank: int, value: str,
-               connect_timeout_s: float = 30.0) -> list[str]:
+def all_gather(
+    address: CoordinatorAddress, step: str, rank: int, value: str, connect_timeout_s: float = 30.0
+) -> list[str]:
     """Rank side: post `value` for `step` and return every rank's value, in rank order, once all
     have posted."""
     try:
         conn = socket.create_connection((address.host, address.port), timeout=connect_timeout_s)
     except OSError as exc:
-        raise CoordinatorGone(f"rank {rank} cannot reach the launch's coordinator on the driver at "
-                              f"{address.host}:{address.port} ({exc}): executors must be able to connect to the "
-                              f"driver's address (spark.driver.host) on any port, as for the rank output relay") \
-            from exc
+        raise CoordinatorGone(
+            f"rank {rank} cannot reach the launch's coordinator on the driver at "
+            f"{address.host}:{address.port} ({exc}): executors must be able to connect to the "
+            f"driver's address (spark.driver.host) on any port, as for the rank output relay"
+        ) from exc
     with conn:
         conn.settimeout(None)  # as long as the slowest rank takes; a dead rank's stage is killed by Spark
-        conn.sendall(f"{address.token}\n".encode() + json.dumps(
-            {"step": step, "rank": rank, "value": value}).encode() + b"\n")
+        conn.sendall(
+            f"{address.token}\n".encode()
+            + json.dumps({"step": step, "rank": rank, "value": value}).encode()
+            + b"\n"
+        )
         reply = conn.makefile("rb").readline()
     if not reply:
         raise CoordinatorGone(f"rank {rank}: the driver ended the launch before every rank reached {step!r}")

@@ -22,8 +22,14 @@ def placeable_ranks(spark: SparkSession, wanted: int, minimum: int, wait_s: floa
     if slots >= wanted:
         return wanted
     if slots >= minimum:
-        log.warning("elastic: %d of %d ranks can be placed after waiting %.0f s (train.elastic_wait_s); training "
-                    "continues with %d ranks (train.min_ranks=%d) from the last checkpoint", slots, wanted, wait_s,
-                    slots, minimum)
+        log.warning(
+            "elastic: %d of %d ranks can be placed after waiting %.0f s (train.elastic_wait_s); training "
+            "continues with %d ranks (train.min_ranks=%d) from the last checkpoint",
+            slots,
+            wanted,
+            wait_s,
+            slots,
+            minimum,
+        )
         return slots
     raise SlotError(slots, minimum, slot_gap(spark))

@@ -39,14 +39,34 @@ START_TIMEOUT_S = 30.0
 class _Relay:
     """The helper process: started listening, its refusals counted and logged here, stopped by PID."""
 
-    def __init__(self, mode: str, bind_host: str, target_host: str, target_port: int, secret: bytes,
-                 ports: PortRange | None = None):
+    def __init__(
+        self,
+        mode: str,
+        bind_host: str,
+        target_host: str,
+        target_port: int,
+        secret: bytes,
+        ports: PortRange | None = None,
+    ):
         self.refused = 0
         self.bind_host = bind_host
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-c", _SOURCE, mode, bind_host, target_host, str(target_port), str(os.getpid()),
-             str(ports or "0")],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-I",
+                "-c",
+                _SOURCE,
+                mode,
+                bind_host,
+                target_host,
+                str(target_port),
+                str(os.getpid()),
+                str(ports or "0"),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             self.process.stdin.write(secret.hex() + "\n")  # never on the command line or in the environment
             self.process.stdin.flush()
@@ -65,13 +85,15 @@ class _Relay:
         if line.startswith("NO_FREE_PORT "):
             raise range_full(line.split()[1], self.bind_host)
         if not line.startswith("PORT "):
-            raise RuntimeError(f"the rendezvous relay did not start (exit code {self.process.poll()}): {line!r}")
+            raise RuntimeError(
+                f"the rendezvous relay did not start (exit code {self.process.poll()}): {line!r}"
+            )
         return int(line.split()[1])
 
     def _watch(self) -> None:
         for line in self.process.stdout:
             if line.startswith("REFUSED "):
-                log.warning("%s", line[len("REFUSED "):].strip())
+                log.warning("%s", line[len("REFUSED ") :].strip())
                 self.refused += 1  # after the log line: whoever waits on the count sees the line
 
     def close(self) -> None:

@@ -33,26 +33,34 @@ def proof(secret: bytes, nonce: bytes) -> bytes:
     return hmac.new(secret, LABEL + nonce, hashlib.sha256).digest()
 
 
-def serve_gateway(conn: socket.socket, peer: tuple, secret: bytes, target: tuple[str, int], _allowed: int) -> None:
+def serve_gateway(
+    conn: socket.socket, peer: tuple, secret: bytes, target: tuple[str, int], _allowed: int
+) -> None:
     """Challenge first; pipe to the store only after the right answer."""
     conn.settimeout(HANDSHAKE_TIMEOUT_S)
     nonce = os.urandom(NONCE_BYTES)
     conn.sendall(nonce)
     answer = recv_exactly(conn, NONCE_BYTES)
     if answer is None or not hmac.compare_digest(answer, proof(secret, nonce)):
-        report(f"rendezvous gateway refused a connection from {peer[0]}:{peer[1]}: it did not prove the job's secret")
+        report(
+            f"rendezvous gateway refused a connection from {peer[0]}:{peer[1]}: it did not prove the job's secret"
+        )
         close(conn)
         return
     conn.settimeout(None)
     pipe(conn, socket.create_connection(target))
 
 
-def serve_forwarder(conn: socket.socket, peer: tuple, secret: bytes, target: tuple[str, int], allowed: int) -> None:
+def serve_forwarder(
+    conn: socket.socket, peer: tuple, secret: bytes, target: tuple[str, int], allowed: int
+) -> None:
     """Only the rank's own process tree; then prove the secret to the gateway and pipe."""
     listen_port = conn.getsockname()[1]
     if not opened_by(allowed, peer[1], listen_port):
-        report(f"rendezvous forwarder 127.0.0.1:{listen_port} refused a connection from port {peer[1]}: "
-               f"not the rank's process or one it started")
+        report(
+            f"rendezvous forwarder 127.0.0.1:{listen_port} refused a connection from port {peer[1]}: "
+            f"not the rank's process or one it started"
+        )
         close(conn)
         return
     upstream = socket.create_connection(target, timeout=HANDSHAKE_TIMEOUT_S)

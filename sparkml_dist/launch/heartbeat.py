@@ -30,17 +30,19 @@ class Heartbeat:
                 try:
                     epoch, step = self._store.get(_KEY.format(r)).decode().split(":")
                     marks[r] = (int(epoch), int(step))
-                except Exception:  # noqa: BLE001 - a rank that never beat, or a dead store
+                except Exception:
                     marks[r] = (-1, -1)
-        except Exception:  # noqa: BLE001 - the store lives on rank 0, which may be the lost one
+        except Exception:
             return "the rendezvous store is unreachable: rank 0 is probably the one lost"
         lead = max(marks.values())
         behind = sorted(r for r, m in marks.items() if m < lead)
         if not behind:
             return ""
         where = ", ".join(f"rank {r} at epoch {marks[r][0] + 1} batch {marks[r][1]}" for r in behind)
-        return (f"missing rank(s) {behind}: last allreduce joined: {where}; the others are waiting in "
-                f"epoch {lead[0] + 1} batch {lead[1]}")
+        return (
+            f"missing rank(s) {behind}: last allreduce joined: {where}; the others are waiting in "
+            f"epoch {lead[0] + 1} batch {lead[1]}"
+        )
 
 
 def _default_store():
@@ -50,5 +52,5 @@ def _default_store():
         return None
     try:
         return dist.distributed_c10d._get_default_store()
-    except Exception:  # noqa: BLE001 - private API; without it we only lose the diagnosis
+    except Exception:
         return None

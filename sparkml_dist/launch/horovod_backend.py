@@ -31,7 +31,10 @@ class RendezvousHandle(DriverHandle):
         except BaseException:
             self._stop_server()
             raise
-        self.extra = {"HOROVOD_GLOO_RENDEZVOUS_ADDR": host, "HOROVOD_GLOO_RENDEZVOUS_PORT": str(self._gateway.port)}
+        self.extra = {
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": host,
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(self._gateway.port),
+        }
 
     def stop(self) -> None:
         self._gateway.close()
@@ -55,8 +58,9 @@ class HorovodBackend:
     needs_fresh_process: bool = True
     hosts_store: bool = False  # Horovod's rendezvous is the driver's HTTP server, behind its gateway
 
-    def driver_start(self, num_ranks: int, driver_host: str, secret: bytes,
-                     ports: PortRange | None = None) -> DriverHandle:
+    def driver_start(
+        self, num_ranks: int, driver_host: str, secret: bytes, ports: PortRange | None = None
+    ) -> DriverHandle:
         return RendezvousHandle(driver_host, secret, ports)
 
     def preload(self) -> None:
@@ -67,7 +71,10 @@ class HorovodBackend:
         return ctx.extra["HOROVOD_GLOO_RENDEZVOUS_ADDR"], int(ctx.extra["HOROVOD_GLOO_RENDEZVOUS_PORT"])
 
     def rendezvous_env(self, forwarder_port: int) -> dict[str, str]:
-        return {"HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1", "HOROVOD_GLOO_RENDEZVOUS_PORT": str(forwarder_port)}
+        return {
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(forwarder_port),
+        }
 
     def rank_env(self, ctx: RankContext) -> dict[str, str]:
         return {
@@ -97,7 +104,9 @@ class HorovodBackend:
         with joining_the_group(ctx, "Horovod"):
             hvd.init()
         if hvd.rank() != ctx.rank or hvd.size() != ctx.world_size:
-            raise RuntimeError(f"horovod rank {hvd.rank()}/{hvd.size()} disagrees with barrier rank {ctx.rank}/{ctx.world_size}")
+            raise RuntimeError(
+                f"horovod rank {hvd.rank()}/{hvd.size()} disagrees with barrier rank {ctx.rank}/{ctx.world_size}"
+            )
 
     def rank_shutdown(self) -> None:
         import horovod.torch as hvd

@@ -15,7 +15,8 @@ import sys
 import tempfile
 import traceback
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sparkml_dist.errors import is_retryable
 
@@ -39,7 +40,7 @@ def run_forked(fn: Callable[[], Any], tail: deque | None = None) -> Any:
     The child's captured output lines (its copy of `tail`) are appended to the parent's `tail`."""
     ctx = mp.get_context("fork")
     reader, writer = ctx.Pipe(duplex=False)
-    native_stderr = tempfile.TemporaryFile()
+    native_stderr = tempfile.TemporaryFile()  # noqa: SIM115 -- shared with the forked child, closed below
 
     def child() -> None:
         reader.close()
@@ -49,8 +50,10 @@ def run_forked(fn: Callable[[], Any], tail: deque | None = None) -> Any:
         try:
             result = fn()
             writer.send(("ok", result, lines()))
-        except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
-            writer.send(("error", (type(exc).__name__, str(exc), traceback.format_exc(), is_retryable(exc)), lines()))
+        except BaseException as exc:
+            writer.send(
+                ("error", (type(exc).__name__, str(exc), traceback.format_exc(), is_retryable(exc)), lines())
+            )
         finally:
             writer.close()
 
@@ -62,8 +65,10 @@ def run_forked(fn: Callable[[], Any], tail: deque | None = None) -> Any:
     except EOFError:
         process.join()
         last = _tail_of(native_stderr)
-        raise RuntimeError(f"the rank's child process died without a result ({_exit_description(process.exitcode)})"
-                           + (f"; its last native error output:\n{last}" if last else "")) from None
+        raise RuntimeError(
+            f"the rank's child process died without a result ({_exit_description(process.exitcode)})"
+            + (f"; its last native error output:\n{last}" if last else "")
+        ) from None
     finally:
         reader.close()
         _replay(native_stderr)

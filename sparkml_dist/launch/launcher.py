@@ -14,25 +14,25 @@ import logging
 import re
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
 from sparkml_dist.errors import RankFailure, SlotError
 from sparkml_dist.launch.backend import Backend
+from sparkml_dist.launch.context import PartitionData, RankContext, captured_output, env_scope, layout
 from sparkml_dist.launch.coordinator import CoordinatorAddress, LaunchCoordinator, all_gather
 from sparkml_dist.launch.deal import deal
-from sparkml_dist.launch.context import (PartitionData, RankContext, captured_output, env_scope,
-                                         layout)
+from sparkml_dist.launch.gateway import LocalForwarder, StoreGateway
+from sparkml_dist.launch.isolation import run_forked
 from sparkml_dist.launch.pg_guard import process_groups_outlive_the_call
 from sparkml_dist.launch.ports import driver_ports
-from sparkml_dist.launch.gateway import LocalForwarder, StoreGateway
-from sparkml_dist.launch.rendezvous import BoundStore
 from sparkml_dist.launch.relay import OutputRelay, RelayAddress, RelaySink
-from sparkml_dist.launch.spill import Spill, spilled_partition
-from sparkml_dist.launch.isolation import run_forked
+from sparkml_dist.launch.rendezvous import BoundStore
 from sparkml_dist.launch.reports import crash_reports, decode_failures, encode_failure, is_peer_failure
+from sparkml_dist.launch.spill import Spill, spilled_partition
 
 log = logging.getLogger(__name__)
 
@@ -58,24 +58,48 @@ class RankOptions:
     secret: bytes = b""  # this launch's rendezvous secret: fresh random bytes (launch.gateway)
 
 
-def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backend: Backend, *,
-                stream_output: bool = False, frame: DataFrame | None = None, description: str | None = None) -> list[Any]:
+def run_barrier(
+    spark: SparkSession,
+    fn: RankFn,
+    payload: Any,
+    num_ranks: int,
+    backend: Backend,
+    *,
+    stream_output: bool = False,
+    frame: DataFrame | None = None,
+    description: str | None = None,
+) -> list[Any]:
     """Run `fn(ctx, payload)` on `num_ranks` ranks; return the results in rank order.
 
     `stream_output`: every rank's output lines are logged on the driver as they are written.
     `frame`: the ranks are the tasks of a barrier stage over this DataFrame, split into
     `num_ranks` shares; each rank finds its share spilled to local disk at `ctx.partition`.
     `description`: what the Spark UI shows for the barrier job (default: the ranks and backend)."""
-    description = description or f"{getattr(fn, '__name__', 'rank program')}: {num_ranks} ranks ({backend.name}, barrier stage)"
+    description = (
+        description
+        or f"{getattr(fn, '__name__', 'rank program')}: {num_ranks} ranks ({backend.name}, barrier stage)"
+    )
     for attempt in range(1, RENDEZVOUS_ATTEMPTS + 1):
         try:
-            return _launch_when_placeable(spark, fn, payload, num_ranks, backend, stream_output, frame,
-                                          description if attempt == 1 else f"{description}, rendezvous attempt {attempt}")
+            return _launch_when_placeable(
+                spark,
+                fn,
+                payload,
+                num_ranks,
+                backend,
+                stream_output,
+                frame,
+                description if attempt == 1 else f"{description}, rendezvous attempt {attempt}",
+            )
         except RankFailure as failure:
             if not failure.in_rendezvous or attempt == RENDEZVOUS_ATTEMPTS:
                 raise
-            log.warning("the ranks could not form their process group, launching the stage again (%d/%d): %s",
-                        attempt + 1, RENDEZVOUS_ATTEMPTS, str(failure).splitlines()[0])
+            log.warning(
+                "the ranks could not form their process group, launching the stage again (%d/%d): %s",
+                attempt + 1,
+                RENDEZVOUS_ATTEMPTS,
+                str(failure).splitlines()[0],
+            )
     raise AssertionError("unreachable")
 
 
@@ -83,8 +107,16 @@ def run_barrier(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, b
 _SLOTS_GONE = re.compile(r"BarrierJobSlotsNumberCheckFailed|SPARK-24819")
 
 
-def _launch_when_placeable(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backend: Backend,
-                           stream_output: bool, frame: DataFrame | None, description: str) -> list[Any]:
+def _launch_when_placeable(
+    spark: SparkSession,
+    fn: RankFn,
+    payload: Any,
+    num_ranks: int,
+    backend: Backend,
+    stream_output: bool,
+    frame: DataFrame | None,
+    description: str,
+) -> list[Any]:
     """`_launch` once the cluster has the slots. An executor lost between the check and the launch
     is waited for once more: a failed barrier stage can take an executor down a second after it
     (Spark exits an executor whose task it killed inside `barrier()`), and the replacement takes seconds."""
@@ -110,8 +142,16 @@ class _SlotsGone(Exception):
     """Spark refused the barrier stage: fewer slots than ranks at submission (launch.launcher only)."""
 
 
-def _launch(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backend: Backend, stream_output: bool,
-            frame: DataFrame | None, description: str) -> list[Any]:
+def _launch(
+    spark: SparkSession,
+    fn: RankFn,
+    payload: Any,
+    num_ranks: int,
+    backend: Backend,
+    stream_output: bool,
+    frame: DataFrame | None,
+    description: str,
+) -> list[Any]:
     """One barrier stage of `num_ranks` ranks, with its own secret, store and output relay."""
     from sparkml_dist.spark.session import job_phase
 
@@ -128,24 +168,39 @@ def _launch(spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backe
             if started is not None:
                 started.stop()
         raise
-    options = RankOptions(coordinator.address, dict(handle.extra), relay.address if relay else None,
-                          echo=not (relay and spark.sparkContext.master.startswith("local")), secret=secret)
+    options = RankOptions(
+        coordinator.address,
+        dict(handle.extra),
+        relay.address if relay else None,
+        echo=not (relay and spark.sparkContext.master.startswith("local")),
+        secret=secret,
+    )
     log.info("launching %d ranks (backend %s) in a barrier stage", num_ranks, backend.name)
     try:
         with job_phase(spark, description):
             if frame is None:
                 task = functools.partial(_rank_main, fn=fn, payload=payload, backend=backend, options=options)
-                results = spark.sparkContext.parallelize(range(num_ranks), num_ranks).barrier() \
-                    .mapPartitions(task).collect()
+                results = (
+                    spark.sparkContext.parallelize(range(num_ranks), num_ranks)
+                    .barrier()
+                    .mapPartitions(task)
+                    .collect()
+                )
             else:
-                results = _collect_over_frame(frame, num_ranks, functools.partial(
-                    _frame_rank_main, fn=fn, payload=payload, backend=backend, options=options))
+                results = _collect_over_frame(
+                    frame,
+                    num_ranks,
+                    functools.partial(
+                        _frame_rank_main, fn=fn, payload=payload, backend=backend, options=options
+                    ),
+                )
     except Exception as exc:  # Py4JJavaError and friends: look for our rank reports
         reports = decode_failures(str(exc)) or crash_reports(str(exc))
         if not reports and _SLOTS_GONE.search(str(exc)):
             raise _SlotsGone() from exc
-        raise RankFailure(reports, _first_python_error(str(exc)) + _missing_module_advice(spark, str(exc))) \
-            from (None if reports else exc)
+        raise RankFailure(
+            reports, _first_python_error(str(exc)) + _missing_module_advice(spark, str(exc))
+        ) from (None if reports else exc)
     finally:
         coordinator.stop()
         handle.stop()
@@ -168,10 +223,15 @@ def _missing_module_advice(spark: SparkSession, text: str) -> str:
         return ""
     import os
 
-    python = (spark.sparkContext.getConf().get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
-              or "python3 (Spark's default)")
-    return (f". The executors run {python}: point spark.pyspark.python (or PYSPARK_PYTHON) at a Python that "
-            f"has sparkml_dist and torch installed, or ship the package with --py-files / addPyFile")
+    python = (
+        spark.sparkContext.getConf().get("spark.pyspark.python")
+        or os.environ.get("PYSPARK_PYTHON")
+        or "python3 (Spark's default)"
+    )
+    return (
+        f". The executors run {python}: point spark.pyspark.python (or PYSPARK_PYTHON) at a Python that "
+        f"has sparkml_dist and torch installed, or ship the package with --py-files / addPyFile"
+    )
 
 
 def _first_python_error(text: str) -> str:
@@ -191,8 +251,10 @@ def _frame_rank_main(batches, fn: RankFn, payload: Any, backend: Backend, option
 
     with spilled_partition(batches) as spill:
         rank, result = _run_rank(fn, payload, backend, options, spill=spill)
-    yield pa.RecordBatch.from_pydict({"rank": [rank], "result": [cloudpickle.dumps(result)]},
-                                     schema=pa.schema([("rank", pa.int32()), ("result", pa.binary())]))
+    yield pa.RecordBatch.from_pydict(
+        {"rank": [rank], "result": [cloudpickle.dumps(result)]},
+        schema=pa.schema([("rank", pa.int32()), ("result", pa.binary())]),
+    )
 
 
 def _run_rank(fn: RankFn, payload: Any, backend: Backend, options: RankOptions, spill: Spill | None):
@@ -210,11 +272,23 @@ def _run_rank(fn: RankFn, payload: Any, backend: Backend, options: RankOptions, 
         gateway = StoreGateway(info["host"], store.port, options.secret)
     try:
         # one round trip: rank 0's rendezvous port, and every rank's share of the DataFrame
-        gathered = [json.loads(m) for m in _all_gather(task, options, "start", json.dumps(
-            {"port": gateway.port if gateway else 0, "rows": spill.rows if spill else 0}))]
+        gathered = [
+            json.loads(m)
+            for m in _all_gather(
+                task,
+                options,
+                "start",
+                json.dumps({"port": gateway.port if gateway else 0, "rows": spill.rows if spill else 0}),
+            )
+        ]
         partition = PartitionData(spill.path, tuple(g["rows"] for g in gathered)) if spill else None
-        ctx = RankContext(master_port=int(gathered[0]["port"]), extra=options.extra, partition=partition,
-                          secret=options.secret, **info)
+        ctx = RankContext(
+            master_port=int(gathered[0]["port"]),
+            extra=options.extra,
+            partition=partition,
+            secret=options.secret,
+            **info,
+        )
         result = _run_reporting(fn, ctx, payload, backend, options)
         if backend.hosts_store:
             # rank 0 keeps the store until every rank is done with it: a rank's last store traffic
@@ -241,7 +315,7 @@ def _run_reporting(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend,
         with captured_output(on_line=sink, echo=options.echo) as tail, env_scope(backend.rank_env(ctx)):
             try:
                 return _run_with_backend(fn, ctx, payload, backend, tail, options.secret)
-            except BaseException as exc:  # noqa: BLE001 - every failure must reach the driver by rank
+            except BaseException as exc:
                 if is_peer_failure(exc):
                     # A collective broke because another rank died: give that rank's own report
                     # time to reach the driver first (Spark keeps the first task failure).
@@ -252,7 +326,9 @@ def _run_reporting(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend,
             sink.close()
 
 
-def _run_with_backend(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend, tail, secret: bytes) -> Any:
+def _run_with_backend(
+    fn: RankFn, ctx: RankContext, payload: Any, backend: Backend, tail, secret: bytes
+) -> Any:
     run = functools.partial(_init_run_shutdown, fn, ctx, payload, backend, secret)
     return run_forked(run, tail) if backend.needs_fresh_process else run()
 
@@ -260,15 +336,17 @@ def _run_with_backend(fn: RankFn, ctx: RankContext, payload: Any, backend: Backe
 def _init_run_shutdown(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend, secret: bytes) -> Any:
     # in the process that runs the rank (a forked child's threads are its own): the forwarder
     # admits only this process's store clients
-    with rendezvous_client(ctx, backend, secret), \
-            process_groups_outlive_the_call():  # a torch 2.13 deadlock otherwise (launch.pg_guard)
+    with (
+        rendezvous_client(ctx, backend, secret),
+        process_groups_outlive_the_call(),
+    ):  # a torch 2.13 deadlock otherwise (launch.pg_guard)
         backend.rank_init(ctx)
         try:
             return fn(ctx, payload)
         finally:
             try:
                 backend.rank_shutdown()
-            except Exception:  # noqa: BLE001 - never mask the rank's own error
+            except Exception:
                 log.warning("rank %d: backend shutdown failed", ctx.rank, exc_info=True)
 
 

@@ -15,7 +15,7 @@ import logging
 import secrets
 import socketserver
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from sparkml_dist.launch.ports import PortRange, bind_listener
 
@@ -30,8 +30,11 @@ class _Handler(socketserver.StreamRequestHandler):
         server: _Server = self.server  # type: ignore[assignment]
         first = self.rfile.readline(256).decode(errors="replace").strip()
         if not hmac.compare_digest(first, server.token):
-            log.warning("the %s refused a connection from %s:%d without this launch's token", server.what,
-                        *self.client_address[:2])
+            log.warning(
+                "the %s refused a connection from %s:%d without this launch's token",
+                server.what,
+                *self.client_address[:2],
+            )
             server.refused += 1  # after the log line: a caller that waits on the count then sees the line
             return  # not this launch's rank: say nothing, read nothing more
         server.serve(self)
@@ -62,8 +65,12 @@ class TokenListener:
 
     def __init__(self, host: str, what: str, serve: Serve, ports: PortRange | None = None):
         self._server = _Server(host, secrets.token_hex(TOKEN_BYTES), what, serve, ports)
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"sparkml_dist-{what.replace(' ', '-')}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"sparkml_dist-{what.replace(' ', '-')}",
+            daemon=True,
+        )
         self._thread.start()
 
     @property

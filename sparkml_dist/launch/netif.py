@@ -13,5 +13,7 @@ def interface_for(address: str) -> str:
     for name, addrs in psutil.net_if_addrs().items():
         if any(a.family == socket.AF_INET and a.address == ip for a in addrs):
             return name
-    raise RuntimeError(f"no local network interface has address {ip} ({address}); "
-                       f"set spark.driver.host / SPARK_LOCAL_IP to an address of this machine")
+    raise RuntimeError(
+        f"no local network interface has address {ip} ({address}); "
+        f"set spark.driver.host / SPARK_LOCAL_IP to an address of this machine"
+    )

@@ -13,8 +13,8 @@ lets go of them only after the code and the backend's shutdown have returned.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 class _KeepingDict(dict):

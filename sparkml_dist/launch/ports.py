@@ -31,15 +31,17 @@ class PortRange:
     last: int
 
     @classmethod
-    def parse(cls, text: str | None) -> "PortRange | None":
+    def parse(cls, text: str | None) -> PortRange | None:
         """`A-B` or a single port `A`; None for unset or empty (kernel-picked ports)."""
         if text is None or not text.strip():
             return None
         match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text)
         first, last = (int(match.group(1)), int(match.group(2) or match.group(1))) if match else (0, -1)
         if not (match and 1024 <= first <= last <= 65535):
-            raise ConfigError(f"{DRIVER_PORTS_CONF}={text!r}: give a port range like 40100-40119 "
-                              f"(unprivileged ports, 1024-65535, the first not above the last)")
+            raise ConfigError(
+                f"{DRIVER_PORTS_CONF}={text!r}: give a port range like 40100-40119 "
+                f"(unprivileged ports, 1024-65535, the first not above the last)"
+            )
         return cls(first, last)
 
     def __str__(self) -> str:
@@ -59,8 +61,10 @@ class PortRange:
 
 def range_full(ports: str, host: str) -> ConfigError:
     """The error for a range whose every port is taken (here, or in the gateway's own process)."""
-    return ConfigError(f"{DRIVER_PORTS_CONF}={ports}: every port in it is in use on {host}; widen the range "
-                       f"(a launch holds up to 3 of its ports while it runs) or stop what holds them")
+    return ConfigError(
+        f"{DRIVER_PORTS_CONF}={ports}: every port in it is in use on {host}; widen the range "
+        f"(a launch holds up to 3 of its ports while it runs) or stop what holds them"
+    )
 
 
 def bind_listener(sock: socket.socket, host: str, ports: PortRange | None) -> None:

@@ -6,8 +6,9 @@ data, a bad config: `retryable = False`) ends it after that attempt."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pyspark.sql import SparkSession
 
@@ -27,9 +28,19 @@ class Launched(Generic[R]):
     world_sizes: tuple[int, ...] = ()  # ranks of each launch, in order (elastic runs may shrink and grow)
 
 
-def run_with_relaunch(spark: SparkSession, fn: RankFn, payload_for: Callable[[int], Any], num_ranks: int,
-                      backend: Backend, max_attempts: int, *, min_ranks: int | None = None,
-                      elastic_wait_s: float = 60.0, label: str = "train", **launch_options) -> Launched:
+def run_with_relaunch(
+    spark: SparkSession,
+    fn: RankFn,
+    payload_for: Callable[[int], Any],
+    num_ranks: int,
+    backend: Backend,
+    max_attempts: int,
+    *,
+    min_ranks: int | None = None,
+    elastic_wait_s: float = 60.0,
+    label: str = "train",
+    **launch_options,
+) -> Launched:
     """`fn(ctx, payload_for(attempt))` on `num_ranks` ranks until an attempt succeeds; `launch_options`
     go to `run_barrier` (stream_output, frame). With `min_ranks`, each launch takes as many ranks as
     can be placed within `elastic_wait_s`, at least `min_ranks` (launch.elastic). `label` starts the
@@ -39,9 +50,15 @@ def run_with_relaunch(spark: SparkSession, fn: RankFn, payload_for: Callable[[in
     def launch(attempt: int) -> list:
         ranks = placeable_ranks(spark, num_ranks, min_ranks, elastic_wait_s) if min_ranks else num_ranks
         sizes.append(ranks)
-        return run_barrier(spark, fn, payload_for(attempt), ranks, backend,
-                           description=f"{label}: {ranks} ranks ({backend.name}), attempt {attempt + 1}/{max_attempts}",
-                           **launch_options)
+        return run_barrier(
+            spark,
+            fn,
+            payload_for(attempt),
+            ranks,
+            backend,
+            description=f"{label}: {ranks} ranks ({backend.name}), attempt {attempt + 1}/{max_attempts}",
+            **launch_options,
+        )
 
     return replace(relaunch(launch, max_attempts), world_sizes=tuple(sizes))
 

@@ -67,7 +67,9 @@ class RelaySink:
     def __init__(self, address: RelayAddress, rank: int):
         self._rank = rank
         self._lines: queue.Queue[str | None] = queue.Queue(maxsize=10000)
-        self._thread = threading.Thread(target=self._send_all, args=(address,), name="sparkml_dist-sink", daemon=True)
+        self._thread = threading.Thread(
+            target=self._send_all, args=(address,), name="sparkml_dist-sink", daemon=True
+        )
         self._thread.start()
 
     def __call__(self, line: str) -> None:

@@ -25,9 +25,16 @@ class BoundStore:
         listener = bound_listener(host, max(128, 4 * world_size))
         try:
             self.host, self.port = host, listener.getsockname()[1]
-            self.store = dist.TCPStore(host, self.port, world_size, True, timedelta(seconds=timeout_s),
-                                       wait_for_workers=False, master_listen_fd=listener.fileno(),
-                                       use_libuv=True)
+            self.store = dist.TCPStore(
+                host,
+                self.port,
+                world_size,
+                True,
+                timedelta(seconds=timeout_s),
+                wait_for_workers=False,
+                master_listen_fd=listener.fileno(),
+                use_libuv=True,
+            )
         except BaseException:
             listener.close()
             raise
@@ -36,7 +43,7 @@ class BoundStore:
     def close(self) -> None:
         self.store = None  # the server stops when its last reference goes
 
-    def __enter__(self) -> "BoundStore":
+    def __enter__(self) -> BoundStore:
         return self
 
     def __exit__(self, *exc) -> None:

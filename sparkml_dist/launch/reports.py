@@ -41,8 +41,10 @@ def encode_failure(rank: int, host: str, exc: BaseException, tail_lines) -> Rank
         host=host,
         exc_type=exc.exc_type if forked else type(exc).__name__,
         message=(exc.child_message if forked else str(exc))[:2000],
-        traceback=(getattr(exc, "child_traceback", None)
-                   or "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))[-4000:],
+        traceback=(
+            getattr(exc, "child_traceback", None)
+            or "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        )[-4000:],
         output_tail="\n".join(list(tail_lines)[-20:])[-4000:],
         retryable=is_retryable(exc),
     )
@@ -69,7 +71,8 @@ WORKER_CRASHED = (
     "signal (SIGKILL from a user, a resource manager or the kernel's OOM killer: see `dmesg` and the "
     "executor's log on its host) or crashed in native code (SIGSEGV/SIGABRT: set "
     "spark.python.worker.faulthandler.enabled=true for its stack). Spark does not pass on which signal; "
-    "a rank run in its own child process (backend horovod) names it")
+    "a rank run in its own child process (backend horovod) names it"
+)
 
 
 def crash_reports(text: str) -> list[RankReport]:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 SPILL_FILE = "partition.arrow"
 
@@ -31,7 +31,7 @@ def scratch_root() -> str | None:
 
         root = SparkFiles.getRootDirectory()
         return root if root and os.path.isdir(root) else None
-    except Exception:  # noqa: BLE001 - outside a task there is no SparkFiles root
+    except Exception:
         return None
 
 

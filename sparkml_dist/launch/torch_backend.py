@@ -29,8 +29,9 @@ class TorchBackend:
     # the launcher hosts the rendezvous store on rank 0's task address (launch.rendezvous)
     hosts_store: bool = True
 
-    def driver_start(self, num_ranks: int, driver_host: str, secret: bytes,
-                     ports: PortRange | None = None) -> DriverHandle:
+    def driver_start(
+        self, num_ranks: int, driver_host: str, secret: bytes, ports: PortRange | None = None
+    ) -> DriverHandle:
         return DriverHandle()  # the store lives in rank 0's task (launch.rendezvous)
 
     def preload(self) -> None:

@@ -18,5 +18,15 @@ from sparkml_dist.methods.base import (
 )
 from sparkml_dist.methods.loop import LoopMethod, loop_job, make_job
 
-__all__ = ["LaunchNeeds", "LoopMethod", "TrainMethod", "TrainRequest", "WarmStart", "get_method", "loop_job", "make_job",
-           "method_names", "register_method"]
+__all__ = [
+    "LaunchNeeds",
+    "LoopMethod",
+    "TrainMethod",
+    "TrainRequest",
+    "WarmStart",
+    "get_method",
+    "loop_job",
+    "make_job",
+    "method_names",
+    "register_method",
+]

@@ -6,8 +6,9 @@ returns the same way, so a new method is one module and one `register_method` ca
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sparkml_dist.config.schema import TRAIN_METHODS, JobConfig, TrainConfig
 from sparkml_dist.models.spec import ModelSpec
@@ -34,10 +35,12 @@ class LaunchNeeds:
     fresh_process: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
 
-    def make_backend(self, device: str, timeout_s: int) -> "Backend":
+    def make_backend(self, device: str, timeout_s: int) -> Backend:
         from sparkml_dist.launch.backends import get_backend
 
-        return get_backend(self.backend, device, timeout_s, needs_fresh_process=self.fresh_process, **self.options)
+        return get_backend(
+            self.backend, device, timeout_s, needs_fresh_process=self.fresh_process, **self.options
+        )
 
 
 @dataclass(frozen=True)
@@ -49,18 +52,18 @@ class WarmStart:
     feature_pipeline: str | None
     training_schema: Mapping[str, str]
     target: Target  # the model's own: its classes and scale decide how the new rows are encoded
-    adapt: "AdaptSpec | None" = None  # frozen prefixes and low-rank adapters
+    adapt: AdaptSpec | None = None  # frozen prefixes and low-rank adapters
 
 
 @dataclass(frozen=True)
 class TrainRequest:
     """Everything a method gets to train with."""
 
-    spark: "SparkSession"
+    spark: SparkSession
     cfg: JobConfig
-    data: "PreprocessResult | None"  # the preprocessed splits (a method may read raw rows instead)
+    data: PreprocessResult | None  # the preprocessed splits (a method may read raw rows instead)
     checkpoint_dir: str  # where it may keep checkpoints (a path or URI)
-    sink: "EpochSink | None" = None  # give it each epoch's record as it completes (the stage logs them)
+    sink: EpochSink | None = None  # give it each epoch's record as it completes (the stage logs them)
     warm_start: WarmStart | None = None
     label: str = ""  # names the run in its progress lines where several train at once ("trial 3")
 
@@ -89,8 +92,10 @@ def register_method(method: TrainMethod, *, replace: bool = False) -> TrainMetho
         raise TypeError(f"training method {method.name!r}: config must be a subclass of TrainConfig")
     declared = method.config.model_fields["strategy"].default
     if declared != method.name:
-        raise TypeError(f"training method {method.name!r}: its config class {method.config.__name__} must declare "
-                        f"strategy: Literal[{method.name!r}] = {method.name!r} (it says {declared!r})")
+        raise TypeError(
+            f"training method {method.name!r}: its config class {method.config.__name__} must declare "
+            f"strategy: Literal[{method.name!r}] = {method.name!r} (it says {declared!r})"
+        )
     return TRAIN_METHODS.register(method.name, method, replace=replace)
 
 

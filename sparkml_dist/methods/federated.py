@@ -6,7 +6,7 @@ parameter-shaped updates come back (`sparkml_dist.federated`). Options: the `fed
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field
 
@@ -20,21 +20,26 @@ if TYPE_CHECKING:
 
 class FederatedTrainConfig(TrainConfig):
     dataframe_input: ClassVar[bool] = False
-    strategy: Literal["federated"] = Field("federated", description="federated rounds over client partitions "
-                                                                    "(options: the federated section)")
+    strategy: Literal["federated"] = Field(
+        "federated", description="federated rounds over client partitions (options: the federated section)"
+    )
 
     def check_job(self, job: JobConfig) -> None:
         if job.federated.client_column is None:
-            raise ValueError("train.strategy=federated needs federated.client_column: the column whose values are "
-                             "the clients, e.g. occupation")
+            raise ValueError(
+                "train.strategy=federated needs federated.client_column: the column whose values are "
+                "the clients, e.g. occupation"
+            )
 
 
 @dataclass(frozen=True)
 class FederatedMethod(TrainMethod):
     name: str = "federated"
     config: type[TrainConfig] = FederatedTrainConfig
-    summary: str = ("federated averaging (FedAvg/FedProx) over clients = values of a column, rows kept in their "
-                    "partitions; clipping, noise and secure aggregation")
+    summary: str = (
+        "federated averaging (FedAvg/FedProx) over clients = values of a column, rows kept in their "
+        "partitions; clipping, noise and secure aggregation"
+    )
 
     def needs(self, cfg: TrainConfig) -> LaunchNeeds:
         return LaunchNeeds(0)  # no barrier stage: the driver runs the rounds, clients are ordinary tasks
@@ -46,9 +51,13 @@ class FederatedMethod(TrainMethod):
         return outcome_of(run_federated(request.spark, request.cfg, request.sink, slow_clients), request.cfg)
 
 
-def outcome_of(result: "FederatedResult", cfg: JobConfig) -> TrainOutcome:
-    model = TrainedModel(result.spec, result.weights, result.feature_pipeline, result.training_schema, result.target)
-    clients = tuple(RankStats(rank=i, role="client", samples=rows) for i, rows in enumerate(result.clients.values()))
+def outcome_of(result: FederatedResult, cfg: JobConfig) -> TrainOutcome:
+    model = TrainedModel(
+        result.spec, result.weights, result.feature_pipeline, result.training_schema, result.target
+    )
+    clients = tuple(
+        RankStats(rank=i, role="client", samples=rows) for i, rows in enumerate(result.clients.values())
+    )
     return TrainOutcome("federated", model, tuple(result.records), clients, unit="round", detail=result)
 
 

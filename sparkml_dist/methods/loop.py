@@ -39,19 +39,39 @@ class LoopMethod(TrainMethod):
 
     def run(self, request: TrainRequest) -> TrainOutcome:
         if request.data is None:
-            raise ConfigError(f"train.strategy={self.name} trains on the preprocessed splits: run preprocess first")
-        job = make_job(request.cfg, request.data, request.checkpoint_dir, placement=self.placement, sink=request.sink,
-                       warm_start=request.warm_start, label=request.label)
+            raise ConfigError(
+                f"train.strategy={self.name} trains on the preprocessed splits: run preprocess first"
+            )
+        job = make_job(
+            request.cfg,
+            request.data,
+            request.checkpoint_dir,
+            placement=self.placement,
+            sink=request.sink,
+            warm_start=request.warm_start,
+            label=request.label,
+        )
         launched = self.launch(request.spark, job)
         warm = request.warm_start
         chief = launched.results[0]
-        model = TrainedModel(job.model_spec, chief.weights,
-                             warm.feature_pipeline if warm else request.data.feature_pipeline,
-                             warm.training_schema if warm else request.data.manifest.schema, job.target)
-        return TrainOutcome(self.name, model, chief.records, tuple(r.stats for r in launched.results),
-                            launched.attempts, chief.stragglers, world_sizes=launched.world_sizes)
+        model = TrainedModel(
+            job.model_spec,
+            chief.weights,
+            warm.feature_pipeline if warm else request.data.feature_pipeline,
+            warm.training_schema if warm else request.data.manifest.schema,
+            job.target,
+        )
+        return TrainOutcome(
+            self.name,
+            model,
+            chief.records,
+            tuple(r.stats for r in launched.results),
+            launched.attempts,
+            chief.stragglers,
+            world_sizes=launched.world_sizes,
+        )
 
-    def launch(self, spark: "SparkSession", job: "TrainJob") -> "Launched[RankResult]":
+    def launch(self, spark: SparkSession, job: TrainJob) -> Launched[RankResult]:
         """`train_rank` on `job.train.num_ranks` ranks, relaunched from the last checkpoint on failure."""
         from sparkml_dist.launch.relaunch import run_with_relaunch
         from sparkml_dist.train.loop import train_rank
@@ -59,14 +79,30 @@ class LoopMethod(TrainMethod):
         cfg = job.train
         needs = self.needs(cfg)
         frame = training_frame(spark, job) if job.frame_fed else None
-        return run_with_relaunch(spark, train_rank, lambda attempt: replace(job, attempt=attempt), needs.ranks,
-                                 needs.make_backend(cfg.device, cfg.timeout_s), cfg.max_attempts, frame=frame,
-                                 min_ranks=cfg.min_ranks, elastic_wait_s=cfg.elastic_wait_s,
-                                 label=f"train {self.name}: {cfg.epochs} epochs")
+        return run_with_relaunch(
+            spark,
+            train_rank,
+            lambda attempt: replace(job, attempt=attempt),
+            needs.ranks,
+            needs.make_backend(cfg.device, cfg.timeout_s),
+            cfg.max_attempts,
+            frame=frame,
+            min_ranks=cfg.min_ranks,
+            elastic_wait_s=cfg.elastic_wait_s,
+            label=f"train {self.name}: {cfg.epochs} epochs",
+        )
 
 
-def make_job(cfg: JobConfig, data: "PreprocessResult", checkpoint_dir: str, *, placement: Placement | None = None,
-             sink: "EpochSink | None" = None, warm_start: WarmStart | None = None, label: str = "") -> "TrainJob":
+def make_job(
+    cfg: JobConfig,
+    data: PreprocessResult,
+    checkpoint_dir: str,
+    *,
+    placement: Placement | None = None,
+    sink: EpochSink | None = None,
+    warm_start: WarmStart | None = None,
+    label: str = "",
+) -> TrainJob:
     """A rank program's payload for `cfg` on `data`: the model for the data's target (or the
     fine-tuned model's), the target, its class weights."""
     from sparkml_dist.data.layout import FeatureLayout
@@ -77,8 +113,17 @@ def make_job(cfg: JobConfig, data: "PreprocessResult", checkpoint_dir: str, *, p
 
     manifest = data.manifest
     target = warm_start.target if warm_start else manifest.target_spec
-    spec = warm_start.spec if warm_start else model_spec(cfg.model, manifest.feature_dim, manifest.feature_names,
-                                                         target.kind.output_dim(target), task_spec(target))
+    spec = (
+        warm_start.spec
+        if warm_start
+        else model_spec(
+            cfg.model,
+            manifest.feature_dim,
+            manifest.feature_names,
+            target.kind.output_dim(target),
+            task_spec(target),
+        )
+    )
     if spec.custom is not None:  # the user's network: its output shape checked before any rank starts
         check_custom_model(spec.input_dim, spec.custom)
     return TrainJob(
@@ -103,7 +148,7 @@ def make_job(cfg: JobConfig, data: "PreprocessResult", checkpoint_dir: str, *, p
     )
 
 
-def training_frame(spark: "SparkSession", job: "TrainJob"):
+def training_frame(spark: SparkSession, job: TrainJob):
     """`train.input: dataframe`: the train split's rows (the files the manifest lists, the columns
     a rank reads) as a DataFrame the barrier stage deals to the ranks."""
     from sparkml_dist import storage
@@ -113,11 +158,22 @@ def training_frame(spark: "SparkSession", job: "TrainJob"):
     return spark.read.parquet(*paths).select(*job.training_columns())
 
 
-def loop_job(cfg: JobConfig, data: "PreprocessResult", checkpoint_dir: str, sink: "EpochSink | None" = None,
-             warm_start: WarmStart | None = None) -> "TrainJob":
+def loop_job(
+    cfg: JobConfig,
+    data: PreprocessResult,
+    checkpoint_dir: str,
+    sink: EpochSink | None = None,
+    warm_start: WarmStart | None = None,
+) -> TrainJob:
     """The rank loop's payload, placed by `cfg.train.strategy`'s method."""
-    return make_job(cfg, data, checkpoint_dir, placement=loop_method(cfg.train.strategy).placement, sink=sink,
-                    warm_start=warm_start)
+    return make_job(
+        cfg,
+        data,
+        checkpoint_dir,
+        placement=loop_method(cfg.train.strategy).placement,
+        sink=sink,
+        warm_start=warm_start,
+    )
 
 
 def loop_method(name: str) -> LoopMethod:

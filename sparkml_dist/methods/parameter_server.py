@@ -6,12 +6,10 @@ other, so a slow worker only makes its own updates staler. It is its own rank pr
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
-
-from typing import TYPE_CHECKING
 
 from sparkml_dist.config.schema import Section, TrainConfig
 from sparkml_dist.errors import ConfigError
@@ -24,21 +22,31 @@ if TYPE_CHECKING:
 
 
 class AsyncOptions(Section):
-    servers: int = Field(1, ge=1, description="ranks 0..servers-1 hold the parameters (sharded by name); the rest are workers")
-    max_staleness: int = Field(4, ge=0, description="an update computed on parameters this many versions old or older is stale")
-    stale_policy: Literal["drop", "downweight"] = Field("drop", description="drop a too-stale update, or scale it by 1/(1+staleness)")
+    servers: int = Field(
+        1, ge=1, description="ranks 0..servers-1 hold the parameters (sharded by name); the rest are workers"
+    )
+    max_staleness: int = Field(
+        4, ge=0, description="an update computed on parameters this many versions old or older is stale"
+    )
+    stale_policy: Literal["drop", "downweight"] = Field(
+        "drop", description="drop a too-stale update, or scale it by 1/(1+staleness)"
+    )
 
 
 class AsyncConfig(TrainConfig):
     dataframe_input: ClassVar[bool] = False
     strategy: Literal["async"] = Field("async", description="parameter servers and asynchronous SGD")
-    async_ps: AsyncOptions = Field(default_factory=AsyncOptions, description="servers and the staleness policy")
+    async_ps: AsyncOptions = Field(
+        default_factory=AsyncOptions, description="servers and the staleness policy"
+    )
 
     @model_validator(mode="after")
     def _has_workers(self) -> AsyncConfig:
         if self.num_ranks <= self.async_ps.servers:
-            raise ValueError(f"train.strategy=async needs workers: train.num_ranks ({self.num_ranks}) must exceed "
-                             f"train.async_ps.servers ({self.async_ps.servers})")
+            raise ValueError(
+                f"train.strategy=async needs workers: train.num_ranks ({self.num_ranks}) must exceed "
+                f"train.async_ps.servers ({self.async_ps.servers})"
+            )
         return self
 
 
@@ -46,8 +54,10 @@ class AsyncConfig(TrainConfig):
 class ParameterServerMethod(TrainMethod):
     name: str = "async"
     config: type[TrainConfig] = AsyncConfig
-    summary: str = ("parameter servers + asynchronous SGD (`train/ps_wire.py`): workers never wait for each other; "
-                    "stale updates dropped or down-weighted and counted")
+    summary: str = (
+        "parameter servers + asynchronous SGD (`train/ps_wire.py`): workers never wait for each other; "
+        "stale updates dropped or down-weighted and counted"
+    )
 
     def needs(self, cfg: TrainConfig) -> LaunchNeeds:
         return LaunchNeeds(cfg.num_ranks, "torch", fresh_process=False)  # gloo and plain sockets, as ddp
@@ -61,38 +71,62 @@ class ParameterServerMethod(TrainMethod):
         cfg = request.cfg.train
         job = make_job(request.cfg, request.data, request.checkpoint_dir)  # the rank program places the model
         needs = self.needs(cfg)
-        launched = run_with_relaunch(request.spark, async_rank, lambda a: replace(job, attempt=a), needs.ranks,
-                                     needs.make_backend(cfg.device, cfg.timeout_s), cfg.max_attempts,
-                                     label=f"train async: {cfg.epochs} epochs")
+        launched = run_with_relaunch(
+            request.spark,
+            async_rank,
+            lambda a: replace(job, attempt=a),
+            needs.ranks,
+            needs.make_backend(cfg.device, cfg.timeout_s),
+            cfg.max_attempts,
+            label=f"train async: {cfg.epochs} epochs",
+        )
         record = final_record(launched, cfg.epochs)
         if request.sink is not None:
             request.sink(record)
         chief = launched.results[0]
-        model = TrainedModel(job.model_spec, chief.weights, request.data.feature_pipeline, request.data.manifest.schema,
-                             job.target)
-        return TrainOutcome(self.name, model, (record,), tuple(r.stats for r in launched.results), launched.attempts,
-                            epochs_per_record=cfg.epochs)
+        model = TrainedModel(
+            job.model_spec,
+            chief.weights,
+            request.data.feature_pipeline,
+            request.data.manifest.schema,
+            job.target,
+        )
+        return TrainOutcome(
+            self.name,
+            model,
+            (record,),
+            tuple(r.stats for r in launched.results),
+            launched.attempts,
+            epochs_per_record=cfg.epochs,
+        )
 
 
-def final_record(launched: "Launched[RankResult]", epochs: int) -> EpochRecord:
+def final_record(launched: Launched[RankResult], epochs: int) -> EpochRecord:
     """The run as one record (the workers keep no common epochs): their loss and pace, the chief's
     validation of the final parameters, the servers' tallies."""
     workers = [r.stats for r in launched.results if r.stats.role == "worker"]
     servers = [r.counters for r in launched.results if r.stats.role == "server"]
     samples = sum(w.samples for w in workers)  # rows per epoch, all workers
-    counters = {"updates_applied": float(sum(s["applied"] for s in servers)),
-                "updates_dropped": float(sum(s["dropped"] for s in servers)),
-                "updates_downweighted": float(sum(s["downweighted"] for s in servers)),
-                "staleness_mean": float(np.mean([s["staleness_mean"] for s in servers])),
-                "staleness_max": float(max(s["staleness_max"] for s in servers))}
+    counters = {
+        "updates_applied": float(sum(s["applied"] for s in servers)),
+        "updates_dropped": float(sum(s["dropped"] for s in servers)),
+        "updates_downweighted": float(sum(s["downweighted"] for s in servers)),
+        "staleness_mean": float(np.mean([s["staleness_mean"] for s in servers])),
+        "staleness_max": float(max(s["staleness_max"] for s in servers)),
+    }
     chief = launched.results[0].records[-1]
     ranks = launched.results
-    return EpochRecord(epoch=epochs - 1, train_loss=sum(w.train_loss * w.samples for w in workers) / max(samples, 1),
-                       samples=samples, samples_per_s=sum(w.samples_per_s for w in workers),
-                       evaluation=chief.evaluation, counters=counters,
-                       per_rank=tuple(r.pace for r in ranks if r.pace is not None),
-                       system=tuple(s for r in ranks for s in r.system),
-                       energy_method=", ".join(sorted({r.energy_method for r in ranks if r.energy_method})))
+    return EpochRecord(
+        epoch=epochs - 1,
+        train_loss=sum(w.train_loss * w.samples for w in workers) / max(samples, 1),
+        samples=samples,
+        samples_per_s=sum(w.samples_per_s for w in workers),
+        evaluation=chief.evaluation,
+        counters=counters,
+        per_rank=tuple(r.pace for r in ranks if r.pace is not None),
+        system=tuple(s for r in ranks for s in r.system),
+        energy_method=", ".join(sorted({r.energy_method for r in ranks if r.energy_method})),
+    )
 
 
 ASYNC = register_method(ParameterServerMethod())

@@ -14,9 +14,10 @@ import importlib
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from sparkml_dist.errors import UserCodeError
 
@@ -57,19 +58,33 @@ class CustomModel:
         return json.loads(self.options_json)
 
     def to_json(self) -> dict[str, Any]:
-        return {"factory": self.factory, "options": self.options, "feature_names": list(self.feature_names),
-                "task": self.task.name, "classes": list(self.task.classes)}
+        return {
+            "factory": self.factory,
+            "options": self.options,
+            "feature_names": list(self.feature_names),
+            "task": self.task.name,
+            "classes": list(self.task.classes),
+        }
 
     @staticmethod
-    def from_json(raw: dict[str, Any], output_dim: int) -> "CustomModel":
-        return CustomModel(raw["factory"], json.dumps(raw.get("options", {}), sort_keys=True),
-                           tuple(raw["feature_names"]), TaskSpec(raw["task"], output_dim, tuple(raw.get("classes", ()))))
+    def from_json(raw: dict[str, Any], output_dim: int) -> CustomModel:
+        return CustomModel(
+            raw["factory"],
+            json.dumps(raw.get("options", {}), sort_keys=True),
+            tuple(raw["feature_names"]),
+            TaskSpec(raw["task"], output_dim, tuple(raw.get("classes", ()))),
+        )
 
 
 def split_reference(reference: str) -> tuple[str, str]:
     """'package.module:function' -> ('package.module', 'function'), or a config error."""
     module, sep, attr = reference.partition(":")
-    if not sep or not module or not attr or not all(p.isidentifier() for p in [*module.split("."), *attr.split(".")]):
+    if (
+        not sep
+        or not module
+        or not attr
+        or not all(p.isidentifier() for p in [*module.split("."), *attr.split(".")])
+    ):
         raise UserCodeError(f"model.factory={reference!r} must name a function as 'package.module:function'")
     return module, attr
 
@@ -78,9 +93,11 @@ def load_factory(reference: str) -> Callable[..., Any]:
     module_name, attr = split_reference(reference)
     try:
         target: Any = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - the user's module may fail to import in any way
-        raise UserCodeError(f"model.factory={reference!r}: cannot import {module_name} ({type(exc).__name__}: {exc}); "
-                            f"run the job from the directory that holds it, or put it on PYTHONPATH") from None
+    except Exception as exc:
+        raise UserCodeError(
+            f"model.factory={reference!r}: cannot import {module_name} ({type(exc).__name__}: {exc}); "
+            f"run the job from the directory that holds it, or put it on PYTHONPATH"
+        ) from None
     for part in attr.split("."):
         if not hasattr(target, part):
             raise UserCodeError(f"model.factory={reference!r}: {module_name} has no {attr}")
@@ -93,9 +110,13 @@ def load_factory(reference: str) -> Callable[..., Any]:
 def build_custom(spec_input_dim: int, custom: CustomModel):
     from torch import nn
 
-    model = load_factory(custom.factory)(InputSpec(spec_input_dim, custom.feature_names), custom.task, custom.options)
+    model = load_factory(custom.factory)(
+        InputSpec(spec_input_dim, custom.feature_names), custom.task, custom.options
+    )
     if not isinstance(model, nn.Module):
-        raise UserCodeError(f"model.factory={custom.factory!r} returned {type(model).__name__}, not a torch.nn.Module")
+        raise UserCodeError(
+            f"model.factory={custom.factory!r} returned {type(model).__name__}, not a torch.nn.Module"
+        )
     return model
 
 
@@ -109,15 +130,18 @@ def check_custom_model(spec_input_dim: int, custom: CustomModel) -> None:
     try:
         with torch.no_grad():
             out = model.eval()(torch.zeros(2, spec_input_dim))
-    except Exception as exc:  # noqa: BLE001 - the user's forward may fail in any way
-        raise UserCodeError(f"model.factory={custom.factory!r}: the model fails on a float32 [2, {spec_input_dim}] "
-                            f"batch: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:
+        raise UserCodeError(
+            f"model.factory={custom.factory!r}: the model fails on a float32 [2, {spec_input_dim}] "
+            f"batch: {type(exc).__name__}: {exc}"
+        ) from None
     got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
     if got != want:
         raise UserCodeError(
             f"model.factory={custom.factory!r}: a {custom.task.name} model must map [rows, {spec_input_dim}] to "
             f"[rows{'' if custom.task.output_dim == 1 else f', {custom.task.output_dim}'}], it returned {got} for 2 "
-            f"rows; use task.output_dim outputs" + (" and squeeze the last dimension" if want == (2,) else ""))
+            f"rows; use task.output_dim outputs" + (" and squeeze the last dimension" if want == (2,) else "")
+        )
 
 
 def code_root(reference: str) -> Path:
@@ -127,8 +151,10 @@ def code_root(reference: str) -> Path:
     top = importlib.import_module(module_name.split(".")[0])
     file = getattr(top, "__file__", None)
     if not file:
-        raise UserCodeError(f"model.factory={reference!r}: {module_name.split('.')[0]} has no file to ship "
-                            f"(a namespace package); give it an __init__.py")
+        raise UserCodeError(
+            f"model.factory={reference!r}: {module_name.split('.')[0]} has no file to ship "
+            f"(a namespace package); give it an __init__.py"
+        )
     path = Path(file).resolve()
     path = path.parent if path.name == "__init__.py" else path
     archive = next((p for p in path.parents if p.suffix == ".zip" and p.is_file()), None)

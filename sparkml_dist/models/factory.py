@@ -38,14 +38,23 @@ class TabularMLP(nn.Module):
         return max([self.net[0].in_features, *(m.out_features for m in self.net if isinstance(m, nn.Linear))])
 
 
-def model_spec(cfg: ModelConfig, input_dim: int, feature_names: list[str] | None = None,
-               output_dim: int = 1, task: TaskSpec | None = None) -> ModelSpec:
+def model_spec(
+    cfg: ModelConfig,
+    input_dim: int,
+    feature_names: list[str] | None = None,
+    output_dim: int = 1,
+    task: TaskSpec | None = None,
+) -> ModelSpec:
     shape = None
     custom = None
     if cfg.kind == "custom":
         names = tuple(feature_names or [f"f{i}" for i in range(input_dim)])
-        custom = CustomModel(str(cfg.factory), json.dumps(cfg.options, sort_keys=True), names,
-                             task or TaskSpec("binary", output_dim))
+        custom = CustomModel(
+            str(cfg.factory),
+            json.dumps(cfg.options, sort_keys=True),
+            names,
+            task or TaskSpec("binary", output_dim),
+        )
     if cfg.kind == "transformer":
         names = feature_names or [f"f{i}" for i in range(input_dim)]
         t = cfg.transformer
@@ -58,8 +67,9 @@ def build_model(spec: ModelSpec) -> nn.Module:
         return TabularMLP(spec.input_dim, list(spec.hidden), spec.dropout, spec.output_dim)
     if spec.kind == "transformer" and spec.transformer is not None:
         t = spec.transformer
-        return TabularTransformer(list(t.layout), t.d_model, t.heads, t.layers, t.mlp_hidden, spec.dropout,
-                                  spec.output_dim)
+        return TabularTransformer(
+            list(t.layout), t.d_model, t.heads, t.layers, t.mlp_hidden, spec.dropout, spec.output_dim
+        )
     if spec.kind == "custom" and spec.custom is not None:
         return build_custom(spec.input_dim, spec.custom)
     raise ValueError(f"unknown model kind {spec.kind!r}; known: mlp, transformer, custom")

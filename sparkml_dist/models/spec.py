@@ -37,23 +37,41 @@ class ModelSpec:
     custom: CustomModel | None = None  # custom only: the factory, its options and what it is called with
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "input_dim": self.input_dim, "hidden": list(self.hidden),
-                               "dropout": self.dropout, "output_dim": self.output_dim}
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "input_dim": self.input_dim,
+            "hidden": list(self.hidden),
+            "dropout": self.dropout,
+            "output_dim": self.output_dim,
+        }
         if self.transformer is not None:
             t = self.transformer
-            out.update(layout=list(t.layout), d_model=t.d_model, heads=t.heads, layers=t.layers,
-                       mlp_hidden=t.mlp_hidden)
+            out.update(
+                layout=list(t.layout),
+                d_model=t.d_model,
+                heads=t.heads,
+                layers=t.layers,
+                mlp_hidden=t.mlp_hidden,
+            )
         if self.custom is not None:
             out["custom"] = self.custom.to_json()
         return out
 
     @staticmethod
-    def from_json(raw: dict[str, Any]) -> "ModelSpec":
+    def from_json(raw: dict[str, Any]) -> ModelSpec:
         shape = None
         if "layout" in raw:
-            shape = TransformerShape(tuple(raw["layout"]), raw["d_model"], raw["heads"], raw["layers"],
-                                     raw["mlp_hidden"])
+            shape = TransformerShape(
+                tuple(raw["layout"]), raw["d_model"], raw["heads"], raw["layers"], raw["mlp_hidden"]
+            )
         output_dim = int(raw.get("output_dim", 1))
         custom = CustomModel.from_json(raw["custom"], output_dim) if "custom" in raw else None
-        return ModelSpec(raw["kind"], int(raw["input_dim"]), float(raw.get("dropout", 0.0)),
-                         tuple(raw.get("hidden", ())), shape, output_dim, custom)
+        return ModelSpec(
+            raw["kind"],
+            int(raw["input_dim"]),
+            float(raw.get("dropout", 0.0)),
+            tuple(raw.get("hidden", ())),
+            shape,
+            output_dim,
+            custom,
+        )

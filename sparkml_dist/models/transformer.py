@@ -90,23 +90,33 @@ class TokenEmbedding(nn.Module):
             slots_of.setdefault(token + 1, []).append(slot)
         singles = [(token, slots[0]) for token, slots in slots_of.items() if len(slots) == 1]
         # (token, first slot, end): the slots of a one-hot block are adjacent (one column's vector)
-        self.blocks = [(token, slots[0], slots[-1] + 1) for token, slots in slots_of.items() if len(slots) > 1]
+        self.blocks = [
+            (token, slots[0], slots[-1] + 1) for token, slots in slots_of.items() if len(slots) > 1
+        ]
         if any(end - start != len(slots_of[token]) for token, start, end in self.blocks):
             raise ValueError("a one-hot block's slots must be adjacent in the feature vector")
-        self.register_buffer("single_tokens", torch.tensor([t for t, _ in singles], dtype=torch.long),
-                             persistent=False)
-        self.register_buffer("single_slots", torch.tensor([s for _, s in singles], dtype=torch.long), persistent=False)
-        self.register_buffer("block_tokens", torch.tensor([t for t, _, _ in self.blocks], dtype=torch.long),
-                             persistent=False)
+        self.register_buffer(
+            "single_tokens", torch.tensor([t for t, _ in singles], dtype=torch.long), persistent=False
+        )
+        self.register_buffer(
+            "single_slots", torch.tensor([s for _, s in singles], dtype=torch.long), persistent=False
+        )
+        self.register_buffer(
+            "block_tokens", torch.tensor([t for t, _, _ in self.blocks], dtype=torch.long), persistent=False
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         values = self.values
         summed = x.new_zeros(x.shape[0], self.token_ids.numel(), values.shape[-1])
         if self.single_slots.numel():
-            one_slot = x.index_select(1, self.single_slots).unsqueeze(-1) * values.index_select(0, self.single_slots)
+            one_slot = x.index_select(1, self.single_slots).unsqueeze(-1) * values.index_select(
+                0, self.single_slots
+            )
             summed = summed.index_copy(1, self.single_tokens, one_slot.to(summed.dtype))
         if self.blocks:
-            per_block = torch.stack([x[:, start:end] @ values[start:end] for _, start, end in self.blocks], dim=1)
+            per_block = torch.stack(
+                [x[:, start:end] @ values[start:end] for _, start, end in self.blocks], dim=1
+            )
             summed = summed.index_copy(1, self.block_tokens, per_block.to(summed.dtype))
         return summed + self.tokens(self.token_ids)
 
@@ -126,11 +136,21 @@ class Head(nn.Module):
 
 
 class TabularTransformer(nn.Module):
-    def __init__(self, layout: list[int], d_model: int, heads: int, layers: int, mlp_hidden: int, dropout: float,
-                 outputs: int = 1):
+    def __init__(
+        self,
+        layout: list[int],
+        d_model: int,
+        heads: int,
+        layers: int,
+        mlp_hidden: int,
+        dropout: float,
+        outputs: int = 1,
+    ):
         super().__init__()
         self.embed: TokenEmbedding | None = TokenEmbedding(layout, d_model)
-        self.blocks = nn.ModuleDict({str(i): Block(d_model, heads, mlp_hidden, dropout) for i in range(layers)})
+        self.blocks = nn.ModuleDict(
+            {str(i): Block(d_model, heads, mlp_hidden, dropout) for i in range(layers)}
+        )
         self.head: Head | None = Head(d_model, outputs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -50,8 +50,11 @@ class RaplCounters:
     """The package-level RAPL domains (`intel-rapl:N`, not their sub-zones), read with wrap-around."""
 
     def __init__(self, root: Path = POWERCAP) -> None:
-        self.zones = [z for z in sorted(root.glob("intel-rapl:*")) if z.name.count(":") == 1
-                      and (z / "energy_uj").exists()]
+        self.zones = [
+            z
+            for z in sorted(root.glob("intel-rapl:*"))
+            if z.name.count(":") == 1 and (z / "energy_uj").exists()
+        ]
         self._last = self._raw() if self.zones else []
         self.total_uj = 0
 
@@ -85,7 +88,9 @@ class RaplCounters:
 class EnergyMeter:
     """A rank's joules since `start`, by NVML (its GPU), RAPL or the CPU-time estimate."""
 
-    def __init__(self, cpu_watts_per_core: float, cuda_index: int | None = None, rapl_root: Path = POWERCAP) -> None:
+    def __init__(
+        self, cpu_watts_per_core: float, cuda_index: int | None = None, rapl_root: Path = POWERCAP
+    ) -> None:
         self.watts_per_core = cpu_watts_per_core
         self._process = psutil.Process()
         self._rapl = RaplCounters(rapl_root)
@@ -110,8 +115,12 @@ class EnergyMeter:
             return None
         nvml, handle = found
         try:
-            return nvml, handle, nvml.nvmlDeviceGetTotalEnergyConsumption(handle)  # mJ since the driver loaded
-        except Exception as exc:  # noqa: BLE001 - a GPU older than Volta has no energy counter
+            return (
+                nvml,
+                handle,
+                nvml.nvmlDeviceGetTotalEnergyConsumption(handle),
+            )  # mJ since the driver loaded
+        except Exception as exc:
             log.info("GPU energy not measured: %s", exc)
             return None
 

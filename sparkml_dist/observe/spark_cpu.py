@@ -24,11 +24,16 @@ def executor_cpu_seconds(spark, jobs: set[int]) -> float:
         nanos = 0
         for job in jobs:
             info = tracker.getJobInfo(job)
-            for stage in (info.stageIds if info else ()):
-                attempts = store.stageData(stage, False, gateway.jvm.java.util.ArrayList(), False,
-                                           gateway.new_array(gateway.jvm.double, 0))
+            for stage in info.stageIds if info else ():
+                attempts = store.stageData(
+                    stage,
+                    False,
+                    gateway.jvm.java.util.ArrayList(),
+                    False,
+                    gateway.new_array(gateway.jvm.double, 0),
+                )
                 nanos += sum(attempts.apply(i).executorCpuTime() for i in range(attempts.size()))
         return nanos / 1e9
-    except Exception as exc:  # noqa: BLE001 - a figure we cannot read is not a failed job
+    except Exception as exc:
         log.info("executor CPU time not readable from Spark's status store: %s", exc)
         return float("nan")

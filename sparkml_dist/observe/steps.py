@@ -42,14 +42,18 @@ class CommClock:
         with self._lock:
             self._last_done = now if self._last_done is None else max(self._last_done, now)
 
-    def blocking(self) -> "_Blocking":
+    def blocking(self) -> _Blocking:
         return _Blocking(self)
 
     def take(self) -> list[tuple[float, float]]:
         """This step's exposed intervals; the clock starts over for the next step."""
         with self._lock:
             spans = list(self._blocking)
-            if self._last_launch is not None and self._last_done is not None and self._last_done > self._last_launch:
+            if (
+                self._last_launch is not None
+                and self._last_done is not None
+                and self._last_done > self._last_launch
+            ):
                 spans.append((self._last_launch, self._last_done))
             self._last_launch = self._last_done = None
             self._blocking = []
@@ -83,8 +87,15 @@ class StepTimes:
     optimizer: list[float] = field(default_factory=list)
     total: list[float] = field(default_factory=list)  # step start to the next step's start, measured
 
-    def add(self, start: float, data_ready: float, backward_done: float, optimizer_done: float, end: float,
-            comm: list[tuple[float, float]]) -> None:
+    def add(
+        self,
+        start: float,
+        data_ready: float,
+        backward_done: float,
+        optimizer_done: float,
+        end: float,
+        comm: list[tuple[float, float]],
+    ) -> None:
         in_backward = _overlap(comm, data_ready, backward_done)
         in_optimizer = _overlap(comm, backward_done, optimizer_done)
         self.data.append(data_ready - start)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import psutil
 
@@ -49,8 +49,10 @@ def nvml_handle(cuda_index: int):
         uuid = str(torch.cuda.get_device_properties(cuda_index).uuid)
         # NVML numbers GPUs physically; CUDA_VISIBLE_DEVICES renumbers them: match by UUID
         return pynvml, pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-    except Exception as exc:  # noqa: BLE001 - no NVML: the figures say less, training goes on
-        log.info("GPU metrics and energy off: NVML not readable (%s); `pip install nvidia-ml-py` for them", exc)
+    except Exception as exc:
+        log.info(
+            "GPU metrics and energy off: NVML not readable (%s); `pip install nvidia-ml-py` for them", exc
+        )
         return None
 
 
@@ -66,9 +68,11 @@ class _Gpu:
             return {}
         (nvml, handle), i = self.nvml, self.index
         memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-        return {f"gpu_{i}_utilization_percentage": float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu),
-                f"gpu_{i}_memory_usage_megabytes": memory.used / _MB,
-                f"gpu_{i}_power_usage_watts": nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0}
+        return {
+            f"gpu_{i}_utilization_percentage": float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+            f"gpu_{i}_memory_usage_megabytes": memory.used / _MB,
+            f"gpu_{i}_power_usage_watts": nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
+        }
 
 
 class SystemSampler:
@@ -85,7 +89,9 @@ class SystemSampler:
         self._count = 0
         self._net0 = psutil.net_io_counters()
         self._last = self._cpu_clock()
-        self._thread = threading.Thread(target=self._run, name=f"sparkml_dist-system-metrics-{rank}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"sparkml_dist-system-metrics-{rank}", daemon=True
+        )
 
     def start(self) -> None:
         self._thread.start()
@@ -111,7 +117,7 @@ class SystemSampler:
         with self._lock:
             try:
                 values = self._read()
-            except Exception as exc:  # noqa: BLE001 - a failed reading is skipped, never fatal
+            except Exception as exc:
                 log.debug("rank %d: system sample failed: %s", self.rank, exc)
                 return
             self._samples.append(SystemSample(self.rank, self._count, int(time.time() * 1000), values))

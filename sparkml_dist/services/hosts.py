@@ -88,17 +88,41 @@ class EmulatedHosts:
     def command(self, host: Host | int, argv: list[str]) -> list[str]:
         host = self.host(host)
         keeps = " ".join(dict.fromkeys([self.shared, *self.keep]))
-        return ["ip", "netns", "exec", host.netns, "unshare", "--mount", "--propagation", "private", "--",
-                "bash", "-c", _ENTER_HOST, "enter-host", host.tmp, keeps, *argv]
+        return [
+            "ip",
+            "netns",
+            "exec",
+            host.netns,
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "bash",
+            "-c",
+            _ENTER_HOST,
+            "enter-host",
+            host.tmp,
+            keeps,
+            *argv,
+        ]
 
     def env(self, host: Host | int, extra: dict[str, str] | None = None) -> dict[str, str]:
         host = self.host(host)
         spark_home = str(Path(pyspark.__file__).parent)
-        return {**os.environ, "SPARK_HOME": spark_home, "SPARK_LOCAL_IP": host.address,
-                "SPARK_PID_DIR": "/tmp/spark-pids", "SPARK_LOG_DIR": "/tmp/spark-logs",
-                "SPARK_WORKER_DIR": "/tmp/spark-work", "SPARK_IDENT_STRING": "sparkml_dist",
-                "PYSPARK_PYTHON": sys.executable, "TMPDIR": "/tmp", "SPARK_CONF_DIR": str(self.spark_conf_dir),
-                **(extra or {})}
+        return {
+            **os.environ,
+            "SPARK_HOME": spark_home,
+            "SPARK_LOCAL_IP": host.address,
+            "SPARK_PID_DIR": "/tmp/spark-pids",
+            "SPARK_LOG_DIR": "/tmp/spark-logs",
+            "SPARK_WORKER_DIR": "/tmp/spark-work",
+            "SPARK_IDENT_STRING": "sparkml_dist",
+            "PYSPARK_PYTHON": sys.executable,
+            "TMPDIR": "/tmp",
+            "SPARK_CONF_DIR": str(self.spark_conf_dir),
+            **(extra or {}),
+        }
 
     @property
     def spark_conf_dir(self) -> Path:
@@ -106,12 +130,14 @@ class EmulatedHosts:
         cluster's Spark secret (`spark_cluster.write_auth_conf`), as each node of a real cluster would."""
         return Path(self.shared) / ".spark-auth" / "conf"
 
-    def run(self, host: Host | int, argv: list[str], extra_env: dict[str, str] | None = None,
-            **kwargs) -> subprocess.CompletedProcess:
+    def run(
+        self, host: Host | int, argv: list[str], extra_env: dict[str, str] | None = None, **kwargs
+    ) -> subprocess.CompletedProcess:
         return subprocess.run(self.command(host, argv), env=self.env(host, extra_env), **kwargs)
 
-    def popen(self, host: Host | int, argv: list[str], extra_env: dict[str, str] | None = None,
-              **kwargs) -> subprocess.Popen:
+    def popen(
+        self, host: Host | int, argv: list[str], extra_env: dict[str, str] | None = None, **kwargs
+    ) -> subprocess.Popen:
         return subprocess.Popen(self.command(host, argv), env=self.env(host, extra_env), **kwargs)
 
     def host(self, which: Host | int) -> Host:
@@ -132,21 +158,36 @@ class EmulatedHosts:
 
     def alive_workers(self) -> int:
         """ALIVE workers as the master sees them, asked from host 0."""
-        code = (f"import json,urllib.request; s=json.load(urllib.request.urlopen('{self.web_url}/json/',timeout=3));"
-                f"print(sum(w['state']=='ALIVE' for w in s['workers']))")
+        code = (
+            f"import json,urllib.request; s=json.load(urllib.request.urlopen('{self.web_url}/json/',timeout=3));"
+            f"print(sum(w['state']=='ALIVE' for w in s['workers']))"
+        )
         out = self.run(0, [sys.executable, "-c", code], capture_output=True, text=True)
         return int(out.stdout.strip() or 0) if out.returncode == 0 else 0
 
     def reachable(self, source: Host | int, address: str, port: int, timeout_s: float = 2.0) -> bool:
         """Can a process on `source` open a TCP connection to address:port?"""
-        out = subprocess.run(["ip", "netns", "exec", self.host(source).netns, "timeout", str(timeout_s), "bash",
-                              "-c", f"exec 3<>/dev/tcp/{address}/{port}"], capture_output=True)
+        out = subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.host(source).netns,
+                "timeout",
+                str(timeout_s),
+                "bash",
+                "-c",
+                f"exec 3<>/dev/tcp/{address}/{port}",
+            ],
+            capture_output=True,
+        )
         return out.returncode == 0
 
     def listeners(self, host: Host | int) -> list[tuple[str, int, str]]:
         """(address, port, process name) of every TCP listener in the host's namespace."""
-        out = subprocess.run(["ip", "netns", "exec", self.host(host).netns, "ss", "-ltnpH"],
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            ["ip", "netns", "exec", self.host(host).netns, "ss", "-ltnpH"], capture_output=True, text=True
+        )
         found = []
         for line in out.stdout.splitlines():
             parts = line.split()
@@ -181,7 +222,7 @@ class EmulatedHosts:
         Path(self.workdir, STATE_FILE).write_text(json.dumps(asdict(self), indent=1))
 
     @staticmethod
-    def load(workdir: str | Path) -> "EmulatedHosts":
+    def load(workdir: str | Path) -> EmulatedHosts:
         raw = json.loads(Path(workdir, STATE_FILE).read_text())
         raw["hosts"] = [Host(**h) for h in raw["hosts"]]
         return EmulatedHosts(**raw)
@@ -195,7 +236,9 @@ class EmulatedHosts:
         Path(self.workdir, STATE_FILE).unlink(missing_ok=True)
 
 
-def create_hosts(workdir: str | Path, count: int, shared: str | Path, keep: list[str] | None = None) -> EmulatedHosts:
+def create_hosts(
+    workdir: str | Path, count: int, shared: str | Path, keep: list[str] | None = None
+) -> EmulatedHosts:
     """`count` hosts on one bridge; `keep`: paths every host sees as they are (the image)."""
     workdir, shared = Path(workdir).resolve(), Path(shared).resolve()
     if (workdir / STATE_FILE).exists():  # a previous run that was not stopped
@@ -203,9 +246,13 @@ def create_hosts(workdir: str | Path, count: int, shared: str | Path, keep: list
     workdir.mkdir(parents=True, exist_ok=True)
     shared.mkdir(parents=True, exist_ok=True)
     tag = secrets.token_hex(3)
-    hosts = [Host(i, f"smd-{tag}-h{i}", f"{SUBNET}.{i + 1}", f"{ALT_SUBNET}.{i + 1}", str(workdir / f"host{i}"))
-             for i in range(count)]
-    cluster = EmulatedHosts(str(workdir), str(shared), hosts, f"smd-{tag}-sw", [str(Path(p).resolve()) for p in keep or []])
+    hosts = [
+        Host(i, f"smd-{tag}-h{i}", f"{SUBNET}.{i + 1}", f"{ALT_SUBNET}.{i + 1}", str(workdir / f"host{i}"))
+        for i in range(count)
+    ]
+    cluster = EmulatedHosts(
+        str(workdir), str(shared), hosts, f"smd-{tag}-sw", [str(Path(p).resolve()) for p in keep or []]
+    )
     cluster.save()  # before anything exists: a failure half-way is still cleaned by stop()
     try:
         _ip("netns", "add", cluster.switch)
@@ -219,8 +266,21 @@ def create_hosts(workdir: str | Path, count: int, shared: str | Path, keep: list
             _ip("-n", host.netns, "link", "set", "lo", "up")
             for nic, address in (("eth0", host.address), ("eth1", host.alt_address)):
                 port = f"h{host.index}{nic}"
-                _ip("link", "add", "name", nic, "netns", host.netns, "type", "veth", "peer", "name", port,
-                    "netns", cluster.switch)
+                _ip(
+                    "link",
+                    "add",
+                    "name",
+                    nic,
+                    "netns",
+                    host.netns,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    port,
+                    "netns",
+                    cluster.switch,
+                )
                 _ip("-n", cluster.switch, "link", "set", port, "master", "br0")
                 _ip("-n", cluster.switch, "link", "set", port, "up")
                 _ip("-n", host.netns, "addr", "add", f"{address}/24", "dev", nic)
@@ -237,9 +297,25 @@ def start_spark(cluster: EmulatedHosts, cores: int = 1, memory: str = "4g", time
     write_auth_conf(cluster.spark_conf_dir.parent)
     daemon = str(Path(pyspark.__file__).parent / "sbin" / "spark-daemon.sh")
     master = cluster.hosts[0]
-    _checked(cluster.run(master, [daemon, "start", "org.apache.spark.deploy.master.Master", "1", "--host",
-                                  master.address, "--port", str(MASTER_PORT), "--webui-port", str(MASTER_UI_PORT)],
-                         capture_output=True, text=True))
+    _checked(
+        cluster.run(
+            master,
+            [
+                daemon,
+                "start",
+                "org.apache.spark.deploy.master.Master",
+                "1",
+                "--host",
+                master.address,
+                "--port",
+                str(MASTER_PORT),
+                "--webui-port",
+                str(MASTER_UI_PORT),
+            ],
+            capture_output=True,
+            text=True,
+        )
+    )
     for host in cluster.workers:
         start_worker(cluster, host, cores, memory)
     deadline = time.monotonic() + timeout_s
@@ -247,16 +323,37 @@ def start_spark(cluster: EmulatedHosts, cores: int = 1, memory: str = "4g", time
         if cluster.alive_workers() == len(cluster.workers):
             return
         time.sleep(1)
-    raise RuntimeError(f"emulated cluster: {cluster.alive_workers()}/{len(cluster.workers)} workers ALIVE after "
-                       f"{timeout_s}s; logs under {cluster.workdir}/host*/tmp/spark-logs")
+    raise RuntimeError(
+        f"emulated cluster: {cluster.alive_workers()}/{len(cluster.workers)} workers ALIVE after "
+        f"{timeout_s}s; logs under {cluster.workdir}/host*/tmp/spark-logs"
+    )
 
 
 def start_worker(cluster: EmulatedHosts, host: Host | int, cores: int = 1, memory: str = "4g") -> None:
     daemon = str(Path(pyspark.__file__).parent / "sbin" / "spark-daemon.sh")
     host = cluster.host(host)
-    _checked(cluster.run(host, [daemon, "start", "org.apache.spark.deploy.worker.Worker", "1", "--host", host.address,
-                                "--cores", str(cores), "--memory", memory, "--webui-port", "8081",
-                                cluster.master_url], capture_output=True, text=True))
+    _checked(
+        cluster.run(
+            host,
+            [
+                daemon,
+                "start",
+                "org.apache.spark.deploy.worker.Worker",
+                "1",
+                "--host",
+                host.address,
+                "--cores",
+                str(cores),
+                "--memory",
+                memory,
+                "--webui-port",
+                "8081",
+                cluster.master_url,
+            ],
+            capture_output=True,
+            text=True,
+        )
+    )
 
 
 def _ip(*args: str) -> None:
@@ -266,23 +363,33 @@ def _ip(*args: str) -> None:
 def _checked(done: subprocess.CompletedProcess) -> None:
     if done.returncode != 0:
         cmd = " ".join(shlex.quote(str(a)) for a in done.args[:12])
-        raise RuntimeError(f"`{cmd}` failed ({done.returncode}): {(done.stderr or done.stdout or '').strip()}")
+        raise RuntimeError(
+            f"`{cmd}` failed ({done.returncode}): {(done.stderr or done.stdout or '').strip()}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("action", choices=["start", "stop", "exec", "kill", "status"])
     parser.add_argument("host", nargs="?", type=int, help="host index (exec, kill)")
     parser.add_argument("--dir", default="/tmp/sparkml_dist-hosts")
     parser.add_argument("--workers", type=int, default=2, help="worker hosts (host 0 runs the master)")
-    parser.add_argument("--shared", default="/tmp/sparkml_dist-shared", help="the directory every host mounts")
-    parser.add_argument("--keep", action="append", default=[],
-                        help="more paths every host sees as they are (the Python environment, this project "
-                             "and the cwd always are)")
+    parser.add_argument(
+        "--shared", default="/tmp/sparkml_dist-shared", help="the directory every host mounts"
+    )
+    parser.add_argument(
+        "--keep",
+        action="append",
+        default=[],
+        help="more paths every host sees as they are (the Python environment, this project "
+        "and the cwd always are)",
+    )
     parser.add_argument("--memory", default="4g", help="memory per worker (conf/spark/cluster.conf asks 4g)")
     argv = sys.argv[1:] if argv is None else argv
-    command = argv[argv.index("--") + 1:] if "--" in argv else []  # exec: everything after --
-    args = parser.parse_intermixed_args(argv[:argv.index("--")] if "--" in argv else argv)
+    command = argv[argv.index("--") + 1 :] if "--" in argv else []  # exec: everything after --
+    args = parser.parse_intermixed_args(argv[: argv.index("--")] if "--" in argv else argv)
     if args.action == "start":
         # the image every host has: the Python environment, this package's project and the cwd
         project = str(Path(__file__).resolve().parents[2])
@@ -294,9 +401,13 @@ def main(argv: list[str] | None = None) -> int:
             cluster.stop()
             raise
         for h in cluster.hosts:
-            print(f"host {h.index}: {h.address} (also {h.alt_address}), namespace {h.netns}, private /tmp {h.tmp}")
-        print(f"master {cluster.master_url} (UI {cluster.web_url}) on host 0, {len(cluster.workers)} workers ALIVE; "
-              f"shared {cluster.shared}")
+            print(
+                f"host {h.index}: {h.address} (also {h.alt_address}), namespace {h.netns}, private /tmp {h.tmp}"
+            )
+        print(
+            f"master {cluster.master_url} (UI {cluster.web_url}) on host 0, {len(cluster.workers)} workers ALIVE; "
+            f"shared {cluster.shared}"
+        )
         return 0
     if not Path(args.dir, STATE_FILE).exists():
         print(f"no emulated hosts recorded under {args.dir}")
@@ -310,8 +421,16 @@ def main(argv: list[str] | None = None) -> int:
     elif args.action == "exec":
         return cluster.run(args.host, command).returncode
     else:
-        print(json.dumps({"master": cluster.master_url, "alive_workers": cluster.alive_workers(),
-                          "hosts": [asdict(h) for h in cluster.hosts]}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "master": cluster.master_url,
+                    "alive_workers": cluster.alive_workers(),
+                    "hosts": [asdict(h) for h in cluster.hosts],
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

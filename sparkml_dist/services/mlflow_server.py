@@ -40,17 +40,33 @@ def start_mlflow_server(workdir: str | Path, host: str = "127.0.0.1", timeout_s:
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / "mlflow-server.log"
-    cmd = [sys.executable, "-m", "mlflow", "server",
-           "--backend-store-uri", f"sqlite:///{workdir / 'mlflow.db'}",
-           "--artifacts-destination", str(workdir / "artifacts"),
-           "--host", host, "--port", "0", "--workers", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{workdir / 'mlflow.db'}",
+        "--artifacts-destination",
+        str(workdir / "artifacts"),
+        "--host",
+        host,
+        "--port",
+        "0",
+        "--workers",
+        "1",
+    ]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    process = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    process = subprocess.Popen(
+        cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
     server = MlflowServer(process, "", log)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"mlflow server exited with code {process.returncode}; see {log}:\n{log.read_text()[-2000:]}")
+            raise RuntimeError(
+                f"mlflow server exited with code {process.returncode}; see {log}:\n{log.read_text()[-2000:]}"
+            )
         if not server.url:
             found = _LISTENING.search(log.read_text(errors="replace"))
             server.url = found.group(1) if found else ""

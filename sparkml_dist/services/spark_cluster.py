@@ -33,7 +33,6 @@ from pathlib import Path
 
 import pyspark
 
-
 MASTER = "org.apache.spark.deploy.master.Master"
 WORKER = "org.apache.spark.deploy.worker.Worker"
 
@@ -71,10 +70,16 @@ class StandaloneCluster:
 
 def daemon_env(workdir: Path) -> dict[str, str]:
     home = str(Path(pyspark.__file__).parent)
-    return {**os.environ, "SPARK_HOME": home, "SPARK_PID_DIR": str(workdir / "pids"),
-            "SPARK_LOG_DIR": str(workdir / "logs"), "SPARK_LOCAL_IP": "127.0.0.1",
-            "SPARK_WORKER_DIR": str(workdir / "work"), "SPARK_IDENT_STRING": "sparkml_dist",
-            "SPARK_CONF_DIR": str(workdir / "conf")}
+    return {
+        **os.environ,
+        "SPARK_HOME": home,
+        "SPARK_PID_DIR": str(workdir / "pids"),
+        "SPARK_LOG_DIR": str(workdir / "logs"),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_WORKER_DIR": str(workdir / "work"),
+        "SPARK_IDENT_STRING": "sparkml_dist",
+        "SPARK_CONF_DIR": str(workdir / "conf"),
+    }
 
 
 def write_auth_conf(workdir: Path) -> Path:
@@ -85,16 +90,25 @@ def write_auth_conf(workdir: Path) -> Path:
     path.unlink(missing_ok=True)  # created anew below with mode 0600, never widened
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     with os.fdopen(fd, "w") as fh:
-        fh.write("# written by sparkml_dist.services.spark_cluster start: a fresh secret per cluster\n"
-                 "spark.authenticate                 true\n"
-                 f"spark.authenticate.secret          {secrets.token_hex(32)}\n"
-                 "spark.network.crypto.enabled       true\n")
+        fh.write(
+            "# written by sparkml_dist.services.spark_cluster start: a fresh secret per cluster\n"
+            "spark.authenticate                 true\n"
+            f"spark.authenticate.secret          {secrets.token_hex(32)}\n"
+            "spark.network.crypto.enabled       true\n"
+        )
     return path
 
 
-def start_cluster(workdir: str | Path, workers: int = 2, cores_per_worker: int = 1, memory: str = "2g",
-                  timeout_s: float = 60, worker_conf: dict[str, str] | None = None, port: int = 0,
-                  webui_port: int = 0) -> StandaloneCluster:
+def start_cluster(
+    workdir: str | Path,
+    workers: int = 2,
+    cores_per_worker: int = 1,
+    memory: str = "2g",
+    timeout_s: float = 60,
+    worker_conf: dict[str, str] | None = None,
+    port: int = 0,
+    webui_port: int = 0,
+) -> StandaloneCluster:
     """Start a master and `workers` workers on 127.0.0.1; `port`/`webui_port` 0: ports the kernel picks."""
     workdir = Path(workdir).resolve()
     for sub in ("pids", "logs", "work"):
@@ -108,21 +122,54 @@ def start_cluster(workdir: str | Path, workers: int = 2, cores_per_worker: int =
         if wanted:
             _check_port_free(wanted)
     # port 0: the master binds a port the kernel picks and names it in its log (no free-port race)
-    _run([daemon, "start", MASTER, "1", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(webui_port)],
-         env)
+    _run(
+        [
+            daemon,
+            "start",
+            MASTER,
+            "1",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(webui_port),
+        ],
+        env,
+    )
     master_url, web_url = _master_addresses(workdir, timeout_s)
     cluster = StandaloneCluster(workdir, master_url, web_url, workers)
     for i in range(1, workers + 1):
-        _run([daemon, "start", WORKER, str(i), "--host", "127.0.0.1", "--cores", str(cores_per_worker),
-              "--memory", memory, "--webui-port", "0", cluster.master_url], env)
+        _run(
+            [
+                daemon,
+                "start",
+                WORKER,
+                str(i),
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                str(cores_per_worker),
+                "--memory",
+                memory,
+                "--webui-port",
+                "0",
+                cluster.master_url,
+            ],
+            env,
+        )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if cluster.alive_workers() == workers:
             return cluster
         time.sleep(0.5)
-    logs = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted((workdir / "logs").glob("*.out")))
+    logs = "\n".join(
+        f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted((workdir / "logs").glob("*.out"))
+    )
     cluster.stop()
-    raise RuntimeError(f"standalone cluster: {cluster.alive_workers()}/{workers} workers ALIVE after {timeout_s}s\n{logs}")
+    raise RuntimeError(
+        f"standalone cluster: {cluster.alive_workers()}/{workers} workers ALIVE after {timeout_s}s\n{logs}"
+    )
 
 
 _MASTER_AT = re.compile(r"Starting Spark master at (spark://\S+)")
@@ -139,7 +186,9 @@ def _master_addresses(workdir: Path, timeout_s: float) -> tuple[str, str]:
         if master and web:
             return master[-1], f"http://127.0.0.1:{web[-1]}"
         time.sleep(0.3)
-    raise RuntimeError(f"the Spark master did not report its address within {timeout_s}s; its log:\n{text[-2000:]}")
+    raise RuntimeError(
+        f"the Spark master did not report its address within {timeout_s}s; its log:\n{text[-2000:]}"
+    )
 
 
 def _check_port_free(port: int) -> None:
@@ -147,8 +196,10 @@ def _check_port_free(port: int) -> None:
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
-            raise RuntimeError(f"port {port} on 127.0.0.1 is in use (another Spark master?): stop it, or pass "
-                               f"--port / --webui-port") from None
+            raise RuntimeError(
+                f"port {port} on 127.0.0.1 is in use (another Spark master?): stop it, or pass "
+                f"--port / --webui-port"
+            ) from None
 
 
 def _run(cmd: list[str], env: dict[str, str]) -> None:
@@ -174,23 +225,37 @@ def _terminate(pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("action", choices=["start", "stop"])
     parser.add_argument("--dir", default="/tmp/sparkml_dist-cluster")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--cores", type=int, default=1, help="cores per worker")
-    parser.add_argument("--memory", default="4g", help="memory per worker (conf/spark/cluster.conf asks 4g executors)")
+    parser.add_argument(
+        "--memory", default="4g", help="memory per worker (conf/spark/cluster.conf asks 4g executors)"
+    )
     parser.add_argument("--port", type=int, default=7077, help="master port (0: a free one)")
-    parser.add_argument("--webui-port", type=int, default=8080, help="master web UI port, where jobs read the "
-                                                                       "workers' free capacity (0: a free one)")
+    parser.add_argument(
+        "--webui-port",
+        type=int,
+        default=8080,
+        help="master web UI port, where jobs read the workers' free capacity (0: a free one)",
+    )
     args = parser.parse_args(argv)
     if args.action == "start":
-        c = start_cluster(args.dir, args.workers, args.cores, args.memory, port=args.port, webui_port=args.webui_port)
+        c = start_cluster(
+            args.dir, args.workers, args.cores, args.memory, port=args.port, webui_port=args.webui_port
+        )
         (Path(args.dir) / "cluster.json").write_text(json.dumps({"master": c.master_url, "web": c.web_url}))
-        print(f"master {c.master_url} (UI {c.web_url}), {c.workers} workers ALIVE; stop: "
-              f"python -m sparkml_dist.services.spark_cluster stop --dir {args.dir}")
-        print(f"Spark authentication on: submit with SPARK_CONF_DIR={args.dir}/conf and --load-spark-defaults "
-              f"(its spark-defaults.conf holds this cluster's secret)")
+        print(
+            f"master {c.master_url} (UI {c.web_url}), {c.workers} workers ALIVE; stop: "
+            f"python -m sparkml_dist.services.spark_cluster stop --dir {args.dir}"
+        )
+        print(
+            f"Spark authentication on: submit with SPARK_CONF_DIR={args.dir}/conf and --load-spark-defaults "
+            f"(its spark-defaults.conf holds this cluster's secret)"
+        )
     else:
         StandaloneCluster(Path(args.dir).resolve(), "", "", 0).stop()
         print(f"stopped the daemons recorded under {args.dir}/pids")

@@ -61,9 +61,11 @@ class CapacityError(SparkMLDistError, RuntimeError):
 
 def executor_ask(conf) -> ExecutorAsk:
     cores_max = conf.get("spark.cores.max", None)
-    return ExecutorAsk(cores=int(conf.get("spark.executor.cores", "1")),
-                       memory_mb=memory_mb(conf.get("spark.executor.memory", "1g")),
-                       cores_max=int(cores_max) if cores_max else None)
+    return ExecutorAsk(
+        cores=int(conf.get("spark.executor.cores", "1")),
+        memory_mb=memory_mb(conf.get("spark.executor.memory", "1g")),
+        cores_max=int(cores_max) if cores_max else None,
+    )
 
 
 def memory_mb(size: str) -> int:
@@ -85,15 +87,20 @@ def master_offer(master: str, ui_port: int, timeout_s: float = 3.0) -> MasterOff
             state = json.load(resp)
     except (OSError, ValueError):
         return None
-    workers = tuple(WorkerOffer(w.get("host", "?"), int(w.get("coresfree", 0)), int(w.get("memoryfree", 0)))
-                    for w in state.get("workers", []) if w.get("state") == "ALIVE")
+    workers = tuple(
+        WorkerOffer(w.get("host", "?"), int(w.get("coresfree", 0)), int(w.get("memoryfree", 0)))
+        for w in state.get("workers", [])
+        if w.get("state") == "ALIVE"
+    )
     return MasterOffer(master, workers)
 
 
 def gap_advice(ask: ExecutorAsk, offer: MasterOffer | None) -> str:
     if offer is None:
-        return ("(the cluster manager's offer could not be read; check its UI for free cores and memory "
-                "per worker)")
+        return (
+            "(the cluster manager's offer could not be read; check its UI for free cores and memory "
+            "per worker)"
+        )
     if not offer.workers:
         return "; start workers and register them with this master"
     if any(w.fits(ask) for w in offer.workers):
@@ -102,8 +109,10 @@ def gap_advice(ask: ExecutorAsk, offer: MasterOffer | None) -> str:
     best_cores = max(w.cores_free for w in offer.workers)
     fixes = []
     if best_mem < ask.memory_mb:
-        fixes.append(f"lower spark.executor.memory to at most {best_mem}m or give workers more memory "
-                     f"(SPARK_WORKER_MEMORY; `spark_cluster start --memory`)")
+        fixes.append(
+            f"lower spark.executor.memory to at most {best_mem}m or give workers more memory "
+            f"(SPARK_WORKER_MEMORY; `spark_cluster start --memory`)"
+        )
     if best_cores < ask.cores:
         fixes.append(f"lower spark.executor.cores to at most {best_cores} or give workers more cores")
     return "; no worker can host one executor: " + ", or ".join(fixes)
@@ -134,9 +143,11 @@ def wait_for_executors(spark, timeout_s: float) -> int:
         time.sleep(0.5)
     ask = executor_ask(conf)
     offer = master_offer(sc.master, int(conf.get("spark.master.ui.port", "8080")))
-    raise CapacityError(f"no executor was granted within {timeout_s:.0f} s (spark.executor_wait_s): the application "
-                        f"asks for {ask.describe()}; {offer.describe() if offer else 'master ' + sc.master}"
-                        f"{gap_advice(ask, offer)}")
+    raise CapacityError(
+        f"no executor was granted within {timeout_s:.0f} s (spark.executor_wait_s): the application "
+        f"asks for {ask.describe()}; {offer.describe() if offer else 'master ' + sc.master}"
+        f"{gap_advice(ask, offer)}"
+    )
 
 
 def slot_gap(spark) -> str:
@@ -145,5 +156,8 @@ def slot_gap(spark) -> str:
     conf = sc.getConf()
     offer = master_offer(sc.master, int(conf.get("spark.master.ui.port", "8080")))
     ask = executor_ask(conf)
-    return f" The application asks for {ask.describe()}; {offer.describe()}{gap_advice(ask, offer)}." \
-        if offer else ""
+    return (
+        f" The application asks for {ask.describe()}; {offer.describe()}{gap_advice(ask, offer)}."
+        if offer
+        else ""
+    )

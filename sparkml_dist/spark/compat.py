@@ -19,4 +19,4 @@ def try_cast(column: Column, type_name: str) -> Column:
     JVM expression to read)."""
     if hasattr(Column, "try_cast"):
         return column.try_cast(type_name)
-    return F.expr(f"try_cast({column._jc.expr().sql()} AS {type_name.upper()})")  # noqa: SLF001
+    return F.expr(f"try_cast({column._jc.expr().sql()} AS {type_name.upper()})")

@@ -8,8 +8,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from sparkml_dist.config.schema import SparkConfig
 from sparkml_dist.errors import PrerequisiteError
@@ -41,19 +41,27 @@ _SAME_HOST_CONF = {"spark.python.daemon.module": "sparkml_dist.pyspark_daemon"}
 
 def check_java(min_major: int = MIN_JAVA) -> int:
     """Return Java's major version, or raise a PrerequisiteError that says how to install it."""
-    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
+    java = (
+        os.path.join(os.environ["JAVA_HOME"], "bin", "java")
+        if os.environ.get("JAVA_HOME")
+        else shutil.which("java")
+    )
     hint = f"install Java {min_major}+ (Debian: apt-get install openjdk-{min_major}-jre-headless) and/or set JAVA_HOME"
     if not java or not os.path.exists(java):
         raise PrerequisiteError(f"Java not found: pyspark 4 needs Java {min_major}+; {hint}")
     out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
     match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
     if not match:
-        raise PrerequisiteError(f"could not read the Java version from `{java} -version`: {out.strip()!r}; {hint}")
+        raise PrerequisiteError(
+            f"could not read the Java version from `{java} -version`: {out.strip()!r}; {hint}"
+        )
     major = int(match.group(1))
     if major == 1 and match.group(2):  # "1.8" style
         major = int(match.group(2))
     if major < min_major:
-        raise PrerequisiteError(f"Java {major} found at {java}, but pyspark 4 needs Java {min_major}+; {hint}")
+        raise PrerequisiteError(
+            f"Java {major} found at {java}, but pyspark 4 needs Java {min_major}+; {hint}"
+        )
     return major
 
 
@@ -61,7 +69,8 @@ _CONNECT_UNSUPPORTED = (
     "sparkml_dist needs a classic SparkSession: its barrier stages and Spark ML feature models go through "
     "the session's JVM, which a Spark Connect client does not have. Databricks serverless compute, shared "
     "access-mode clusters and Databricks Connect give Connect sessions and are not supported yet "
-    "(docs/deployment.md). ")
+    "(docs/deployment.md). "
+)
 
 
 def refuse_spark_connect(session=None) -> None:
@@ -69,12 +78,16 @@ def refuse_spark_connect(session=None) -> None:
     passed in) and what to use instead, before anything fails deep inside with a JVM error."""
     remote = os.environ.get("SPARK_REMOTE")
     if remote:
-        raise PrerequisiteError(f"SPARK_REMOTE={remote!r} asks for a Spark Connect session. {_CONNECT_UNSUPPORTED}"
-                                "Unset SPARK_REMOTE and give a master instead (spark-submit --master, or "
-                                "spark.master in the job config).")
+        raise PrerequisiteError(
+            f"SPARK_REMOTE={remote!r} asks for a Spark Connect session. {_CONNECT_UNSUPPORTED}"
+            "Unset SPARK_REMOTE and give a master instead (spark-submit --master, or "
+            "spark.master in the job config)."
+        )
     if session is not None and type(session).__module__.startswith("pyspark.sql.connect"):
-        raise PrerequisiteError(f"the SparkSession given is a Spark Connect session. {_CONNECT_UNSUPPORTED}"
-                                "Use a classic session (on Databricks: a cluster in dedicated, single-user access mode).")
+        raise PrerequisiteError(
+            f"the SparkSession given is a Spark Connect session. {_CONNECT_UNSUPPORTED}"
+            "Use a classic session (on Databricks: a cluster in dedicated, single-user access mode)."
+        )
 
 
 def driver_jvm_exit(wait_s: float = 2.0) -> str | None:
@@ -173,8 +186,11 @@ def _current_slots(sc) -> int:
     executor_cores = conf.get("spark.executor.cores", None)
     # defaultParallelism is at least 2 whatever is registered; the executors' own cores, when the
     # profile fixes them, count a lost executor at once
-    slots = int(executors * int(executor_cores) // cpus_per_task) if executor_cores \
+    slots = (
+        int(executors * int(executor_cores) // cpus_per_task)
+        if executor_cores
         else int(sc.defaultParallelism // cpus_per_task)
+    )
     task_gpus = float(conf.get("spark.task.resource.gpu.amount", "0"))
     if task_gpus > 0:
         executor_gpus = float(conf.get("spark.executor.resource.gpu.amount", "0"))
@@ -207,4 +223,3 @@ def job_group(spark, group: str, description: str) -> Iterator[None]:
     finally:
         for key, value in previous.items():
             context.setLocalProperty(key, value)
-

@@ -9,7 +9,17 @@ from sparkml_dist.stages.score import ScoreResult, score
 from sparkml_dist.stages.train import TrainResult, train, train_preprocessed
 
 __all__ = [
-    "PreprocessResult", "RegistryDecision", "ScoreResult", "TrainResult",
-    "evaluate", "evaluate_trained", "log_report", "preprocess", "register", "register_evaluated", "score", "train",
+    "PreprocessResult",
+    "RegistryDecision",
+    "ScoreResult",
+    "TrainResult",
+    "evaluate",
+    "evaluate_trained",
+    "log_report",
+    "preprocess",
+    "register",
+    "register_evaluated",
+    "score",
+    "train",
     "train_preprocessed",
 ]

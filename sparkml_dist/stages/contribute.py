@@ -16,10 +16,10 @@ import logging
 import os
 import re
 import tempfile
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -59,7 +59,9 @@ class Verdict:
     sha256: str = ""
 
 
-def contribute(spark: SparkSession, cfg: JobConfig, run: RunHandle, delta_source: str, contributor: str) -> Verdict:
+def contribute(
+    spark: SparkSession, cfg: JobConfig, run: RunHandle, delta_source: str, contributor: str
+) -> Verdict:
     community = cfg.community
     base_uri = community.base_model or f"models:/{cfg.tracking.registered_model}@champion"
     bundle = load_bundle(base_uri, run.tracking_uri, spark=spark)
@@ -70,9 +72,13 @@ def contribute(spark: SparkSession, cfg: JobConfig, run: RunHandle, delta_source
         who, verified, refused = "(refused name)", False, bad_name
     client = run.client()
     verdict = Verdict(False, "", parent)
-    for key, value in {"contribution.contributor": who, "contribution.contributor_verified": str(verified).lower(),
-                       "contribution.source": delta_source, "parent_model": base_uri,
-                       "parent_version": parent or ""}.items():
+    for key, value in {
+        "contribution.contributor": who,
+        "contribution.contributor_verified": str(verified).lower(),
+        "contribution.source": delta_source,
+        "parent_model": base_uri,
+        "parent_version": parent or "",
+    }.items():
         client.set_tag(run.run_id, key, value)
     try:
         if refused is not None:
@@ -83,19 +89,32 @@ def contribute(spark: SparkSession, cfg: JobConfig, run: RunHandle, delta_source
         merged = _check(spark, cfg, run, bundle, blob, verdict)
         merged_uri = log_model(run, merged)  # only now: nothing of a rejected delta is kept as a model
         verdict.accepted = True
-        verdict.reason = (f"shapes match, norm {verdict.norm:.4g} <= {community.max_delta_norm:g}, "
-                          f"{_coarse_change(cfg, bundle, verdict)}")
-        verdict.version = create_version(run, merged_uri, cfg.tracking.registered_model, {
-            "parent_version": parent or "", "parent_model": base_uri, "contributor": who,
-            "contributor_verified": str(verified).lower(),
-            "contribution.sha256": verdict.sha256, "contribution.reason": verdict.reason})
+        verdict.reason = (
+            f"shapes match, norm {verdict.norm:.4g} <= {community.max_delta_norm:g}, "
+            f"{_coarse_change(cfg, bundle, verdict)}"
+        )
+        verdict.version = create_version(
+            run,
+            merged_uri,
+            cfg.tracking.registered_model,
+            {
+                "parent_version": parent or "",
+                "parent_model": base_uri,
+                "contributor": who,
+                "contributor_verified": str(verified).lower(),
+                "contribution.sha256": verdict.sha256,
+                "contribution.reason": verdict.reason,
+            },
+        )
         if community.alias:
             client.set_registered_model_alias(cfg.tracking.registered_model, community.alias, verdict.version)
     except DeltaRejected as rejected:
         verdict.reason = str(rejected)
     client.set_tag(run.run_id, "contribution.status", "accepted" if verdict.accepted else "rejected")
     client.set_tag(run.run_id, "contribution.reason", verdict.reason)
-    log.info("contribution from %s %s: %s", who, "accepted" if verdict.accepted else "REJECTED", verdict.reason)
+    log.info(
+        "contribution from %s %s: %s", who, "accepted" if verdict.accepted else "REJECTED", verdict.reason
+    )
     return verdict
 
 
@@ -110,14 +129,16 @@ def contributor_identity(claimed: str, tracking_uri: str) -> tuple[str, bool]:
     if user and tracking_uri.startswith(("http://", "https://")):
         return user, True
     if not CONTRIBUTOR.fullmatch(claimed or ""):
-        raise DeltaRejected(f"contributor {claimed!r}: give a plain name (letters, digits, . _ @ + -, at most 100)")
+        raise DeltaRejected(
+            f"contributor {claimed!r}: give a plain name (letters, digits, . _ @ + -, at most 100)"
+        )
     return claimed, False
 
 
 def max_bytes(limit_mb: float | None, base_weights: bytes) -> int:
     """The cap a delta file must be within: `community.max_delta_mb`, default twice the base model's
     weights plus 1 MiB (a float32 delta of every parameter is about the weights' own size)."""
-    return int(limit_mb * 2 ** 20) if limit_mb else 2 * len(base_weights) + 2 ** 20
+    return int(limit_mb * 2**20) if limit_mb else 2 * len(base_weights) + 2**20
 
 
 def _check(spark, cfg: JobConfig, run: RunHandle, bundle, blob: bytes, verdict: Verdict) -> TrainedModel:
@@ -126,25 +147,43 @@ def _check(spark, cfg: JobConfig, run: RunHandle, bundle, blob: bytes, verdict: 
     delta = load_delta(blob)
     check_shapes(base, delta)
     verdict.norm = check_norm(delta, community.max_delta_norm)
-    merged = TrainedModel(bundle.spec, state_dict_to_bytes(apply_delta(base, delta)), bundle.feature_pipeline_path,
-                          bundle.training_schema or {}, bundle.target)
+    merged = TrainedModel(
+        bundle.spec,
+        state_dict_to_bytes(apply_delta(base, delta)),
+        bundle.feature_pipeline_path,
+        bundle.training_schema or {},
+        bundle.target,
+    )
     task = bundle.target.kind
     metric = cfg.tracking.gate.metric or task.default_gate[0]
-    with (tempfile.TemporaryDirectory(prefix="sparkml_dist_candidate_") as tmp,
-          _held_out(spark, cfg, bundle.training_schema or {}) as rows):
-        candidate = save_pyfunc_model(tmp, merged.weights, merged.spec, merged.feature_pipeline,
-                                      merged.training_schema, merged.target)
+    with (
+        tempfile.TemporaryDirectory(prefix="sparkml_dist_candidate_") as tmp,
+        _held_out(spark, cfg, bundle.training_schema or {}) as rows,
+    ):
+        candidate = save_pyfunc_model(
+            tmp, merged.weights, merged.spec, merged.feature_pipeline, merged.training_schema, merged.target
+        )
         verdict.metric_before = evaluate(spark, cfg, bundle.uri, run.tracking_uri, rows).metrics[metric]
         verdict.metric_after = evaluate(spark, cfg, candidate, run.tracking_uri, rows).metrics[metric]
     # coarse: a contributor who reads the run must not be able to tune against the held-out rows
-    RankTracker(run, 0).log({"delta_norm": verdict.norm, f"held_out_{metric}_change": round(
-        verdict.metric_after - verdict.metric_before, 2)}, 0)
+    RankTracker(run, 0).log(
+        {
+            "delta_norm": verdict.norm,
+            f"held_out_{metric}_change": round(verdict.metric_after - verdict.metric_before, 2),
+        },
+        0,
+    )
     # how much worse, in the metric's own direction
-    drop = (verdict.metric_after - verdict.metric_before if task.metrics[metric] == "lower"
-            else verdict.metric_before - verdict.metric_after)
+    drop = (
+        verdict.metric_after - verdict.metric_before
+        if task.metrics[metric] == "lower"
+        else verdict.metric_before - verdict.metric_after
+    )
     if drop > community.max_regression:
-        raise DeltaRejected(f"regression on held-out rows: {metric} got worse by more than community.max_regression "
-                            f"{community.max_regression:g} ({_coarse_change(cfg, bundle, verdict)})")
+        raise DeltaRejected(
+            f"regression on held-out rows: {metric} got worse by more than community.max_regression "
+            f"{community.max_regression:g} ({_coarse_change(cfg, bundle, verdict)})"
+        )
     return merged
 
 
@@ -159,10 +198,17 @@ def _held_out(spark, cfg: JobConfig, schema: Mapping[str, str]) -> Iterator[Data
     validation split (the rows preprocess held out: a hash of row id and data.split_seed); read
     with the types the model was trained on (`schema`)."""
     path = cfg.community.validation_path
-    with ingest(spark, path or cfg.data.train_path, with_types_of(cfg.data, schema),
-                key="community.validation_path" if path else "data.train_path") as rows:
-        yield rows.accepted if path else split_frame(rows.accepted, cfg.data.validation_fraction,
-                                                     cfg.data.split_seed)[1]
+    with ingest(
+        spark,
+        path or cfg.data.train_path,
+        with_types_of(cfg.data, schema),
+        key="community.validation_path" if path else "data.train_path",
+    ) as rows:
+        yield (
+            rows.accepted
+            if path
+            else split_frame(rows.accepted, cfg.data.validation_fraction, cfg.data.split_seed)[1]
+        )
 
 
 def read_delta(source: str, tracking_uri: str, limit: int) -> bytes:
@@ -176,16 +222,20 @@ def read_delta(source: str, tracking_uri: str, limit: int) -> bytes:
     import mlflow.artifacts
 
     with tempfile.TemporaryDirectory() as tmp:
-        local = mlflow.artifacts.download_artifacts(artifact_uri=source, tracking_uri=tracking_uri, dst_path=tmp)
+        local = mlflow.artifacts.download_artifacts(
+            artifact_uri=source, tracking_uri=tracking_uri, dst_path=tmp
+        )
         return _read_capped(Path(local), limit, source)
 
 
 def _read_capped(path: Path, limit: int, source: str) -> bytes:
     size = path.stat().st_size
     if size > limit:
-        raise DeltaRejected(f"delta {source} is {size:,} bytes, over the {limit:,}-byte cap "
-                            f"(community.max_delta_mb; default twice the base model's weights plus 1 MiB): "
-                            f"not read")
+        raise DeltaRejected(
+            f"delta {source} is {size:,} bytes, over the {limit:,}-byte cap "
+            f"(community.max_delta_mb; default twice the base model's weights plus 1 MiB): "
+            f"not read"
+        )
     return path.read_bytes()
 
 
@@ -202,8 +252,12 @@ if __name__ == "__main__":
     from sparkml_dist.config.schema import TrackingConfig
     from sparkml_dist.tracking.client import resolve_tracking_uri
 
-    parser = argparse.ArgumentParser(description="write a parameter delta (tuned - base) to submit with jobs/contribute.py")
-    parser.add_argument("--base", required=True, help="the model you started from, e.g. models:/adult_income_mlp@champion")
+    parser = argparse.ArgumentParser(
+        description="write a parameter delta (tuned - base) to submit with jobs/contribute.py"
+    )
+    parser.add_argument(
+        "--base", required=True, help="the model you started from, e.g. models:/adult_income_mlp@champion"
+    )
     parser.add_argument("--tuned", required=True, help="your fine-tuned model, e.g. runs:/<run id>/model")
     parser.add_argument("--out", required=True, help="delta file to write, e.g. delta.pt")
     parser.add_argument("--tracking-uri", help="default $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db")

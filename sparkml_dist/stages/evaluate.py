@@ -19,16 +19,17 @@ from sparkml_dist.stages.records import EvaluateRecord, TrainRecord
 from sparkml_dist.stages.score import load_pipeline
 from sparkml_dist.storage.hadoop import atomic_dir
 from sparkml_dist.storage.paths import OutputPaths
+from sparkml_dist.tasks.base import Target, TaskReport
 from sparkml_dist.tracking.client import RunHandle, resolve_tracking_uri
 from sparkml_dist.tracking.models import load_bundle
 from sparkml_dist.tracking.outcome import log_plot
-from sparkml_dist.tasks.base import Target, TaskReport
 
 log = logging.getLogger(__name__)
 
 
-def evaluate(spark: SparkSession, cfg: JobConfig, model_uri: str, tracking_uri: str,
-             test_rows: DataFrame | None = None) -> TaskReport:
+def evaluate(
+    spark: SparkSession, cfg: JobConfig, model_uri: str, tracking_uri: str, test_rows: DataFrame | None = None
+) -> TaskReport:
     """Score `test_rows` (typed raw columns + label, as ingest makes them; default: the config's
     test file) with the model's own feature pipeline, target and weights, and aggregate the task's
     metrics in Spark. Rows whose label the model does not know (a class it was not trained on)
@@ -38,8 +39,9 @@ def evaluate(spark: SparkSession, cfg: JobConfig, model_uri: str, tracking_uri: 
     bundle = load_bundle(model_uri, tracking_uri, spark=spark, shared_dir=OutputPaths.of(cfg).models)
     if test_rows is None:
         data = with_types_of(cfg.data, bundle.training_schema or {})
-        with ingest(spark, cfg.data.test_path, data, key="data.test_path",
-                    target=model_target(bundle.target, data)) as test_input:
+        with ingest(
+            spark, cfg.data.test_path, data, key="data.test_path", target=model_target(bundle.target, data)
+        ) as test_input:
             report = evaluate(spark, cfg, model_uri, tracking_uri, test_input.accepted)
             _quarantine(spark, cfg, test_input)
             if test_input.rejected_rows:
@@ -50,8 +52,9 @@ def evaluate(spark: SparkSession, cfg: JobConfig, model_uri: str, tracking_uri: 
     weighted = WEIGHT in test_rows.columns
     extra = (WEIGHT,) if weighted else ()
     features, layout = load_pipeline(bundle).frame(labelled.known, with_label=True, extra=extra)
-    scored = score_features(features, bundle, passthrough=(ROW_ID, LABEL, *extra), layout=layout,
-                            device=cfg.score.device)
+    scored = score_features(
+        features, bundle, passthrough=(ROW_ID, LABEL, *extra), layout=layout, device=cfg.score.device
+    )
     report = _report_once_scored(scored, target, WEIGHT if weighted else None)
     report.target = target
     if labelled.unknown_rows:
@@ -68,8 +71,13 @@ def _quarantine(spark: SparkSession, cfg: JobConfig, test_input: IngestResult) -
         return
     with atomic_dir(spark, out) as staging:
         test_input.rejects.coalesce(1).write.parquet(staging)
-    log.warning("evaluate: %d of %d test rows rejected, not scored (%s); they are in %s", test_input.rejected_rows,
-                test_input.input_rows, describe_reasons(common_reasons(test_input.rejects)), out)
+    log.warning(
+        "evaluate: %d of %d test rows rejected, not scored (%s); they are in %s",
+        test_input.rejected_rows,
+        test_input.input_rows,
+        describe_reasons(common_reasons(test_input.rejects)),
+        out,
+    )
 
 
 def _report_once_scored(scored: DataFrame, target: Target, weight: str | None) -> TaskReport:
@@ -88,8 +96,9 @@ def log_report(run: RunHandle, report: TaskReport, cfg: JobConfig, step: int = 0
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
-    run.client().log_batch(run.run_id, metrics=[Metric(f"test_{k}", float(v), now, step)
-                                                for k, v in report.metrics.items()])
+    run.client().log_batch(
+        run.run_id, metrics=[Metric(f"test_{k}", float(v), now, step) for k, v in report.metrics.items()]
+    )
     plot_dir = OutputPaths.of(cfg).plots
     for name, render in report.plots:
         log_plot(run, render, storage.join(plot_dir, name))
@@ -104,8 +113,10 @@ def evaluate_trained(spark: SparkSession, cfg: JobConfig, model_uri: str | None 
     trained = TrainRecord.load(paths.train_record)
     uri = model_uri or (trained.model_uri if trained else None)
     if not uri:
-        raise SparkMLDistError(f"evaluate: no --model-uri given and no train stage output under {paths.root}; "
-                               f"run the train stage first")
+        raise SparkMLDistError(
+            f"evaluate: no --model-uri given and no train stage output under {paths.root}; "
+            f"run the train stage first"
+        )
     tracking_uri = resolve_tracking_uri(cfg.tracking)
     report = evaluate(spark, cfg, uri, tracking_uri)
     if trained is not None and uri == trained.model_uri:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Mapping
 
 from pyspark.ml import PipelineModel
 from pyspark.sql import DataFrame, SparkSession
@@ -40,19 +40,26 @@ from sparkml_dist.data.sources import (
     with_types_of,
 )
 from sparkml_dist.errors import DataError
-from sparkml_dist.tasks.base import Target
 from sparkml_dist.spark.session import job_phase
 from sparkml_dist.storage.hadoop import atomic_dir
 from sparkml_dist.storage.paths import OutputPaths
+from sparkml_dist.tasks.base import Target
 
 log = logging.getLogger(__name__)
 
 __all__ = ["PreprocessResult", "preprocess", "select_rows"]
 
 
-def preprocess(spark: SparkSession, cfg: JobConfig, fitted: PipelineModel | None = None, where: str | None = None,
-               out: str | None = None, target: Target | None = None,
-               trained_on: Mapping[str, str] | None = None, min_rows: int = 0) -> PreprocessResult:
+def preprocess(
+    spark: SparkSession,
+    cfg: JobConfig,
+    fitted: PipelineModel | None = None,
+    where: str | None = None,
+    out: str | None = None,
+    target: Target | None = None,
+    trained_on: Mapping[str, str] | None = None,
+    min_rows: int = 0,
+) -> PreprocessResult:
     """Fit the feature pipeline and the target on the training rows (or reuse `fitted` and
     `target`, a model's own, when fine-tuning, with `trained_on`, its training schema: the new rows
     are read as it was trained) and write the splits under `out` (default
@@ -65,7 +72,9 @@ def preprocess(spark: SparkSession, cfg: JobConfig, fitted: PipelineModel | None
         check_task(cfg, data)
         accepted = {"train": select_rows(inputs["train"].accepted, where, cfg.data.label.column)}
         if min_rows:
-            _check_selection(inputs["train"].accepted, accepted["train"], where, min_rows, cfg.data.label.column)
+            _check_selection(
+                inputs["train"].accepted, accepted["train"], where, min_rows, cfg.data.label.column
+            )
         with job_phase(spark, "preprocess: fit target"):
             target = target or fit_target(cfg, data, accepted["train"])
         # the test rows are read with the types the training rows resolved (a typed source), and a
@@ -82,15 +91,21 @@ def preprocess(spark: SparkSession, cfg: JobConfig, fitted: PipelineModel | None
             if fitted is None and raw is not None:
                 for warning in identifier_like(raw, inputs["train"].counts()["accepted"]):
                     log.warning(warning)
-            encoded = _encode(pipeline, raw, {"train": train_rows, "val": val_rows, "test": labelled["test"].known},
-                              weighted=data.weight_column is not None)
+            encoded = _encode(
+                pipeline,
+                raw,
+                {"train": train_rows, "val": val_rows, "test": labelled["test"].known},
+                weighted=data.weight_column is not None,
+            )
         with atomic_dir(spark, out) as staging, ThreadPoolExecutor(1, "preprocess-save") as background:
             # Spark ML's save is a dozen tiny jobs, latency not work: overlap it with the writes
             saved = background.submit(_save_pipeline, spark, pipeline, raw, f"{staging}/feature_pipeline")
             _write_splits(spark, cfg, encoded, staging)
             with job_phase(spark, "preprocess: rejects and manifest"):
                 _write_rejects(inputs, labelled, f"{staging}/rejects")
-                manifest = _manifest(cfg, data, staging, pipeline, train_rows, encoded, inputs, labelled, target)
+                manifest = _manifest(
+                    cfg, data, staging, pipeline, train_rows, encoded, inputs, labelled, target
+                )
             saved.result()
             manifest.save(staging)
     finally:
@@ -109,15 +124,24 @@ def describe_target(target: Target) -> str:
     return f"label mean {target.mean:.4g}, std {target.std:.4g} (predictions in the label's units)"
 
 
-def _ingest_input(spark: SparkSession, cfg: JobConfig, name: str, data: DataConfig,
-                  target: Target | None) -> IngestResult:
+def _ingest_input(
+    spark: SparkSession, cfg: JobConfig, name: str, data: DataConfig, target: Target | None
+) -> IngestResult:
     """`data.<name>_path` ingested (with `target`: its unknown labels are rejects), with a progress line."""
     start = time.perf_counter()
     with job_phase(spark, f"preprocess: ingest {name}"):
-        result = ingest(spark, getattr(cfg.data, f"{name}_path"), data, key=f"data.{name}_path", target=target)
+        result = ingest(
+            spark, getattr(cfg.data, f"{name}_path"), data, key=f"data.{name}_path", target=target
+        )
     seconds, counts = time.perf_counter() - start, result.counts()
-    log.info("ingest %s: %s rows in, %s rejected, in %.1f s (%s rows/s)", name, f"{counts['input']:,}",
-             f"{counts['rejected']:,}", seconds, f"{counts['input'] / max(seconds, 1e-9):,.0f}")
+    log.info(
+        "ingest %s: %s rows in, %s rejected, in %.1f s (%s rows/s)",
+        name,
+        f"{counts['input']:,}",
+        f"{counts['rejected']:,}",
+        seconds,
+        f"{counts['input'] / max(seconds, 1e-9):,.0f}",
+    )
     if counts["rejected"]:
         _check_rejects(result, f"data.{name}_path", cfg.data.max_reject_fraction)
     return result
@@ -132,10 +156,12 @@ def _check_rejects(result: IngestResult, key: str, max_fraction: float) -> None:
     fraction = result.rejected_rows / result.input_rows
     if fraction > max_fraction:
         result.release()
-        raise DataError(f"{key}: {result.rejected_rows:,} of {result.input_rows:,} rows ({fraction:.1%}) were "
-                        f"rejected, more than data.max_reject_fraction ({max_fraction:g}); {reasons}. Fix the "
-                        f"input or data.columns (a type, the delimiter, null_values), or raise "
-                        f"data.max_reject_fraction to go on with the rows that pass.")
+        raise DataError(
+            f"{key}: {result.rejected_rows:,} of {result.input_rows:,} rows ({fraction:.1%}) were "
+            f"rejected, more than data.max_reject_fraction ({max_fraction:g}); {reasons}. Fix the "
+            f"input or data.columns (a type, the delimiter, null_values), or raise "
+            f"data.max_reject_fraction to go on with the rows that pass."
+        )
 
 
 def _save_pipeline(spark: SparkSession, pipeline: PipelineModel, raw: RawFeatures | None, path: str) -> None:
@@ -147,7 +173,7 @@ def _save_pipeline(spark: SparkSession, pipeline: PipelineModel, raw: RawFeature
             storage.write_json(storage.join(path, RAW_FEATURES_FILE), raw.to_json())
 
 
-def _write_splits(spark: SparkSession, cfg: JobConfig, encoded: "_Encoded", staging: str) -> None:
+def _write_splits(spark: SparkSession, cfg: JobConfig, encoded: _Encoded, staging: str) -> None:
     ranks = cfg.train.num_ranks
     for name, frame in encoded.frames.items():
         files = ranks * cfg.data.files_per_rank if name == "train" else ranks
@@ -174,7 +200,9 @@ class _Encoded:
         return self.layout.row_bytes if self.layout is not None else 4 * self.dim
 
 
-def _encode(pipeline: PipelineModel, raw: RawFeatures | None, rows: dict[str, DataFrame], weighted: bool) -> _Encoded:
+def _encode(
+    pipeline: PipelineModel, raw: RawFeatures | None, rows: dict[str, DataFrame], weighted: bool
+) -> _Encoded:
     """Each split's rows as stored features: compact when the pipeline compiles (`raw`), else dense."""
     extra = (WEIGHT,) if weighted else ()
     if raw is not None:
@@ -201,8 +229,9 @@ def _with_source_label(rows: DataFrame, label_column: str | None) -> DataFrame:
     return rows
 
 
-def _check_selection(rows: DataFrame, selected: DataFrame, where: str | None, min_rows: int,
-                     label_column: str | None) -> None:
+def _check_selection(
+    rows: DataFrame, selected: DataFrame, where: str | None, min_rows: int, label_column: str | None
+) -> None:
     """Fewer rows than one batch train nothing worth a new version: say so before any work, with
     what the clause matched and, for the text columns it names, the values that do occur (a
     clause written 'female' against 'Female' matches nothing)."""
@@ -210,12 +239,16 @@ def _check_selection(rows: DataFrame, selected: DataFrame, where: str | None, mi
     if count >= min_rows:
         return
     if not where:
-        raise DataError(f"data.train_path has {count:,} accepted rows to fine-tune on, fewer than one batch "
-                        f"(train.batch_size {min_rows}): add rows or lower train.batch_size")
+        raise DataError(
+            f"data.train_path has {count:,} accepted rows to fine-tune on, fewer than one batch "
+            f"(train.batch_size {min_rows}): add rows or lower train.batch_size"
+        )
     named = _with_source_label(rows, label_column)
-    raise DataError(f"finetune.where {where!r} matched {count:,} of the {rows.count():,} accepted rows of "
-                    f"data.train_path, fewer than one batch (train.batch_size {min_rows})"
-                    f"{_values_that_occur(named, where)}. Widen the clause or lower train.batch_size.")
+    raise DataError(
+        f"finetune.where {where!r} matched {count:,} of the {rows.count():,} accepted rows of "
+        f"data.train_path, fewer than one batch (train.batch_size {min_rows})"
+        f"{_values_that_occur(named, where)}. Widen the clause or lower train.batch_size."
+    )
 
 
 def _values_that_occur(rows: DataFrame, where: str, shown: int = 5) -> str:
@@ -239,8 +272,17 @@ def _write_rejects(inputs: dict[str, IngestResult], labelled: dict[str, EncodedR
     union.coalesce(1).write.mode("overwrite").parquet(path)
 
 
-def _manifest(cfg: JobConfig, data: DataConfig, staging: str, pipeline, train_rows, encoded: _Encoded,
-              inputs: dict[str, IngestResult], labelled: dict[str, EncodedRows], target: Target) -> Manifest:
+def _manifest(
+    cfg: JobConfig,
+    data: DataConfig,
+    staging: str,
+    pipeline,
+    train_rows,
+    encoded: _Encoded,
+    inputs: dict[str, IngestResult],
+    labelled: dict[str, EncodedRows],
+    target: Target,
+) -> Manifest:
     classes = len(target.classes)
     splits = {name: describe_split(storage.join(staging, name), classes) for name in ("train", "val", "test")}
     schema = schema_of(data)
@@ -252,8 +294,11 @@ def _manifest(cfg: JobConfig, data: DataConfig, staging: str, pipeline, train_ro
         input_fingerprint=fingerprint([resolve_path(cfg.data.train_path), resolve_path(cfg.data.test_path)]),
         inputs=counts,
         schema=schema,
-        layout={"num_ranks": cfg.train.num_ranks, "files_per_rank": cfg.data.files_per_rank,
-                "row_group_rows": cfg.data.row_group_rows},
+        layout={
+            "num_ranks": cfg.train.num_ranks,
+            "files_per_rank": cfg.data.files_per_rank,
+            "row_group_rows": cfg.data.row_group_rows,
+        },
         feature_layout=encoded.layout.to_json() if encoded.layout is not None else None,
         target=target.to_json(),
         weighted=data.weight_column is not None,
@@ -263,5 +308,7 @@ def _manifest(cfg: JobConfig, data: DataConfig, staging: str, pipeline, train_ro
 def _counts_after_labels(result: IngestResult, labels: EncodedRows) -> dict[str, int]:
     """Ingest's counts with the rows whose label the target did not know moved to the rejects."""
     counts = result.counts()
-    return counts | {"accepted": counts["accepted"] - labels.unknown_rows,
-                     "rejected": counts["rejected"] + labels.unknown_rows}
+    return counts | {
+        "accepted": counts["accepted"] - labels.unknown_rows,
+        "rejected": counts["rejected"] + labels.unknown_rows,
+    }

@@ -25,17 +25,29 @@ class TrainRecord:
         return self.records[-1].epoch if self.records else 0
 
     def save(self, uri: str) -> str:
-        return storage.write_json(uri, {"run_id": self.run_id, "model_uri": self.model_uri,
-                                        "tracking_uri": self.tracking_uri, "method": self.method,
-                                        "records": [r.to_json() for r in self.records]})
+        return storage.write_json(
+            uri,
+            {
+                "run_id": self.run_id,
+                "model_uri": self.model_uri,
+                "tracking_uri": self.tracking_uri,
+                "method": self.method,
+                "records": [r.to_json() for r in self.records],
+            },
+        )
 
     @staticmethod
-    def load(uri: str) -> "TrainRecord | None":
+    def load(uri: str) -> TrainRecord | None:
         if not storage.exists(uri):
             return None
         raw = storage.read_json(uri)
-        return TrainRecord(raw["run_id"], raw["model_uri"], raw["tracking_uri"], raw.get("method", ""),
-                           tuple(EpochRecord.from_json(r) for r in raw.get("records", [])))
+        return TrainRecord(
+            raw["run_id"],
+            raw["model_uri"],
+            raw["tracking_uri"],
+            raw.get("method", ""),
+            tuple(EpochRecord.from_json(r) for r in raw.get("records", [])),
+        )
 
 
 @dataclass(frozen=True)
@@ -45,11 +57,17 @@ class EvaluateRecord:
     target: Target | None = None  # the model's (its task decides the gate's metric and direction)
 
     def save(self, uri: str) -> str:
-        return storage.write_json(uri, {"model_uri": self.model_uri, "metrics": self.metrics,
-                                        "target": self.target.to_json() if self.target else None})
+        return storage.write_json(
+            uri,
+            {
+                "model_uri": self.model_uri,
+                "metrics": self.metrics,
+                "target": self.target.to_json() if self.target else None,
+            },
+        )
 
     @staticmethod
-    def load(uri: str) -> "EvaluateRecord | None":
+    def load(uri: str) -> EvaluateRecord | None:
         if not storage.exists(uri):
             return None
         raw: dict[str, Any] = storage.read_json(uri)

@@ -31,8 +31,14 @@ class RegistryDecision:
     champion_metrics: dict[str, float] | None
 
 
-def register(spark: SparkSession, cfg: JobConfig, run: RunHandle, model_uri: str,
-             report: TaskReport, test_rows: DataFrame | None = None) -> RegistryDecision:
+def register(
+    spark: SparkSession,
+    cfg: JobConfig,
+    run: RunHandle,
+    model_uri: str,
+    report: TaskReport,
+    test_rows: DataFrame | None = None,
+) -> RegistryDecision:
     """A new version of `model_uri` with the alias the gate gives it; `report` is its evaluation.
     A scheduled run (`output.run_date`) that finds the date's version made from the same input
     and config reuses it: re-running a date never adds a version."""
@@ -48,13 +54,17 @@ def register(spark: SparkSession, cfg: JobConfig, run: RunHandle, model_uri: str
     if current is not None:  # re-score the champion on the same test rows
         champion = evaluate(spark, cfg, f"models:/{name}@{CHAMPION}", run.tracking_uri, test_rows)
         if (champion.target or target).task != target.task:
-            raise SparkMLDistError(f"register: the champion of {name} is a {(champion.target or target).task} model "
-                                   f"and this one {target.task}; register it under another tracking.registered_model")
+            raise SparkMLDistError(
+                f"register: the champion of {name} is a {(champion.target or target).task} model "
+                f"and this one {target.task}; register it under another tracking.registered_model"
+            )
         champion_metrics = champion.metrics
     decision = decide(cfg.tracking.gate, target, report.metrics, champion_metrics)
     alias = CHAMPION if decision.promote else CHALLENGER
     metric = cfg.tracking.gate.metric or target.kind.default_gate[0]
-    version = create_version(run, model_uri, name, {"gate_reason": decision.reason, "gate_metric": metric, **scheduled})
+    version = create_version(
+        run, model_uri, name, {"gate_reason": decision.reason, "gate_metric": metric, **scheduled}
+    )
     client = run.client()
     client.set_registered_model_alias(name, alias, version)
     client.set_tag(run.run_id, "registry.version", version)
@@ -73,18 +83,26 @@ def run_date_tags(cfg: JobConfig) -> dict[str, str]:
     manifest = PreprocessResult.load(OutputPaths.of(cfg).preprocess).manifest
     params = {k: v for k, v in cfg.flat_params().items() if not k.startswith("output.")}
     config = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
-    return {"run_date": cfg.output.run_date, "input_fingerprint": manifest.input_fingerprint,
-            "config_fingerprint": config}
+    return {
+        "run_date": cfg.output.run_date,
+        "input_fingerprint": manifest.input_fingerprint,
+        "config_fingerprint": config,
+    }
 
 
 def _reuse(run: RunHandle, name: str, version, run_date: str) -> RegistryDecision:
     aliases = list(version.aliases)
     alias = aliases[0] if aliases else "none"
-    reason = (f"reused version {version.version}: registered for run date {run_date} from the same input and "
-              f"config (a re-run adds no version); alias unchanged")
+    reason = (
+        f"reused version {version.version}: registered for run date {run_date} from the same input and "
+        f"config (a re-run adds no version); alias unchanged"
+    )
     client = run.client()
-    for key, value in (("registry.version", str(version.version)), ("registry.alias", alias),
-                       ("registry.reason", reason)):
+    for key, value in (
+        ("registry.version", str(version.version)),
+        ("registry.alias", alias),
+        ("registry.reason", reason),
+    ):
         client.set_tag(run.run_id, key, value)
     return RegistryDecision(name, str(version.version), alias, reason, None)
 
@@ -95,7 +113,9 @@ def register_evaluated(spark: SparkSession, cfg: JobConfig, model_uri: str | Non
     trained = TrainRecord.load(paths.train_record)
     uri = model_uri or (trained.model_uri if trained else None)
     if trained is None or not uri:
-        raise SparkMLDistError(f"register: no train stage output under {paths.root}; run the train stage first")
+        raise SparkMLDistError(
+            f"register: no train stage output under {paths.root}; run the train stage first"
+        )
     evaluated = EvaluateRecord.load(paths.evaluate_record)
     if evaluated is None or evaluated.model_uri != uri:
         raise SparkMLDistError(f"register: {uri} has not been evaluated; run the evaluate stage first")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from pyspark import Accumulator
 from pyspark.sql import DataFrame, SparkSession
@@ -25,7 +25,6 @@ from sparkml_dist.storage.hadoop import atomic_dir
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tracking.client import resolve_tracking_uri
 from sparkml_dist.tracking.models import load_bundle
-
 
 PREDICTED_LABEL = "predicted_label"
 PER_MILLION_FROM = 100_000  # scored rows from which the energy is quoted per million rows
@@ -51,26 +50,44 @@ class ScoreResult:
         be mostly the job's fixed cost scaled up."""
         if math.isnan(self.joules) or not self.scored_rows:
             return ""
-        amount = (f"{self.joules_per_million_rows:,.1f} J per million rows" if self.scored_rows >= PER_MILLION_FROM
-                  else f"{self.joules:,.1f} J for {self.scored_rows:,} rows")
+        amount = (
+            f"{self.joules_per_million_rows:,.1f} J per million rows"
+            if self.scored_rows >= PER_MILLION_FROM
+            else f"{self.joules:,.1f} J for {self.scored_rows:,} rows"
+        )
         return f"{amount} (estimated from the executors' CPU time)"
 
 
-def score(spark: SparkSession, cfg: JobConfig, model_uri: str | None = None, input_path: str | None = None,
-          output_path: str | None = None) -> ScoreResult:
+def score(
+    spark: SparkSession,
+    cfg: JobConfig,
+    model_uri: str | None = None,
+    input_path: str | None = None,
+    output_path: str | None = None,
+) -> ScoreResult:
     uri = model_uri or f"models:/{cfg.tracking.registered_model}@champion"
-    bundle = load_bundle(uri, resolve_tracking_uri(cfg.tracking), spark=spark,
-                         shared_dir=OutputPaths.of(cfg).models)
-    data = with_types_of(cfg.data, bundle.training_schema or {})  # a typed source read as the model was trained
+    bundle = load_bundle(
+        uri, resolve_tracking_uri(cfg.tracking), spark=spark, shared_dir=OutputPaths.of(cfg).models
+    )
+    data = with_types_of(
+        cfg.data, bundle.training_schema or {}
+    )  # a typed source read as the model was trained
     key = "--input" if input_path else "data.score_path" if cfg.data.score_path else "data.test_path"
-    with ingest(spark, input_path or cfg.data.score_path or cfg.data.test_path, data, require_label=False,
-                key=key) as raw:
+    with ingest(
+        spark, input_path or cfg.data.score_path or cfg.data.test_path, data, require_label=False, key=key
+    ) as raw:
         check_schema(schema_of(raw.data), bundle)
         return _score_rows(spark, cfg, uri, bundle, raw, output_path)
 
 
-def _score_rows(spark: SparkSession, cfg: JobConfig, uri: str, bundle: ModelBundle, raw: IngestResult,
-                output_path: str | None) -> ScoreResult:
+def _score_rows(
+    spark: SparkSession,
+    cfg: JobConfig,
+    uri: str,
+    bundle: ModelBundle,
+    raw: IngestResult,
+    output_path: str | None,
+) -> ScoreResult:
     cpu_seconds = spark.sparkContext.accumulator(0.0)
     scored = scored_rows(bundle, load_pipeline(bundle), raw.accepted, raw.data, cpu_seconds, cfg.score.device)
     out = storage.absolute(output_path) if output_path else OutputPaths.of(cfg).predictions
@@ -81,31 +98,49 @@ def _score_rows(spark: SparkSession, cfg: JobConfig, uri: str, bundle: ModelBund
         raw.rejects.coalesce(1).write.mode("overwrite").parquet(f"{staging}/rejects")
         written = spark.read.parquet(f"{staging}/scored").count()
         if written + raw.rejected_rows != raw.input_rows:
-            raise DataError(f"scoring lost rows: input {raw.input_rows} != scored {written} + rejected {raw.rejected_rows}")
+            raise DataError(
+                f"scoring lost rows: input {raw.input_rows} != scored {written} + rejected {raw.rejected_rows}"
+            )
     cpu = cpu_seconds.value + executor_cpu_seconds(spark, job_ids(spark, group) - earlier)
-    return ScoreResult(uri, storage.join(out, "scored"), raw.input_rows, written, raw.rejected_rows,
-                       cpu, cpu * cfg.observe.cpu_watts_per_core)
+    return ScoreResult(
+        uri,
+        storage.join(out, "scored"),
+        raw.input_rows,
+        written,
+        raw.rejected_rows,
+        cpu,
+        cpu * cfg.observe.cpu_watts_per_core,
+    )
 
 
 def load_pipeline(bundle: ModelBundle) -> ScoringPipeline:
     """The model's feature pipeline, read from the driver's copy (compiled, nothing for executors
     to read), or loaded where executors can read it."""
-    return ScoringPipeline.load(bundle.feature_pipeline_path or bundle.pipeline_for_spark,
-                                stages_at=bundle.pipeline_for_spark)
+    return ScoringPipeline.load(
+        bundle.feature_pipeline_path or bundle.pipeline_for_spark, stages_at=bundle.pipeline_for_spark
+    )
 
 
-def scored_rows(bundle: ModelBundle, pipeline: ScoringPipeline, accepted: DataFrame, data: DataConfig,
-                cpu_seconds: Accumulator | None = None, device: str = "auto") -> DataFrame:
+def scored_rows(
+    bundle: ModelBundle,
+    pipeline: ScoringPipeline,
+    accepted: DataFrame,
+    data: DataConfig,
+    cpu_seconds: Accumulator | None = None,
+    device: str = "auto",
+) -> DataFrame:
     """Accepted raw rows -> (row_id, the id columns, the task's prediction columns, and for a
     classifier the predicted class as the label's own value). Batch and streaming scoring alike."""
     ids = tuple(data.names_with_role("id"))  # pass through: predictions join back to the input on them
     features, layout = pipeline.frame(accepted, with_label=False, extra=ids)
-    scored = score_features(features, bundle, layout=layout, passthrough=(ROW_ID, *ids), cpu_seconds=cpu_seconds,
-                            device=device)
+    scored = score_features(
+        features, bundle, layout=layout, passthrough=(ROW_ID, *ids), cpu_seconds=cpu_seconds, device=device
+    )
     classes = model_target(bundle.target, data).classes
     if classes:
-        scored = scored.withColumn(PREDICTED_LABEL, F.element_at(F.array(*[F.lit(c) for c in classes]),
-                                                                 F.col(PREDICTION) + 1))
+        scored = scored.withColumn(
+            PREDICTED_LABEL, F.element_at(F.array(*[F.lit(c) for c in classes]), F.col(PREDICTION) + 1)
+        )
     return scored
 
 
@@ -121,6 +156,8 @@ def check_schema(schema: Mapping[str, str], bundle: ModelBundle) -> None:
         missing = sorted(set(then) - set(now))
         extra = sorted(set(now) - set(then))
         changed = sorted(k for k in set(now) & set(then) if now[k] != then[k])
-        raise DataError(f"schema drift: {bundle.uri} was trained on feature columns {sorted(then)}; the scoring "
-                        f"config differs: missing {missing}, unexpected {extra}, changed type/role {changed}. "
-                        f"Score with the training config's data.columns, or retrain.")
+        raise DataError(
+            f"schema drift: {bundle.uri} was trained on feature columns {sorted(then)}; the scoring "
+            f"config differs: missing {missing}, unexpected {extra}, changed type/role {changed}. "
+            f"Score with the training config's data.columns, or retrain."
+        )

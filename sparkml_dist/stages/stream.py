@@ -23,8 +23,8 @@ from pyspark.sql.streaming import StreamingQuery
 from sparkml_dist import storage
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.ingest import checked_rows, split_checked
-from sparkml_dist.errors import DataError, SparkMLDistError
 from sparkml_dist.data.sources import schema_of, with_types_of
+from sparkml_dist.errors import DataError, SparkMLDistError
 from sparkml_dist.stages.score import scored_rows
 from sparkml_dist.storage.hadoop import HadoopFS, OutputLock
 from sparkml_dist.storage.paths import OutputPaths
@@ -52,28 +52,51 @@ class StreamResult:
         return sum(getattr(b.report, name) for b in self.batches)
 
 
-def stream(spark: SparkSession, cfg: JobConfig, input_path: str, output_path: str | None = None,
-           checkpoint: str | None = None, model_uri: str | None = None,
-           stop: threading.Event | None = None) -> StreamResult:
+def stream(
+    spark: SparkSession,
+    cfg: JobConfig,
+    input_path: str,
+    output_path: str | None = None,
+    checkpoint: str | None = None,
+    model_uri: str | None = None,
+    stop: threading.Event | None = None,
+) -> StreamResult:
     # every version the stream loads is downloaded under one folder, removed when the stream ends
     with tempfile.TemporaryDirectory(prefix="sparkml_dist_stream_models_") as models:
         return _stream(spark, cfg, input_path, output_path, checkpoint, model_uri, stop, models)
 
 
-def _stream(spark: SparkSession, cfg: JobConfig, input_path: str, output_path: str | None, checkpoint: str | None,
-            model_uri: str | None, stop: threading.Event | None, models: str) -> StreamResult:
+def _stream(
+    spark: SparkSession,
+    cfg: JobConfig,
+    input_path: str,
+    output_path: str | None,
+    checkpoint: str | None,
+    model_uri: str | None,
+    stop: threading.Event | None,
+    models: str,
+) -> StreamResult:
     out = storage.absolute(output_path) if output_path else default_output(cfg)
     checkpoint = storage.absolute(checkpoint) if checkpoint else storage.join(out, "_checkpoint")
     uri = model_uri or cfg.stream.model_uri or f"models:/{cfg.tracking.registered_model}@champion"
-    follower = ModelFollower(uri, resolve_tracking_uri(cfg.tracking), spark, OutputPaths.of(cfg).models,
-                             downloads=models)
+    follower = ModelFollower(
+        uri, resolve_tracking_uri(cfg.tracking), spark, OutputPaths.of(cfg).models, downloads=models
+    )
     first = follower.current()  # a model that does not load stops the job before it starts
     # a typed source reads each feature with the type the model was trained on (a value that does
     # not cast is a reject), not the type Spark would infer from the files already there
-    source = read_stream(spark, input_path, with_types_of(cfg.data, first.bundle.training_schema or {}), cfg.stream)
+    source = read_stream(
+        spark, input_path, with_types_of(cfg.data, first.bundle.training_schema or {}), cfg.stream
+    )
     follower.expect(schema_of(source.data))  # nor does one that cannot score this input
-    log.info("stream: %s -> %s, scoring with %s (version %s), checkpoint %s", input_path, out, uri,
-             first.version or "-", checkpoint)
+    log.info(
+        "stream: %s -> %s, scoring with %s (version %s), checkpoint %s",
+        input_path,
+        out,
+        uri,
+        first.version or "-",
+        checkpoint,
+    )
     reports, sink = Reports(), BatchSink(out)
 
     def score_batch(batch: DataFrame, batch_id: int) -> None:
@@ -84,11 +107,19 @@ def _stream(spark: SparkSession, cfg: JobConfig, input_path: str, output_path: s
             rows = split_checked(checked, raw.data)
             if rows.input_rows == 0:
                 return
-            scored = scored_rows(model.bundle, model.pipeline, rows.accepted, raw.data, device=cfg.score.device)
-            written = sink.write(spark, batch_id, scored.withColumn(MODEL_VERSION, F.lit(model.version)),
-                                 rows.rejects if rows.rejected_rows else None)
+            scored = scored_rows(
+                model.bundle, model.pipeline, rows.accepted, raw.data, device=cfg.score.device
+            )
+            written = sink.write(
+                spark,
+                batch_id,
+                scored.withColumn(MODEL_VERSION, F.lit(model.version)),
+                rows.rejects if rows.rejected_rows else None,
+            )
             if written != rows.accepted_rows:
-                raise DataError(f"stream batch {batch_id} lost rows: {rows.accepted_rows} accepted, {written} written")
+                raise DataError(
+                    f"stream batch {batch_id} lost rows: {rows.accepted_rows} accepted, {written} written"
+                )
             reports.add(BatchReport(batch_id, model.version, rows.input_rows, rows.rejected_rows, written))
         finally:
             checked.unpersist()
@@ -98,11 +129,24 @@ def _stream(spark: SparkSession, cfg: JobConfig, input_path: str, output_path: s
     lock = OutputLock(HadoopFS(spark), storage.spark_path(out))
     lock.acquire()
     try:
-        with tracked_run(cfg.tracking, "stream", {**cfg.flat_params(), "stream.input": input_path,
-                                                  "stream.output": out, "stream.checkpoint": checkpoint}) as run:
-            writer = (source.frame.writeStream.queryName(name)
-                      .option("checkpointLocation", storage.spark_path(checkpoint)).foreachBatch(score_batch))
-            stopped = _run_query(spark, _with_trigger(writer, cfg), ProgressListener(name, reports, run), stop)
+        with tracked_run(
+            cfg.tracking,
+            "stream",
+            {
+                **cfg.flat_params(),
+                "stream.input": input_path,
+                "stream.output": out,
+                "stream.checkpoint": checkpoint,
+            },
+        ) as run:
+            writer = (
+                source.frame.writeStream.queryName(name)
+                .option("checkpointLocation", storage.spark_path(checkpoint))
+                .foreachBatch(score_batch)
+            )
+            stopped = _run_query(
+                spark, _with_trigger(writer, cfg), ProgressListener(name, reports, run), stop
+            )
             reports.wait_reported(timeout_s=10.0)
             _tag_run(run, stopped, follower.refused)
     finally:
@@ -151,7 +195,7 @@ def _run_until_done(query: StreamingQuery, stop: threading.Event | None) -> str:
         try:
             if query.awaitTermination(0.5):
                 return "the input is drained (available_now)"
-        except Exception as exc:  # noqa: BLE001 - StreamingQueryException, with the batch's error inside
+        except Exception as exc:
             raise SparkMLDistError(f"the stream failed: {_first_cause(exc)}") from None
         if stop is not None and stop.is_set():
             _stop_between_batches(query)

@@ -41,8 +41,15 @@ class TrainResult:
         return self.outcome.ranks_in_step
 
 
-def train(spark: SparkSession, cfg: JobConfig, prep: PreprocessResult | None, run: RunHandle,
-          method_name: str | None = None, sink: EpochSink | None = None, label: str = "") -> TrainResult:
+def train(
+    spark: SparkSession,
+    cfg: JobConfig,
+    prep: PreprocessResult | None,
+    run: RunHandle,
+    method_name: str | None = None,
+    sink: EpochSink | None = None,
+    label: str = "",
+) -> TrainResult:
     """Train on `prep` (the preprocess stage's output) with `train.strategy`'s method (or
     `method_name`'s) and log the result under `run`; each epoch's record goes to `sink` (default:
     the run's metrics); `label` prefixes the run's progress lines (a tune trial's "trial 3")."""
@@ -50,15 +57,19 @@ def train(spark: SparkSession, cfg: JobConfig, prep: PreprocessResult | None, ru
     method = get_method(method_name or cfg.train.strategy)
     if cfg.model.kind == "custom" and cfg.model.factory:
         ship_factory(spark, cfg.model.factory)
-    outcome = method.run(TrainRequest(spark, cfg, prep, paths.checkpoints(run.run_id),
-                                      sink=sink or EpochLogger(run), label=label))
+    outcome = method.run(
+        TrainRequest(
+            spark, cfg, prep, paths.checkpoints(run.run_id), sink=sink or EpochLogger(run), label=label
+        )
+    )
     if cfg.evaluate.threshold == "f1":
         outcome = with_f1_threshold(spark, cfg, outcome, run, label)
     return record_outcome(run, cfg, outcome)
 
 
-def with_f1_threshold(spark: SparkSession, cfg: JobConfig, outcome: TrainOutcome, run: RunHandle,
-                      label: str = "") -> TrainOutcome:
+def with_f1_threshold(
+    spark: SparkSession, cfg: JobConfig, outcome: TrainOutcome, run: RunHandle, label: str = ""
+) -> TrainOutcome:
     """`evaluate.threshold: f1`: the probability threshold with the best F1 on the validation
     split (the training rows the model did not learn from), scored through the model's own
     feature pipeline; it goes into the model and decides every later prediction."""
@@ -73,15 +84,23 @@ def with_f1_threshold(spark: SparkSession, cfg: JobConfig, outcome: TrainOutcome
     model = outcome.model
     bundle = ModelBundle(model.spec, model.weights, model.feature_pipeline, target=model.target)
     with ingest(spark, cfg.data.train_path, cfg.data, key="data.train_path") as rows:
-        _, val = split_frame(encode_labels(rows.accepted, model.target, rows.data).known,
-                             cfg.data.validation_fraction, cfg.data.split_seed)
+        _, val = split_frame(
+            encode_labels(rows.accepted, model.target, rows.data).known,
+            cfg.data.validation_fraction,
+            cfg.data.split_seed,
+        )
         weighted = rows.data.weight_column is not None
         extra = (WEIGHT,) if weighted else ()
-        features, layout = ScoringPipeline.load(model.feature_pipeline).frame(val, with_label=True, extra=extra)
-        scored = score_features(features, bundle, passthrough=(ROW_ID, LABEL, *extra), layout=layout,
-                                device=cfg.score.device)
+        features, layout = ScoringPipeline.load(model.feature_pipeline).frame(
+            val, with_label=True, extra=extra
+        )
+        scored = score_features(
+            features, bundle, passthrough=(ROW_ID, LABEL, *extra), layout=layout, device=cfg.score.device
+        )
         threshold, f1 = best_f1_threshold(scored, LABEL, WEIGHT if weighted else None)
-    log.info("%sevaluate.threshold=f1: %.3f (validation F1 %.4f)", f"{label}: " if label else "", threshold, f1)
+    log.info(
+        "%sevaluate.threshold=f1: %.3f (validation F1 %.4f)", f"{label}: " if label else "", threshold, f1
+    )
     RankTracker(run, 0).log({"threshold": threshold, "val_best_f1": f1}, outcome.last.epoch)
     target = replace(model.target, threshold=threshold)
     return replace(outcome, model=replace(model, target=target))
@@ -92,9 +111,13 @@ def record_outcome(run: RunHandle, cfg: JobConfig, outcome: TrainOutcome) -> Tra
     paths = OutputPaths.of(cfg)
     model_uri = log_outcome(run, outcome, paths.plots)
     if not outcome.ranks_in_step:
-        log.warning("ranks ended with different parameters: %s",
-                    [r.param_checksum[:2] for r in outcome.ranks if r.param_checksum])
-    TrainRecord(run.run_id, model_uri, run.tracking_uri, outcome.method, outcome.records).save(paths.train_record)
+        log.warning(
+            "ranks ended with different parameters: %s",
+            [r.param_checksum[:2] for r in outcome.ranks if r.param_checksum],
+        )
+    TrainRecord(run.run_id, model_uri, run.tracking_uri, outcome.method, outcome.records).save(
+        paths.train_record
+    )
     return TrainResult(run.run_id, model_uri, outcome)
 
 

@@ -13,9 +13,9 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Iterator
 from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
@@ -72,7 +72,7 @@ class HadoopFS:
         fs, p = self._fs(path)
         try:
             out = fs.create(p, False)  # HDFS: atomic create-if-absent
-        except Exception as exc:  # noqa: BLE001 - py4j wraps FileAlreadyExistsException
+        except Exception as exc:
             if "AlreadyExists" in str(exc) or fs.exists(p):
                 return False
             raise
@@ -100,7 +100,9 @@ class HadoopFS:
         parent = p.getParent()
         if not fs.exists(parent):
             return []
-        return [s.getPath().toString() for s in fs.listStatus(parent) if s.getPath().getName().startswith(prefix)]
+        return [
+            s.getPath().toString() for s in fs.listStatus(parent) if s.getPath().getName().startswith(prefix)
+        ]
 
 
 def _local(path: str) -> str | None:
@@ -118,9 +120,13 @@ class Writer:
     since: str
 
     @staticmethod
-    def me() -> "Writer":
-        return Writer(socket.gethostname(), os.getpid(), _process_start(os.getpid()),
-                      time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    def me() -> Writer:
+        return Writer(
+            socket.gethostname(),
+            os.getpid(),
+            _process_start(os.getpid()),
+            time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        )
 
     def is_gone(self) -> bool:
         """True only when provably dead: the same host, and no live process with its pid and start."""
@@ -152,17 +158,23 @@ class OutputLock:
             return
         owner = self._owner()
         if owner is not None and owner.is_gone():
-            log.warning("%s: taking over the lock of a writer that is gone (pid %d on %s since %s)",
-                        self.final, owner.pid, owner.host, owner.since)
+            log.warning(
+                "%s: taking over the lock of a writer that is gone (pid %d on %s since %s)",
+                self.final,
+                owner.pid,
+                owner.host,
+                owner.since,
+            )
             self.fs.delete(self.path)
             if self.fs.create_exclusive(self.path, data):
                 return
             owner = self._owner()
-        who = (f"pid {owner.pid} on host {owner.host}, since {owner.since}" if owner else "an unknown writer")
+        who = f"pid {owner.pid} on host {owner.host}, since {owner.since}" if owner else "an unknown writer"
         raise OutputInUseError(
             f"{self.final} is being written by another job ({who}); this job is refused so that neither "
             f"destroys the other's output. Wait for that job to finish, or give this one another output "
-            f"(output.root). If that job is no longer running, delete {self.path} and re-run.")
+            f"(output.root). If that job is no longer running, delete {self.path} and re-run."
+        )
 
     def release(self) -> None:
         if self._owner() == self.me:  # never remove a lock someone took over meanwhile
@@ -171,7 +183,7 @@ class OutputLock:
     def _owner(self) -> Writer | None:
         try:
             return Writer(**json.loads(self.fs.read_text(self.path)))
-        except Exception:  # noqa: BLE001 - unreadable, half-written, or gone between the calls (py4j)
+        except Exception:
             return None
 
 

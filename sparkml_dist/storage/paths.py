@@ -13,7 +13,7 @@ class OutputPaths:
     root: str
 
     @staticmethod
-    def of(cfg: JobConfig) -> "OutputPaths":
+    def of(cfg: JobConfig) -> OutputPaths:
         return OutputPaths(absolute(cfg.output.root))
 
     def under(self, *parts: str) -> str:

@@ -27,10 +27,11 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any
 from urllib.parse import parse_qsl, urlsplit
 
 import pyarrow as pa
@@ -97,21 +98,25 @@ def locate(uri: str) -> Location:
 
 def _scheme(scheme: str, uri: str) -> Scheme:
     if scheme not in SCHEMES:
-        raise StorageError(f"{uri}: no storage for scheme '{scheme}://'; known: file, "
-                           f"{', '.join(n for n in SCHEMES.names())} (or a plain path). Register one with "
-                           f"sparkml_dist.storage.register_scheme")
+        raise StorageError(
+            f"{uri}: no storage for scheme '{scheme}://'; known: file, "
+            f"{', '.join(n for n in SCHEMES.names())} (or a plain path). Register one with "
+            f"sparkml_dist.storage.register_scheme"
+        )
     return SCHEMES.get(scheme)
 
 
 def _local_path_of(uri: str) -> str:
     if uri.startswith("file:"):
-        rest = uri[len("file:"):]
+        rest = uri[len("file:") :]
         if rest.startswith("//"):
             rest = rest[2:]
             if not rest.startswith("/"):  # file://host/path: only the local host is this machine
                 host, _, path = rest.partition("/")
                 if host not in ("", "localhost"):
-                    raise StorageError(f"{uri}: file:// with host '{host}' is not this machine; use file:///path")
+                    raise StorageError(
+                        f"{uri}: file:// with host '{host}' is not this machine; use file:///path"
+                    )
                 rest = "/" + path
         return str(Path(rest).resolve())
     return str(Path(uri).expanduser().resolve())
@@ -162,11 +167,14 @@ def check_writable(uri: str, key: str) -> None:
         with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
             pass
     except OSError as exc:
-        raise StorageError(f"{key} {uri}: this job cannot write there ({exc.strerror or exc}); give a "
-                           f"directory it can write, e.g. --set {key}=/tmp/sparkml_dist") from None
+        raise StorageError(
+            f"{key} {uri}: this job cannot write there ({exc.strerror or exc}); give a "
+            f"directory it can write, e.g. --set {key}=/tmp/sparkml_dist"
+        ) from None
 
 
 # ---- reads -----------------------------------------------------------------------------------
+
 
 def exists(uri: str) -> bool:
     loc = locate(uri)
@@ -210,8 +218,15 @@ def list_dir(uri: str) -> list[Entry]:
         if info.base_name.startswith(HIDDEN_PREFIXES):
             continue
         mtime = info.mtime_ns or 0
-        out.append(Entry(join(uri, info.base_name), info.base_name, info.type == pafs.FileType.Directory,
-                         info.size or 0, mtime))
+        out.append(
+            Entry(
+                join(uri, info.base_name),
+                info.base_name,
+                info.type == pafs.FileType.Directory,
+                info.size or 0,
+                mtime,
+            )
+        )
     return sorted(out, key=lambda e: e.name)
 
 
@@ -250,6 +265,7 @@ def open_input(uri: str):
 
 
 # ---- writes ----------------------------------------------------------------------------------
+
 
 @contextmanager
 def atomic_writer(uri: str) -> Iterator[IO[bytes]]:
@@ -356,7 +372,7 @@ def _download(uri: str, target: Path) -> None:
     loc = locate(uri)
     base = loc.path.strip("/")
     for info in loc.fs.get_file_info(pafs.FileSelector(loc.path, recursive=True)):
-        rel = info.path.strip("/")[len(base):].lstrip("/")  # some file systems root paths at "/"
+        rel = info.path.strip("/")[len(base) :].lstrip("/")  # some file systems root paths at "/"
         dest = target / rel
         if info.type == pafs.FileType.Directory:
             dest.mkdir(parents=True, exist_ok=True)
@@ -375,6 +391,7 @@ def upload(local: Path, uri: str) -> str:
 
 
 # ---- built-in schemes ------------------------------------------------------------------------
+
 
 def _query(uri: str) -> tuple[str, dict[str, str]]:
     parts = urlsplit(uri)
@@ -397,7 +414,9 @@ def _from_uri(uri: str) -> tuple[pafs.FileSystem, str]:
     try:
         return pafs.FileSystem.from_uri(uri)
     except (OSError, pa.ArrowException) as exc:
-        raise StorageError(f"{uri}: cannot reach this file system from Python ({str(exc).splitlines()[0]})") from exc
+        raise StorageError(
+            f"{uri}: cannot reach this file system from Python ({str(exc).splitlines()[0]})"
+        ) from exc
 
 
 for _name in ("s3", "s3a", "s3n"):

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from pyspark.sql import SparkSession
 
-from sparkml_dist.errors import SparkMLDistError
 from sparkml_dist.data.features import ScoringPipeline
+from sparkml_dist.errors import SparkMLDistError
 from sparkml_dist.inference.bundle import ModelBundle
 from sparkml_dist.stages.score import check_schema, load_pipeline
 from sparkml_dist.tracking.models import load_bundle, model_version
@@ -37,7 +37,9 @@ class ModelFollower:
     tracking_uri: str
     spark: SparkSession
     shared_dir: str | None = None  # on a cluster: where executors read feature pipelines
-    downloads: str | None = None  # the folder each loaded version is downloaded into (None: the system's temp)
+    downloads: str | None = (
+        None  # the folder each loaded version is downloaded into (None: the system's temp)
+    )
     # the stream's columns, column -> "type/role"; None until the source is read (`expect`), since
     # a typed source is read with the types of the first version's training rows
     schema: Mapping[str, str] | None = None
@@ -58,14 +60,19 @@ class ModelFollower:
             return self._model
         try:
             candidate = self._load(version)
-        except Exception as exc:  # noqa: BLE001 - a bad new version must not stop a running stream
+        except Exception as exc:
             if self._model is None:
                 raise
             self._refuse(version, str(exc).splitlines()[0])
             return self._model
         if self._model is not None:
-            log.info("stream: %s moved from version %s to %s: the next micro-batch scores with %s",
-                     self.model_uri, self._model.version, version, candidate.uri)
+            log.info(
+                "stream: %s moved from version %s to %s: the next micro-batch scores with %s",
+                self.model_uri,
+                self._model.version,
+                version,
+                candidate.uri,
+            )
         self._model = candidate
         return candidate
 
@@ -78,9 +85,13 @@ class ModelFollower:
 
     def _load(self, version: str) -> FollowedModel:
         uri = self._pinned(version)
-        bundle = load_bundle(uri, self.tracking_uri,
-                             dst=tempfile.mkdtemp(prefix="sparkml_dist_stream_model_", dir=self.downloads),
-                             spark=self.spark, shared_dir=self.shared_dir)
+        bundle = load_bundle(
+            uri,
+            self.tracking_uri,
+            dst=tempfile.mkdtemp(prefix="sparkml_dist_stream_model_", dir=self.downloads),
+            spark=self.spark,
+            shared_dir=self.shared_dir,
+        )
         if self.schema is not None:
             check_schema(self.schema, bundle)
         return FollowedModel(version, uri, bundle, load_pipeline(bundle))
@@ -88,11 +99,16 @@ class ModelFollower:
     def _pinned(self, version: str) -> str:
         if not version or not self.model_uri.startswith("models:/"):
             return self.model_uri
-        name = self.model_uri[len("models:/"):].rstrip("/").split("@", 1)[0].rsplit("/", 1)[0]
+        name = self.model_uri[len("models:/") :].rstrip("/").split("@", 1)[0].rsplit("/", 1)[0]
         return f"models:/{name}/{version}"
 
     def _refuse(self, version: str, reason: str) -> None:
         if self.refused.get(version) != reason:
-            log.warning("stream: %s now names version %s, which is refused, and version %s keeps scoring: %s",
-                        self.model_uri, version, self._model.version if self._model else "?", reason)
+            log.warning(
+                "stream: %s now names version %s, which is refused, and version %s keeps scoring: %s",
+                self.model_uri,
+                version,
+                self._model.version if self._model else "?",
+                reason,
+            )
         self.refused[version] = reason

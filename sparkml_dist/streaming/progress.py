@@ -95,7 +95,7 @@ class ProgressListener(StreamingQueryListener):
         print(progress_line(done), flush=True)
         try:
             self._log(done)
-        except Exception as exc:  # noqa: BLE001 - a tracking hiccup must not stop the stream
+        except Exception as exc:
             log.warning("stream: batch %d's metrics were not logged to MLflow: %s", report.batch_id, exc)
         self.reports.finish(done)
 
@@ -106,17 +106,24 @@ class ProgressListener(StreamingQueryListener):
 
         r = done.report
         now = int(time.time() * 1000)
-        values = {"stream/input_rows": r.input_rows, "stream/rejected_rows": r.rejected_rows,
-                  "stream/scored_rows": r.scored_rows, "stream/batch_seconds": done.seconds,
-                  "stream/rows_per_second": done.rows_per_second}
+        values = {
+            "stream/input_rows": r.input_rows,
+            "stream/rejected_rows": r.rejected_rows,
+            "stream/scored_rows": r.scored_rows,
+            "stream/batch_seconds": done.seconds,
+            "stream/rows_per_second": done.rows_per_second,
+        }
         if r.model_version.isdigit():
             values["stream/model_version"] = int(r.model_version)
-        self.run.client().log_batch(self.run.run_id, metrics=[Metric(k, float(v), now, r.batch_id)
-                                                              for k, v in values.items()])
+        self.run.client().log_batch(
+            self.run.run_id, metrics=[Metric(k, float(v), now, r.batch_id) for k, v in values.items()]
+        )
 
 
 def progress_line(done: BatchProgress) -> str:
     r = done.report
-    return (f"stream: batch {r.batch_id}: {r.input_rows:,} rows in, {r.rejected_rows:,} rejected, "
-            f"{r.scored_rows:,} scored by version {r.model_version or '-'} in {done.seconds:.2f} s "
-            f"({done.rows_per_second:,.0f} rows/s)")
+    return (
+        f"stream: batch {r.batch_id}: {r.input_rows:,} rows in, {r.rejected_rows:,} rejected, "
+        f"{r.scored_rows:,} scored by version {r.model_version or '-'} in {done.seconds:.2f} s "
+        f"({done.rows_per_second:,.0f} rows/s)"
+    )

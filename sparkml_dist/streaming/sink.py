@@ -31,8 +31,12 @@ class BatchSink:
         """Write batch `batch_id`'s outputs in place of any earlier attempt's; the scored row count
         as written (read back: what a reader of the output will find)."""
         fs = HadoopFS(spark)
-        staging = f"{spark_path(self.output).rstrip('/')}/{STAGING}/{BATCH_ID}={batch_id}-{uuid.uuid4().hex[:8]}"
-        for dead in fs.siblings(staging, f"{BATCH_ID}={batch_id}-"):  # a killed attempt's (one query per output)
+        staging = (
+            f"{spark_path(self.output).rstrip('/')}/{STAGING}/{BATCH_ID}={batch_id}-{uuid.uuid4().hex[:8]}"
+        )
+        for dead in fs.siblings(
+            staging, f"{BATCH_ID}={batch_id}-"
+        ):  # a killed attempt's (one query per output)
             fs.delete(dead)
         try:
             scored.write.parquet(f"{staging}/{SCORED}")

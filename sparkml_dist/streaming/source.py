@@ -3,16 +3,23 @@ reasons, over Spark's streaming file (or table) source."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from sparkml_dist import storage
 from sparkml_dist.config.schema import DataConfig, StreamConfig
-from sparkml_dist.data.sources import (RawRows, csv_rows, numbered_lines, read_as, resolve_path, typed_rows,
-                                      with_task)
+from sparkml_dist.data.sources import (
+    RawRows,
+    csv_rows,
+    numbered_lines,
+    read_as,
+    resolve_path,
+    typed_rows,
+    with_task,
+)
 from sparkml_dist.errors import ConfigError, DataError
 
 
@@ -39,37 +46,50 @@ def read_stream(spark: SparkSession, location: str, data: DataConfig, stream: St
     fmt = stream.format or data.format_of_input(location)
     data = read_as(data, fmt, location)
     if fmt == "csv":
-        return StreamSource(_opened(lambda: reader.text(path), location), with_task(data, list(data.columns)),
-                            lambda batch: csv_rows(numbered_lines(batch, data), data))
+        return StreamSource(
+            _opened(lambda: reader.text(path), location),
+            with_task(data, list(data.columns)),
+            lambda batch: csv_rows(numbered_lines(batch, data), data),
+        )
     if fmt == "table":
         frame = _opened(lambda: reader.table(location), location)
     else:
         schema = _source_schema(spark, path, location, fmt, stream)
         frame = _opened(lambda: reader.schema(schema).format(fmt).load(path), location)
-    return StreamSource(frame, typed_rows(frame, location, data).data,
-                        lambda batch: typed_rows(batch, location, data, say_roles=False))
+    return StreamSource(
+        frame,
+        typed_rows(frame, location, data).data,
+        lambda batch: typed_rows(batch, location, data, say_roles=False),
+    )
 
 
 def _opened(open_frame: Callable[[], DataFrame], location: str) -> DataFrame:
     try:
         return open_frame()
-    except Exception as exc:  # noqa: BLE001 - AnalysisException: no such directory or table
-        raise DataError(f"cannot stream from '{location}': {str(exc).splitlines()[0]}. Give --input the directory "
-                        f"files are delivered to (create it first; every file that arrives there is scored)") from None
+    except Exception as exc:
+        raise DataError(
+            f"cannot stream from '{location}': {str(exc).splitlines()[0]}. Give --input the directory "
+            f"files are delivered to (create it first; every file that arrives there is scored)"
+        ) from None
 
 
-def _source_schema(spark: SparkSession, path: str, location: str, fmt: str, stream: StreamConfig) -> StructType:
+def _source_schema(
+    spark: SparkSession, path: str, location: str, fmt: str, stream: StreamConfig
+) -> StructType:
     """A streaming file source needs its schema up front: the configured one, else the one of the
     files already there (Spark would otherwise refuse to start)."""
     if stream.source_schema:
         try:
             return spark.createDataFrame([], stream.source_schema).schema
-        except Exception as exc:  # noqa: BLE001 - Spark's DDL parse error
-            raise ConfigError(f"stream.source_schema {stream.source_schema!r} is not Spark DDL: "
-                              f"{str(exc).splitlines()[0]}") from None
+        except Exception as exc:
+            raise ConfigError(
+                f"stream.source_schema {stream.source_schema!r} is not Spark DDL: {str(exc).splitlines()[0]}"
+            ) from None
     try:
         return spark.read.format(fmt).load(path).schema
-    except Exception as exc:  # noqa: BLE001 - AnalysisException: an empty directory has no schema to infer
-        raise DataError(f"{location}: no {fmt} files to take the stream's schema from ({str(exc).splitlines()[0]}); "
-                        f"put one file in first, or give stream.source_schema as Spark DDL, e.g. "
-                        f"'age INT, city STRING'") from None
+    except Exception as exc:
+        raise DataError(
+            f"{location}: no {fmt} files to take the stream's schema from ({str(exc).splitlines()[0]}); "
+            f"put one file in first, or give stream.source_schema as Spark DDL, e.g. "
+            f"'age INT, city STRING'"
+        ) from None

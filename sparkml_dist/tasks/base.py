@@ -9,8 +9,9 @@ A task object is light: Spark and torch are imported where its methods run, so r
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 from sparkml_dist.registry import Registry
 
@@ -43,8 +44,11 @@ class Evaluation:
 
     def metrics(self) -> dict[str, float]:
         """`<rows>_loss`, `<rows>_<metric>` and each extra metric, as the epoch records log them."""
-        return {f"{self.rows}_loss": self.loss, f"{self.rows}_{self.metric}": self.value,
-                **{f"{self.rows}_{name}": value for name, value in self.extra.items()}}
+        return {
+            f"{self.rows}_loss": self.loss,
+            f"{self.rows}_{self.metric}": self.value,
+            **{f"{self.rows}_{name}": value for name, value in self.extra.items()},
+        }
 
 
 @dataclass(frozen=True)
@@ -63,15 +67,20 @@ class Target:
         return asdict(self) | {"classes": list(self.classes), "counts": list(self.counts)}
 
     @staticmethod
-    def from_json(raw: Mapping[str, Any] | None) -> "Target":
+    def from_json(raw: Mapping[str, Any] | None) -> Target:
         if not raw:  # a model or dataset written before targets were recorded: binary
             return Target("binary")
-        return Target(raw["task"], tuple(str(c) for c in raw.get("classes", ())), float(raw.get("mean", 0.0)),
-                      float(raw.get("std", 1.0)), float(raw.get("threshold", 0.5)),
-                      tuple(int(c) for c in raw.get("counts", ())))
+        return Target(
+            raw["task"],
+            tuple(str(c) for c in raw.get("classes", ())),
+            float(raw.get("mean", 0.0)),
+            float(raw.get("std", 1.0)),
+            float(raw.get("threshold", 0.5)),
+            tuple(int(c) for c in raw.get("counts", ())),
+        )
 
     @property
-    def kind(self) -> "Task":
+    def kind(self) -> Task:
         return get_task(self.task)
 
     def balanced_weights(self) -> tuple[float, ...]:
@@ -95,30 +104,32 @@ class Task(ABC):
     name: str
     metrics: Mapping[str, Direction]  # every metric `report` returns, and which way is better
     held_out_metric: str  # the metric the ranks compute on the validation split each epoch
-    held_out_extra: tuple[str, ...] = ()  # more metrics each epoch, from `held_out_bins` (tune.metric can name them)
+    held_out_extra: tuple[
+        str, ...
+    ] = ()  # more metrics each epoch, from `held_out_bins` (tune.metric can name them)
     default_gate: tuple[str, float]  # a metric and a bound that a constant prediction cannot pass
     classifier: bool = True  # predicts classes (cross-entropy, class weights, a predicted_label column)
     thresholded: bool = False  # decides by a probability threshold (evaluate.threshold)
 
     # ---- config -------------------------------------------------------------------------------
-    def check_label(self, label: "LabelSpec") -> None:
+    def check_label(self, label: LabelSpec) -> None:  # noqa: B027 -- a hook: most tasks take any label
         """Raise ValueError naming the keys when the label settings cannot work for this task."""
 
     # ---- Spark: ingest and preprocess ---------------------------------------------------------
     @abstractmethod
-    def label_value(self, label: "LabelSpec", raw: "Column") -> "Column":
+    def label_value(self, label: LabelSpec, raw: Column) -> Column:
         """The raw label as this task reads it (a normalised string, or a double)."""
 
     @abstractmethod
-    def label_problem(self, label: "LabelSpec", raw: "Column") -> "Column":
+    def label_problem(self, label: LabelSpec, raw: Column) -> Column:
         """A reject reason for a row whose label cannot be used (null where it can)."""
 
     @abstractmethod
-    def fit(self, label: "LabelSpec", labels: "DataFrame", column: str) -> Target:
+    def fit(self, label: LabelSpec, labels: DataFrame, column: str) -> Target:
         """The target from the training rows' label values (`column` of `labels`)."""
 
     @abstractmethod
-    def encode(self, target: Target, value: "Column") -> "Column":
+    def encode(self, target: Target, value: Column) -> Column:
         """The label as the network learns it (a float; null where the target does not know it)."""
 
     # ---- torch ----------------------------------------------------------------------------------
@@ -126,8 +137,9 @@ class Task(ABC):
     def output_dim(self, target: Target) -> int: ...
 
     @abstractmethod
-    def loss(self, target: Target, class_weights: tuple[float, ...] | None = None,
-             kind: str | None = None) -> "TargetLoss": ...
+    def loss(
+        self, target: Target, class_weights: tuple[float, ...] | None = None, kind: str | None = None
+    ) -> TargetLoss: ...
 
     @abstractmethod
     def held_out_sums(self, target: Target, outputs: Any, packed: Any) -> Any:
@@ -146,7 +158,7 @@ class Task(ABC):
 
     # ---- numpy: predictions ---------------------------------------------------------------------
     @abstractmethod
-    def predict(self, target: Target, outputs: "np.ndarray") -> dict[str, "np.ndarray"]:
+    def predict(self, target: Target, outputs: np.ndarray) -> dict[str, np.ndarray]:
         """The network's outputs for a batch of rows -> the prediction columns (see `output_columns`)."""
 
     @abstractmethod
@@ -155,11 +167,12 @@ class Task(ABC):
 
     # ---- Spark: reports -------------------------------------------------------------------------
     @abstractmethod
-    def report(self, scored: "DataFrame", target: Target, label: str, weight: str | None) -> TaskReport:
+    def report(self, scored: DataFrame, target: Target, label: str, weight: str | None) -> TaskReport:
         """Metrics as Spark aggregations over scored rows (`label` encoded, the prediction columns)."""
 
-    def held_out(self, target: Target, loss_sum: float, metric_sum: float, weight_sum: float,
-                 rows: str = "val") -> "Evaluation":
+    def held_out(
+        self, target: Target, loss_sum: float, metric_sum: float, weight_sum: float, rows: str = "val"
+    ) -> Evaluation:
         """The per-epoch result on held-out `rows` from the summed (weighted) loss and metric."""
         n = max(weight_sum, 1e-12)
         return Evaluation(rows, loss=loss_sum / n, metric=self.held_out_metric, value=metric_sum / n)
@@ -184,7 +197,7 @@ def register_task(task: Task, *, replace: bool = False) -> Task:
     return TASKS.register(task.name, task, replace=replace)
 
 
-def resolve_task(label: "LabelSpec", label_type: str | None) -> str:
+def resolve_task(label: LabelSpec, label_type: str | None) -> str:
     """`data.label.task`, or the default: binary when positive/negative are given; else
     regression for a double label and multiclass for any other."""
     if label.task is not None:

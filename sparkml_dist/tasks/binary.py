@@ -4,25 +4,30 @@ chosen on the validation split with `evaluate.threshold: f1`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from sparkml_dist.tasks.base import PREDICTION, PROBABILITY, Target, Task, TaskReport, register_task
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import numpy as np
     from pyspark.sql import Column, DataFrame
 
     from sparkml_dist.config.schema import LabelSpec
+    from sparkml_dist.tasks.base import Direction
 
 
-def normalized(label: "LabelSpec", raw: "Column") -> "Column":
+def normalized(label: LabelSpec, raw: Column) -> Column:
     """The raw label as a string, with `strip_suffix` removed (Adult's test file writes '>50K.')."""
     from pyspark.sql import functions as F
 
     value = F.trim(raw.cast("string"))
     suffix = label.strip_suffix
     if suffix:
-        value = F.when(value.endswith(suffix), value.substr(F.lit(1), F.length(value) - len(suffix))).otherwise(value)
+        value = F.when(
+            value.endswith(suffix), value.substr(F.lit(1), F.length(value) - len(suffix))
+        ).otherwise(value)
     return value
 
 
@@ -31,39 +36,51 @@ AUC_BINS = 4096
 
 class Binary(Task):
     name = "binary"
-    metrics = {"accuracy": "higher", "roc_auc": "higher", "f1": "higher", "log_loss": "lower",
-               "precision": "higher", "recall": "higher"}
+    metrics: ClassVar[Mapping[str, Direction]] = {
+        "accuracy": "higher",
+        "roc_auc": "higher",
+        "f1": "higher",
+        "log_loss": "lower",
+        "precision": "higher",
+        "recall": "higher",
+    }
     held_out_metric = "accuracy"
     held_out_extra = ("roc_auc",)  # what an imbalanced label is tuned on: accuracy rewards the majority class
     default_gate = ("roc_auc", 0.5)
     thresholded = True
 
-    def check_label(self, label: "LabelSpec") -> None:
+    def check_label(self, label: LabelSpec) -> None:
         if label.positive is None or label.negative is None:
-            raise ValueError("data.label.task=binary needs data.label.positive and data.label.negative (the raw "
-                             "values of the two classes)")
+            raise ValueError(
+                "data.label.task=binary needs data.label.positive and data.label.negative (the raw "
+                "values of the two classes)"
+            )
         if label.positive == label.negative:
             raise ValueError("data.label.positive and data.label.negative must differ")
 
-    def label_value(self, label: "LabelSpec", raw: "Column") -> "Column":
+    def label_value(self, label: LabelSpec, raw: Column) -> Column:
         return normalized(label, raw)
 
-    def label_problem(self, label: "LabelSpec", raw: "Column") -> "Column":
+    def label_problem(self, label: LabelSpec, raw: Column) -> Column:
         from pyspark.sql import functions as F
 
         allowed = [label.negative, label.positive]
         return F.when(raw.isNull(), F.lit(f"label '{label.column}' is missing")).when(
             ~normalized(label, raw).isin(allowed),
-            F.concat(F.lit(f"label '{label.column}': unknown value '"), raw.cast("string"),
-                     F.lit(f"' (expected '{label.positive}' or '{label.negative}')")))
+            F.concat(
+                F.lit(f"label '{label.column}': unknown value '"),
+                raw.cast("string"),
+                F.lit(f"' (expected '{label.positive}' or '{label.negative}')"),
+            ),
+        )
 
-    def fit(self, label: "LabelSpec", labels: "DataFrame", column: str) -> Target:
+    def fit(self, label: LabelSpec, labels: DataFrame, column: str) -> Target:
 
         counts = dict(labels.groupBy(column).count().select(column, "count").collect())
         classes = (label.negative, label.positive)
         return Target(self.name, classes, counts=tuple(int(counts.get(c, 0)) for c in classes))
 
-    def encode(self, target: Target, value: "Column") -> "Column":
+    def encode(self, target: Target, value: Column) -> Column:
         from pyspark.sql import functions as F
 
         negative, positive = target.classes
@@ -108,7 +125,7 @@ class Binary(Task):
             return {"roc_auc": float("nan")}
         return {"roc_auc": roc_from_bins(pos, neg)[2]}
 
-    def predict(self, target: Target, outputs: "np.ndarray") -> dict[str, "np.ndarray"]:
+    def predict(self, target: Target, outputs: np.ndarray) -> dict[str, np.ndarray]:
         import numpy as np
 
         proba = 1.0 / (1.0 + np.exp(-outputs.astype(np.float64)))
@@ -117,7 +134,7 @@ class Binary(Task):
     def output_columns(self, target: Target) -> list[tuple[str, str]]:
         return [(PROBABILITY, "double"), (PREDICTION, "integer")]
 
-    def report(self, scored: "DataFrame", target: Target, label: str, weight: str | None) -> TaskReport:
+    def report(self, scored: DataFrame, target: Target, label: str, weight: str | None) -> TaskReport:
         from sparkml_dist.validation.binary import binary_report
 
         return binary_report(scored, target, label, weight)

@@ -13,8 +13,11 @@ from torch import nn
 class TargetLoss(nn.Module):
     def __init__(self, class_weights: tuple[float, ...] | None = None):
         super().__init__()
-        self.register_buffer("class_weights", torch.tensor(class_weights, dtype=torch.float32)
-                             if class_weights else torch.empty(0), persistent=False)
+        self.register_buffer(
+            "class_weights",
+            torch.tensor(class_weights, dtype=torch.float32) if class_weights else torch.empty(0),
+            persistent=False,
+        )
 
     def per_row(self, outputs: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

@@ -34,17 +34,28 @@ def class_table(matrix: np.ndarray, classes: tuple[str, ...]) -> list[dict]:
         precision = tp / predicted if predicted else 0.0
         recall = tp / support if support else 0.0
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        out.append({"class": name, "precision": float(precision), "recall": float(recall), "f1": float(f1),
-                    "support": float(support), "predicted": float(predicted)})
+        out.append(
+            {
+                "class": name,
+                "precision": float(precision),
+                "recall": float(recall),
+                "f1": float(f1),
+                "support": float(support),
+                "predicted": float(predicted),
+            }
+        )
     return out
 
 
-def metrics_from_sums(total: float, sse: float, sae: float, sy: float, syy: float,
-                      undefined: float) -> dict[str, float]:
+def metrics_from_sums(
+    total: float, sse: float, sae: float, sy: float, syy: float, undefined: float
+) -> dict[str, float]:
     """rmse, mae and r2 from weighted sums: the weight, the squared and absolute errors, the label
     and its square (the test report's Spark aggregation, or the ranks' allreduced epoch sums).
     `undefined`: the value of a metric the rows cannot give (no rows; r2 of a constant label)."""
     ss_tot = syy - sy * sy / total if total else 0.0
-    return {"rmse": math.sqrt(sse / total) if total else undefined,
-            "mae": sae / total if total else undefined,
-            "r2": 1.0 - sse / ss_tot if ss_tot > 0 else undefined}
+    return {
+        "rmse": math.sqrt(sse / total) if total else undefined,
+        "mae": sae / total if total else undefined,
+        "r2": 1.0 - sse / ss_tot if ss_tot > 0 else undefined,
+    }

@@ -5,16 +5,27 @@ probability and every class's (`probabilities`, in class order)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
-from sparkml_dist.tasks.base import PREDICTION, PROBABILITIES, PROBABILITY, Target, Task, TaskReport, register_task
+from sparkml_dist.tasks.base import (
+    PREDICTION,
+    PROBABILITIES,
+    PROBABILITY,
+    Target,
+    Task,
+    TaskReport,
+    register_task,
+)
 from sparkml_dist.tasks.binary import normalized
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import numpy as np
     from pyspark.sql import Column, DataFrame
 
     from sparkml_dist.config.schema import LabelSpec
+    from sparkml_dist.tasks.base import Direction
 
 MAX_CLASSES = 10_000  # more distinct labels than this is almost certainly a regression target or an id
 
@@ -29,19 +40,24 @@ def class_order(values: list[str]) -> list[str]:
 
 class Multiclass(Task):
     name = "multiclass"
-    metrics = {"accuracy": "higher", "macro_f1": "higher", "weighted_f1": "higher", "log_loss": "lower"}
+    metrics: ClassVar[Mapping[str, Direction]] = {
+        "accuracy": "higher",
+        "macro_f1": "higher",
+        "weighted_f1": "higher",
+        "log_loss": "lower",
+    }
     held_out_metric = "accuracy"
     held_out_extra = ("macro_f1",)  # what imbalanced classes are tuned on: accuracy rewards the largest
     default_gate = ("accuracy", 0.0)  # the bound is the majority class's share (default_bound)
 
-    def check_label(self, label: "LabelSpec") -> None:
+    def check_label(self, label: LabelSpec) -> None:
         if label.classes is not None and len(set(label.classes)) < 2:
             raise ValueError("data.label.classes must list at least two distinct classes")
 
-    def label_value(self, label: "LabelSpec", raw: "Column") -> "Column":
+    def label_value(self, label: LabelSpec, raw: Column) -> Column:
         return normalized(label, raw)
 
-    def label_problem(self, label: "LabelSpec", raw: "Column") -> "Column":
+    def label_problem(self, label: LabelSpec, raw: Column) -> Column:
         from pyspark.sql import functions as F
 
         missing = raw.isNull() | (F.trim(raw.cast("string")) == "")
@@ -50,22 +66,34 @@ class Multiclass(Task):
             listed = list(label.classes)
             problem = problem.when(
                 ~normalized(label, raw).isin(listed),
-                F.concat(F.lit(f"label '{label.column}': unknown value '"), raw.cast("string"),
-                         F.lit(f"' (not one of data.label.classes: {listed[:20]}{' ...' if len(listed) > 20 else ''})")))
+                F.concat(
+                    F.lit(f"label '{label.column}': unknown value '"),
+                    raw.cast("string"),
+                    F.lit(
+                        f"' (not one of data.label.classes: {listed[:20]}{' ...' if len(listed) > 20 else ''})"
+                    ),
+                ),
+            )
         return problem
 
-    def fit(self, label: "LabelSpec", labels: "DataFrame", column: str) -> Target:
-        counts = {str(r[0]): int(r[1]) for r in labels.groupBy(column).count().limit(MAX_CLASSES + 1).collect()}
+    def fit(self, label: LabelSpec, labels: DataFrame, column: str) -> Target:
+        counts = {
+            str(r[0]): int(r[1]) for r in labels.groupBy(column).count().limit(MAX_CLASSES + 1).collect()
+        }
         if len(counts) > MAX_CLASSES:
-            raise ValueError(f"label '{label.column}' has more than {MAX_CLASSES} distinct values: set "
-                             f"data.label.task=regression for a numeric target, or list data.label.classes")
+            raise ValueError(
+                f"label '{label.column}' has more than {MAX_CLASSES} distinct values: set "
+                f"data.label.task=regression for a numeric target, or list data.label.classes"
+            )
         classes = list(label.classes) if label.classes is not None else class_order(list(counts))
         if len(classes) < 2:
-            raise ValueError(f"label '{label.column}' has a single value in the training rows ({classes}); "
-                             f"a classifier needs at least two classes")
+            raise ValueError(
+                f"label '{label.column}' has a single value in the training rows ({classes}); "
+                f"a classifier needs at least two classes"
+            )
         return Target(self.name, tuple(classes), counts=tuple(counts.get(c, 0) for c in classes))
 
-    def encode(self, target: Target, value: "Column") -> "Column":
+    def encode(self, target: Target, value: Column) -> Column:
         from pyspark.sql import functions as F
 
         lookup = F.create_map(*[x for i, c in enumerate(target.classes) for x in (F.lit(c), F.lit(float(i)))])
@@ -111,7 +139,7 @@ class Multiclass(Task):
         matrix = bins.detach().cpu().double().numpy().reshape(k, k)
         return {"macro_f1": macro_f1(class_table(matrix, target.classes))}
 
-    def predict(self, target: Target, outputs: "np.ndarray") -> dict[str, "np.ndarray"]:
+    def predict(self, target: Target, outputs: np.ndarray) -> dict[str, np.ndarray]:
         import numpy as np
 
         # float32 throughout (the per-class probabilities cross Arrow into the JVM as float32: half
@@ -123,13 +151,16 @@ class Multiclass(Task):
         z = np.exp(by_class - by_class.max(axis=0))
         total = z.sum(axis=0)
         z /= total
-        return {PREDICTION: logits.argmax(axis=1).astype(np.int32), PROBABILITY: 1.0 / total.astype(np.float64),
-                PROBABILITIES: z.T}
+        return {
+            PREDICTION: logits.argmax(axis=1).astype(np.int32),
+            PROBABILITY: 1.0 / total.astype(np.float64),
+            PROBABILITIES: z.T,
+        }
 
     def output_columns(self, target: Target) -> list[tuple[str, str]]:
         return [(PREDICTION, "integer"), (PROBABILITY, "double"), (PROBABILITIES, "array<float>")]
 
-    def report(self, scored: "DataFrame", target: Target, label: str, weight: str | None) -> TaskReport:
+    def report(self, scored: DataFrame, target: Target, label: str, weight: str | None) -> TaskReport:
         from sparkml_dist.validation.multiclass import multiclass_report
 
         return multiclass_report(scored, target, label, weight)

@@ -11,10 +11,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from sparkml_dist.config.schema import TrackingConfig
 from sparkml_dist.errors import PrerequisiteError
@@ -36,7 +36,7 @@ class RunHandle:
         return MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
 
     @staticmethod
-    def existing(tracking_uri: str, run_id: str) -> "RunHandle":
+    def existing(tracking_uri: str, run_id: str) -> RunHandle:
         """A handle on a run that already exists (e.g. the one a train stage recorded)."""
         from mlflow.tracking import MlflowClient
 
@@ -51,8 +51,8 @@ def resolve_tracking_uri(cfg: TrackingConfig) -> str:
     """Config, then $MLFLOW_TRACKING_URI, then a sqlite file in the working directory.
     A relative sqlite path is made absolute so executors in other directories find it."""
     uri = cfg.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"{_SQLITE}mlflow.db"
-    if uri.startswith(_SQLITE) and not uri[len(_SQLITE):].startswith("/"):
-        uri = _SQLITE + str(Path(uri[len(_SQLITE):]).resolve())
+    if uri.startswith(_SQLITE) and not uri[len(_SQLITE) :].startswith("/"):
+        uri = _SQLITE + str(Path(uri[len(_SQLITE) :]).resolve())
     return uri
 
 
@@ -70,15 +70,19 @@ def check_tracking_store(cfg: TrackingConfig, timeout_s: float = 5.0) -> None:
             return
         except OSError as exc:  # URLError, a refused connection, a timeout
             reason = getattr(exc, "reason", None) or exc
-            raise PrerequisiteError(f"{key} {uri}: the tracking server does not answer ({reason}; waited at "
-                                    f"most {timeout_s:g} s); start it (mlflow server ...) or set {key} to one "
-                                    f"that answers") from None
+            raise PrerequisiteError(
+                f"{key} {uri}: the tracking server does not answer ({reason}; waited at "
+                f"most {timeout_s:g} s); start it (mlflow server ...) or set {key} to one "
+                f"that answers"
+            ) from None
     elif uri.startswith(_SQLITE):
-        folder = Path(uri[len(_SQLITE):]).parent
+        folder = Path(uri[len(_SQLITE) :]).parent
         existing = next(p for p in (folder, *folder.parents) if p.exists())  # MLflow makes the rest
         if not (existing.is_dir() and os.access(existing, os.W_OK)):
-            raise PrerequisiteError(f"{key} {uri}: the sqlite store's folder {folder} cannot be written by this "
-                                    f"job ({existing} is not a writable directory); set {key} to another store")
+            raise PrerequisiteError(
+                f"{key} {uri}: the sqlite store's folder {folder} cannot be written by this "
+                f"job ({existing} is not a writable directory); set {key} to another store"
+            )
 
 
 def artifact_location(tracking_uri: str, experiment: str) -> str | None:
@@ -90,7 +94,7 @@ def artifact_location(tracking_uri: str, experiment: str) -> str | None:
     root)."""
     if not tracking_uri.startswith(_SQLITE):
         return None
-    folder = Path(tracking_uri[len(_SQLITE):]).parent
+    folder = Path(tracking_uri[len(_SQLITE) :]).parent
     return str(folder / "mlruns" / _folder_name(experiment))
 
 
@@ -104,14 +108,21 @@ def _folder_name(experiment: str) -> str:
     return f"{safe or 'experiment'}-{hashlib.sha256(experiment.encode()).hexdigest()[:10]}"
 
 
-def start_run(cfg: TrackingConfig, run_name: str, params: dict[str, str], tags: dict[str, str] | None = None) -> RunHandle:
+def start_run(
+    cfg: TrackingConfig, run_name: str, params: dict[str, str], tags: dict[str, str] | None = None
+) -> RunHandle:
     from mlflow.tracking import MlflowClient
 
     uri = resolve_tracking_uri(cfg)
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name(cfg.experiment)
-    experiment_id = experiment.experiment_id if experiment else \
-        client.create_experiment(cfg.experiment, artifact_location=artifact_location(uri, cfg.experiment))
+    experiment_id = (
+        experiment.experiment_id
+        if experiment
+        else client.create_experiment(
+            cfg.experiment, artifact_location=artifact_location(uri, cfg.experiment)
+        )
+    )
     run = client.create_run(experiment_id, run_name=run_name, tags=tags or {})
     handle = RunHandle(uri, run.info.run_id, experiment_id)
     log_params(handle, params)
@@ -124,7 +135,7 @@ def log_params(handle: RunHandle, params: dict[str, str]) -> None:
     items = [Param(k, str(v)[:_MAX_PARAM]) for k, v in sorted(params.items())]
     client = handle.client()
     for i in range(0, len(items), 100):
-        client.log_batch(handle.run_id, params=items[i:i + 100])
+        client.log_batch(handle.run_id, params=items[i : i + 100])
 
 
 def end_run(handle: RunHandle, ok: bool) -> None:
@@ -157,7 +168,7 @@ class RankTracker:
         if self._client is not None:
             try:
                 self._client.get_run(self.handle.run_id)
-            except Exception as exc:  # noqa: BLE001 - logging must never fail training
+            except Exception as exc:
                 log.warning("rank %d: MLflow store not reachable yet: %s", self.rank, exc)
 
     def log(self, metrics: dict[str, float], step: int, per_rank: bool = False) -> None:
@@ -175,16 +186,18 @@ class RankTracker:
             return
         from mlflow.entities import Metric
 
-        batch = [Metric(k, float(v), s.timestamp_ms, s.index) for s in samples for k, v in s.metric_names().items()]
+        batch = [
+            Metric(k, float(v), s.timestamp_ms, s.index) for s in samples for k, v in s.metric_names().items()
+        ]
         for i in range(0, len(batch), 1000):  # MLflow's log_batch limit
-            self._log_batch(batch[i:i + 1000])
+            self._log_batch(batch[i : i + 1000])
 
     def _log_batch(self, batch) -> None:
         for attempt in range(5):
             try:
                 self._client.log_batch(self.handle.run_id, metrics=batch)
                 return
-            except Exception as exc:  # noqa: BLE001 - sqlite 'database is locked' and transient HTTP errors
+            except Exception as exc:
                 if attempt == 4:
                     log.warning("rank %d: could not log metrics to MLflow: %s", self.rank, exc)
                 time.sleep(0.2 * (attempt + 1))
@@ -204,7 +217,7 @@ class EpochLogger:
         tracker.log(record.metrics(), record.epoch)
         tracker.log_system(record.system)
 
-    def open(self) -> "BackgroundEpochLog":
+    def open(self) -> BackgroundEpochLog:
         return BackgroundEpochLog(self.handle)
 
 

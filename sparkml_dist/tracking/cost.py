@@ -4,8 +4,8 @@ rank's step time went; logged on the run and printed in the pipeline's summary."
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from sparkml_dist.observe.steps import PHASES
 from sparkml_dist.train.records import EpochRecord, TrainOutcome
@@ -22,11 +22,11 @@ class RunCost:
     steps_ms: Mapping[int, Mapping[str, float]] = field(default_factory=dict)  # the last epoch's means
 
     @staticmethod
-    def of_outcome(outcome: TrainOutcome) -> "RunCost":
+    def of_outcome(outcome: TrainOutcome) -> RunCost:
         return RunCost.of(outcome.records, outcome.epochs_per_record)
 
     @staticmethod
-    def of(records: Sequence[EpochRecord], epochs_per_record: int = 1) -> "RunCost":
+    def of(records: Sequence[EpochRecord], epochs_per_record: int = 1) -> RunCost:
         """`epochs_per_record`: how many epochs each record's rows were trained for (async: all)."""
         per_rank: dict[int, float] = {}
         for record in records:
@@ -35,8 +35,13 @@ class RunCost:
         joules = sum(per_rank.values()) if per_rank else math.nan
         methods = sorted({record.energy_method for record in records if record.energy_method})
         last = records[-1].per_rank if records else ()
-        return RunCost(joules, ", ".join(methods), sum(r.samples for r in records) * epochs_per_record, per_rank,
-                       {r.rank: dict(r.phases_ms) for r in last if r.phases_ms})
+        return RunCost(
+            joules,
+            ", ".join(methods),
+            sum(r.samples for r in records) * epochs_per_record,
+            per_rank,
+            {r.rank: dict(r.phases_ms) for r in last if r.phases_ms},
+        )
 
     @property
     def measured(self) -> bool:
@@ -67,4 +72,6 @@ class RunCost:
             shares = " ".join(f"{p} {100 * ms[p] / total:.0f}%" for p in PHASES if p in ms and total > 0)
             parts.append(f"rank{rank} {total:.2f} ms = {shares}")
         untimed = any("comm" not in ms for ms in self.steps_ms.values())
-        return "; ".join(parts) + (" (comm runs inside compute under this method: not timed apart)" if untimed else "")
+        return "; ".join(parts) + (
+            " (comm runs inside compute under this method: not timed apart)" if untimed else ""
+        )

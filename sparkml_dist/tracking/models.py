@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import atexit
 import functools
-import logging
 import hashlib
 import json
+import logging
 import shutil
 import tempfile
 import threading
 import warnings
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from sparkml_dist import storage
-from sparkml_dist.inference.bundle import ModelBundle
-from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.data.raw_features import RAW_FEATURES_FILE
 from sparkml_dist.errors import SparkMLDistError, StorageError
+from sparkml_dist.inference.bundle import ModelBundle
+from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.tasks.base import Target
 from sparkml_dist.tracking.client import RunHandle
 from sparkml_dist.train.records import TrainedModel
@@ -60,9 +60,15 @@ def _pip_requirements() -> list[str]:
     (the package itself travels as code, `_code_paths`). Explicit: skips MLflow's slow inference."""
     from importlib.metadata import version
 
-    return [f"mlflow=={version('mlflow')}", f"torch=={version('torch').split('+')[0]}",
-            f"numpy=={version('numpy')}", f"pandas=={version('pandas')}", f"pyarrow=={version('pyarrow')}",
-            f"pydantic=={version('pydantic')}", f"pyyaml=={version('pyyaml')}"]
+    return [
+        f"mlflow=={version('mlflow')}",
+        f"torch=={version('torch').split('+')[0]}",
+        f"numpy=={version('numpy')}",
+        f"pandas=={version('pandas')}",
+        f"pyarrow=={version('pyarrow')}",
+        f"pydantic=={version('pydantic')}",
+        f"pyyaml=={version('pyyaml')}",
+    ]
 
 
 def _code_paths(spec: ModelSpec) -> list[str]:
@@ -96,8 +102,10 @@ def _raw_features(feature_pipeline_dir: str | None) -> list[dict] | None:
 
     try:
         raw = raw_features(PipelineModel.load(storage.spark_path(feature_pipeline_dir)))
-    except Exception as exc:  # noqa: BLE001 - e.g. a driver-local path executors cannot read
-        log.warning("the model takes assembled features, not raw rows: its pipeline could not be read (%s)", exc)
+    except Exception as exc:
+        log.warning(
+            "the model takes assembled features, not raw rows: its pipeline could not be read (%s)", exc
+        )
         return None
     return None if raw is None else raw.to_json()
 
@@ -117,12 +125,21 @@ def _signature(target: Target, raw: list[dict] | None, training_schema: Mapping[
         inputs = [ColSpec(Array("float"), "features")]
     else:
         schema = training_schema or {}
-        text = {slot["source"] for slot in raw
-                if slot["kind"] != "numeric" and schema.get(slot["source"], "string/").startswith("string")}
-        inputs = [ColSpec("string" if source in text else AnyType(), source)
-                  for source in dict.fromkeys(slot["source"] for slot in raw)]
-    outputs = [ColSpec(Array("float") if kind.startswith("array") else "integer" if kind == "integer" else "double", name)
-               for name, kind in columns]
+        text = {
+            slot["source"]
+            for slot in raw
+            if slot["kind"] != "numeric" and schema.get(slot["source"], "string/").startswith("string")
+        }
+        inputs = [
+            ColSpec("string" if source in text else AnyType(), source)
+            for source in dict.fromkeys(slot["source"] for slot in raw)
+        ]
+    outputs = [
+        ColSpec(
+            Array("float") if kind.startswith("array") else "integer" if kind == "integer" else "double", name
+        )
+        for name, kind in columns
+    ]
     if raw is not None and target.classes:
         outputs.append(ColSpec("string", "predicted_label"))
     return ModelSignature(inputs=Schema(inputs), outputs=Schema(outputs))
@@ -132,17 +149,26 @@ def log_model(handle: RunHandle, model: TrainedModel) -> str:
     """Save the pyfunc model locally, upload it under the run; return `runs:/<id>/model`."""
     with tempfile.TemporaryDirectory() as tmp:
         if model.feature_pipeline is None:
-            local = save_pyfunc_model(tmp, model.weights, model.spec, None, model.training_schema, model.target)
+            local = save_pyfunc_model(
+                tmp, model.weights, model.spec, None, model.training_schema, model.target
+            )
         else:  # MLflow uploads local directories: a remote pipeline comes down first
             with storage.local_copy(model.feature_pipeline) as pipeline:
-                local = save_pyfunc_model(tmp, model.weights, model.spec, str(pipeline), model.training_schema,
-                                          model.target)
+                local = save_pyfunc_model(
+                    tmp, model.weights, model.spec, str(pipeline), model.training_schema, model.target
+                )
         handle.client().log_artifacts(handle.run_id, local, MODEL_DIR)
     return f"runs:/{handle.run_id}/{MODEL_DIR}"
 
 
-def save_pyfunc_model(directory: str, weights: bytes, spec: ModelSpec, feature_pipeline_dir: str | None,
-                      training_schema: Mapping[str, str] | None = None, target: Target | None = None) -> str:
+def save_pyfunc_model(
+    directory: str,
+    weights: bytes,
+    spec: ModelSpec,
+    feature_pipeline_dir: str | None,
+    training_schema: Mapping[str, str] | None = None,
+    target: Target | None = None,
+) -> str:
     """Write the MLflow pyfunc model (spec, weights, target, feature pipeline, signature) under `directory`."""
     import mlflow.pyfunc
 
@@ -156,8 +182,11 @@ def save_pyfunc_model(directory: str, weights: bytes, spec: ModelSpec, feature_p
     (files / "spec.json").write_text(json.dumps(spec.to_json()))
     target = target or Target("binary")
     (files / "target.json").write_text(json.dumps(target.to_json()))
-    artifacts = {"weights": str(files / "weights.pt"), "spec": str(files / "spec.json"),
-                 "target": str(files / "target.json")}
+    artifacts = {
+        "weights": str(files / "weights.pt"),
+        "spec": str(files / "spec.json"),
+        "target": str(files / "target.json"),
+    }
     if training_schema:
         (files / "training_schema.json").write_text(json.dumps(dict(training_schema)))
         artifacts["training_schema"] = str(files / "training_schema.json")
@@ -170,9 +199,14 @@ def save_pyfunc_model(directory: str, weights: bytes, spec: ModelSpec, feature_p
     local = Path(directory) / MODEL_DIR
     with warnings.catch_warnings():  # the explicit signature makes MLflow's type-hint advice moot
         warnings.simplefilter("ignore", UserWarning)
-        mlflow.pyfunc.save_model(str(local), python_model=TabularTorchModel(), artifacts=artifacts,
-                                 signature=_signature(target, raw, training_schema),
-                                 pip_requirements=_pip_requirements(), code_paths=_code_paths(spec))
+        mlflow.pyfunc.save_model(
+            str(local),
+            python_model=TabularTorchModel(),
+            artifacts=artifacts,
+            signature=_signature(target, raw, training_schema),
+            pip_requirements=_pip_requirements(),
+            code_paths=_code_paths(spec),
+        )
     return str(local)
 
 
@@ -197,7 +231,7 @@ def register(handle: RunHandle, model_uri: str, name: str, tags: dict[str, str])
 def _logged_by(model_uri: str, default_run_id: str) -> tuple[str, str]:
     """(run id, artifact path) of a `runs:/<run id>/<path>` URI; another URI's path under the default run."""
     if model_uri.startswith("runs:/"):
-        run_id, _, path = model_uri[len("runs:/"):].partition("/")
+        run_id, _, path = model_uri[len("runs:/") :].partition("/")
         return run_id, path
     return default_run_id, model_uri.split("/", 3)[-1]
 
@@ -217,7 +251,9 @@ def champion_version(tracking_uri: str, name: str, alias: str = "champion"):
     from mlflow.tracking import MlflowClient
 
     try:
-        return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri).get_model_version_by_alias(name, alias)
+        return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri).get_model_version_by_alias(
+            name, alias
+        )
     except MlflowException:
         return None
 
@@ -239,14 +275,18 @@ def _downloaded(source: str, tracking_uri: str, dst: str | None) -> Path:
             return _DOWNLOADED[key]
         local = Path(dst or tempfile.mkdtemp(dir=_downloads()))
         root = source.rstrip("/")
-        mlflow.artifacts.download_artifacts(artifact_uri=f"{root}/artifacts", tracking_uri=tracking_uri,
-                                            dst_path=str(local))
+        mlflow.artifacts.download_artifacts(
+            artifact_uri=f"{root}/artifacts", tracking_uri=tracking_uri, dst_path=str(local)
+        )
         for entry in mlflow.artifacts.list_artifacts(artifact_uri=f"{root}/code", tracking_uri=tracking_uri):
             name = entry.path.rstrip("/").rsplit("/", 1)[-1]
             if name != PACKAGE.name:
                 (local / "code").mkdir(exist_ok=True)
-                mlflow.artifacts.download_artifacts(artifact_uri=f"{root}/code/{name}", tracking_uri=tracking_uri,
-                                                    dst_path=str(local / "code"))
+                mlflow.artifacts.download_artifacts(
+                    artifact_uri=f"{root}/code/{name}",
+                    tracking_uri=tracking_uri,
+                    dst_path=str(local / "code"),
+                )
         if dst is None:
             _DOWNLOADED[key] = local
         return local
@@ -259,7 +299,7 @@ def resolve_registry_uri(model_uri: str, tracking_uri: str) -> str:
     version = model_version(model_uri, tracking_uri)
     if version is None:
         return model_uri
-    name = model_uri[len("models:/"):].rstrip("/").split("@", 1)[0].rsplit("/", 1)[0]
+    name = model_uri[len("models:/") :].rstrip("/").split("@", 1)[0].rsplit("/", 1)[0]
     return _registry_client(tracking_uri).get_model_version_download_uri(name, version)
 
 
@@ -267,14 +307,15 @@ def model_version(model_uri: str, tracking_uri: str) -> str | None:
     """The registry version a `models:/` URI points at now (None for runs:/ and paths)."""
     if not model_uri.startswith("models:/"):
         return None
-    ref = model_uri[len("models:/"):].rstrip("/")
+    ref = model_uri[len("models:/") :].rstrip("/")
     if "@" in ref:
         name, alias = ref.split("@", 1)
         version = champion_version(tracking_uri, name, alias)
         if version is None:
             raise SparkMLDistError(
                 f"{model_uri}: no version of '{name}' holds the alias '{alias}' in {tracking_uri} (no model has "
-                f"passed the gate yet, or none was registered); pass --model-uri models:/{name}/<version>")
+                f"passed the gate yet, or none was registered); pass --model-uri models:/{name}/<version>"
+            )
         return str(version.version)
     return ref.rsplit("/", 1)[1]
 
@@ -285,13 +326,13 @@ def _registry_client(tracking_uri: str):
     return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
 
 
-def load_bundle(model_uri: str, tracking_uri: str, dst: str | None = None, spark=None,
-                shared_dir: str | None = None) -> ModelBundle:
+def load_bundle(
+    model_uri: str, tracking_uri: str, dst: str | None = None, spark=None, shared_dir: str | None = None
+) -> ModelBundle:
     """Download a logged model (runs:/, models:/name@alias, models:/name/version) as a bundle.
     With `spark`, a custom model's code is shipped to the executors (and the driver's path), and
     on a cluster the feature pipeline (which Spark's executors read) is published under
     `shared_dir`, since the download lands on the driver's own disk."""
-    import mlflow.artifacts
 
     from mlflow.exceptions import MlflowException
 
@@ -299,10 +340,14 @@ def load_bundle(model_uri: str, tracking_uri: str, dst: str | None = None, spark
     try:
         local = _downloaded(source, tracking_uri, dst)
     except MlflowException as exc:
-        found = " ".join(line.strip() for line in str(exc).splitlines() if line.strip() and not line.startswith("#"))
-        raise StorageError(f"{model_uri}: its model files at {source} cannot be downloaded ({found[:300]}); check "
-                           f"that the run's artifacts are still there and that this job reads the same tracking "
-                           f"store and artifact location as the job that logged them") from None
+        found = " ".join(
+            line.strip() for line in str(exc).splitlines() if line.strip() and not line.startswith("#")
+        )
+        raise StorageError(
+            f"{model_uri}: its model files at {source} cannot be downloaded ({found[:300]}); check "
+            f"that the run's artifacts are still there and that this job reads the same tracking "
+            f"store and artifact location as the job that logged them"
+        ) from None
     artifacts = local / "artifacts"
     spec = ModelSpec.from_json(json.loads((artifacts / "spec.json").read_text()))
     pipeline = artifacts / "feature_pipeline"
@@ -310,20 +355,34 @@ def load_bundle(model_uri: str, tracking_uri: str, dst: str | None = None, spark
     target = artifacts / "target.json"
     code = local / "code"
     # a custom model's code (this package's own copy stays out: the installed one runs here)
-    code_paths = tuple(str(p) for p in sorted(code.iterdir()) if p.name != PACKAGE.name) if code.is_dir() else ()
+    code_paths = (
+        tuple(str(p) for p in sorted(code.iterdir()) if p.name != PACKAGE.name) if code.is_dir() else ()
+    )
     if spark is not None and code_paths:
         from sparkml_dist.models.custom import ship_code
 
         ship_code(spark, code_paths)
     pipeline_path = str(pipeline) if pipeline.exists() else None
     published = None
-    if pipeline_path and spark is not None and shared_dir and not spark.sparkContext.master.startswith("local"):
+    if (
+        pipeline_path
+        and spark is not None
+        and shared_dir
+        and not spark.sparkContext.master.startswith("local")
+    ):
         from sparkml_dist.storage.hadoop import publish_for_executors
 
         key = hashlib.sha256(source.encode()).hexdigest()[:16]  # one copy per model version / run
-        published = publish_for_executors(spark, pipeline_path, storage.join(shared_dir, key, "feature_pipeline"))
-    return ModelBundle(spec=spec, weights=(artifacts / "weights.pt").read_bytes(),
-                       feature_pipeline_path=pipeline_path, executor_pipeline_path=published, uri=model_uri,
-                       training_schema=json.loads(schema.read_text()) if schema.exists() else None,
-                       target=Target.from_json(json.loads(target.read_text())) if target.exists() else Target("binary"),
-                       code_paths=code_paths)
+        published = publish_for_executors(
+            spark, pipeline_path, storage.join(shared_dir, key, "feature_pipeline")
+        )
+    return ModelBundle(
+        spec=spec,
+        weights=(artifacts / "weights.pt").read_bytes(),
+        feature_pipeline_path=pipeline_path,
+        executor_pipeline_path=published,
+        uri=model_uri,
+        training_schema=json.loads(schema.read_text()) if schema.exists() else None,
+        target=Target.from_json(json.loads(target.read_text())) if target.exists() else Target("binary"),
+        code_paths=code_paths,
+    )

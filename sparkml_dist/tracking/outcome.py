@@ -4,8 +4,8 @@ MLflow entries (per-rank stats, launches, the model with its feature pipeline, t
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from sparkml_dist import storage
 from sparkml_dist.tracking import plots
@@ -29,22 +29,34 @@ def log_outcome(run: RunHandle, outcome: TrainOutcome, plots_dir: str) -> str:
     if cost.measured:  # how the joules were had: never an estimate called a measurement
         client.set_tag(run.run_id, "energy.method", cost.method)
     if len(set(outcome.world_sizes)) > 1:  # an elastic run changed its world size: say so
-        client.set_tag(run.run_id, "sparkml_dist.elastic", "ranks per attempt: " +
-                       " -> ".join(str(n) for n in outcome.world_sizes))
+        client.set_tag(
+            run.run_id,
+            "sparkml_dist.elastic",
+            "ranks per attempt: " + " -> ".join(str(n) for n in outcome.world_sizes),
+        )
     target = outcome.model.target
     client.set_tag(run.run_id, "sparkml_dist.task", target.task)
     if target.classes:
         client.set_tag(run.run_id, "sparkml_dist.classes", ", ".join(target.classes)[:5000])
     model_uri = log_model(run, outcome.model)
     if outcome.records:
-        log_plot(run, lambda path: plots.loss_curves(outcome.records, path, outcome.unit),
-                 storage.join(plots_dir, "loss_curves.png"))
+        log_plot(
+            run,
+            lambda path: plots.loss_curves(outcome.records, path, outcome.unit),
+            storage.join(plots_dir, "loss_curves.png"),
+        )
     if cost.steps_ms:
-        log_plot(run, lambda path: plots.step_breakdown(outcome.records, path),
-                 storage.join(plots_dir, "step_breakdown.png"))
+        log_plot(
+            run,
+            lambda path: plots.step_breakdown(outcome.records, path),
+            storage.join(plots_dir, "step_breakdown.png"),
+        )
     if any(record.system for record in outcome.records):
-        log_plot(run, lambda path: plots.system_metrics(outcome.records, path),
-                 storage.join(plots_dir, "system_metrics.png"))
+        log_plot(
+            run,
+            lambda path: plots.system_metrics(outcome.records, path),
+            storage.join(plots_dir, "system_metrics.png"),
+        )
     return model_uri
 
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")  # headless; must precede pyplot
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from sparkml_dist.train.records import EpochRecord  # noqa: E402
-
+from sparkml_dist.train.records import EpochRecord
 
 _ROWS = {"val": "validation", "test": "test"}
 
@@ -27,8 +26,12 @@ def loss_curves(records: Sequence[EpochRecord], path: Path, unit: str = "epoch")
     ax1.plot([r.epoch + 1 for r in evaluated], [r.evaluation.loss for r in evaluated], marker="o", label=rows)
     ax1.set(xlabel=unit, ylabel="loss", title="Loss")
     ax1.legend()
-    ax2.plot([r.epoch + 1 for r in evaluated], [r.evaluation.value for r in evaluated], marker="o",
-             color="tab:green")
+    ax2.plot(
+        [r.epoch + 1 for r in evaluated],
+        [r.evaluation.value for r in evaluated],
+        marker="o",
+        color="tab:green",
+    )
     ax2.set(xlabel=unit, ylabel=metric, title=f"{rows.capitalize()} {metric}")
     return _save(fig, path)
 
@@ -44,20 +47,31 @@ def step_breakdown(records: Sequence[EpochRecord], path: Path) -> Path:
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.2 * rows), squeeze=False, sharey=True)
     colors = {"data": "tab:orange", "compute": "tab:blue", "comm": "tab:red", "optimizer": "tab:green"}
     for ax, rank in zip(axes.flat, ranks):
-        epochs = [(rec.epoch + 1, r.phases_ms) for rec in records for r in rec.per_rank
-                  if r.rank == rank and r.phases_ms]
+        epochs = [
+            (rec.epoch + 1, r.phases_ms)
+            for rec in records
+            for r in rec.per_rank
+            if r.rank == rank and r.phases_ms
+        ]
         bottom = [0.0] * len(epochs)
         for phase in PHASES:
             heights = [ms.get(phase, 0.0) for _, ms in epochs]
             ax.bar([e for e, _ in epochs], heights, bottom=bottom, color=colors[phase], label=phase)
             bottom = [b + h for b, h in zip(bottom, heights)]
-        ax.plot([e for e, _ in epochs], [ms.get("total", 0.0) for _, ms in epochs], "k_", markersize=14,
-                label="measured step")
+        ax.plot(
+            [e for e, _ in epochs],
+            [ms.get("total", 0.0) for _, ms in epochs],
+            "k_",
+            markersize=14,
+            label="measured step",
+        )
         ax.set(title=f"rank {rank}", xlabel="epoch", ylabel="mean ms per step")
-    for ax in list(axes.flat)[len(ranks):]:
+    for ax in list(axes.flat)[len(ranks) :]:
         ax.axis("off")
     fig.suptitle("Where each step's time went")
-    fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="lower center", ncol=5, fontsize=8, frameon=False)
+    fig.legend(
+        *axes.flat[0].get_legend_handles_labels(), loc="lower center", ncol=5, fontsize=8, frameon=False
+    )
     return _save(fig, path, rect=(0, 0.08, 1, 1))  # room below for the legend
 
 
@@ -67,13 +81,18 @@ def system_metrics(records: Sequence[EpochRecord], path: Path) -> Path:
     samples = [s for rec in records for s in rec.system]
     start = min(s.timestamp_ms for s in samples)
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
-    shown = (("process_cpu_percentage", "process CPU %"), ("process_rss_megabytes", "process RSS (MB)"),
-             ("network_transmit_megabytes", "host network sent (MB)"))
+    shown = (
+        ("process_cpu_percentage", "process CPU %"),
+        ("process_rss_megabytes", "process RSS (MB)"),
+        ("network_transmit_megabytes", "host network sent (MB)"),
+    )
     for rank in sorted({s.rank for s in samples}):
         mine = sorted((s for s in samples if s.rank == rank), key=lambda s: s.timestamp_ms)
         seconds = [(s.timestamp_ms - start) / 1000 for s in mine]
         for ax, (name, _) in zip(axes, shown):
-            ax.plot(seconds, [s.values.get(name, float("nan")) for s in mine], marker=".", label=f"rank {rank}")
+            ax.plot(
+                seconds, [s.values.get(name, float("nan")) for s in mine], marker=".", label=f"rank {rank}"
+            )
     for ax, (_, label) in zip(axes, shown):
         ax.set(xlabel="seconds into training", title=label)
     axes[0].legend(fontsize=8)
@@ -99,8 +118,14 @@ def confusion(matrix: list[list[float]], labels: Sequence[str], path: Path) -> P
         for i in range(k):
             for j in range(k):
                 value = matrix[i][j]
-                ax.text(j, i, f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}",
-                        ha="center", va="center", fontsize=12 if k <= 4 else 8)
+                ax.text(
+                    j,
+                    i,
+                    f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}",
+                    ha="center",
+                    va="center",
+                    fontsize=12 if k <= 4 else 8,
+                )
     ticks = list(range(k))
     if k <= 4:
         ax.set_xticks(ticks, labels=[f"pred {c}" for c in labels])

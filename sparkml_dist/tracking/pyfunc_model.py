@@ -44,7 +44,9 @@ class TabularTorchModel(mlflow.pyfunc.PythonModel):
             with open(context.artifacts["raw_features"]) as fh:
                 self.raw = RawFeatures.from_json(json.load(fh))
         self.model = build_model(spec)
-        self.model.load_state_dict(torch.load(context.artifacts["weights"], map_location="cpu", weights_only=True))
+        self.model.load_state_dict(
+            torch.load(context.artifacts["weights"], map_location="cpu", weights_only=True)
+        )
         # a served model uses the GPU where there is one (SPARKML_DIST_SCORE_DEVICE=cpu keeps it on the CPU)
         self.model.eval().to(scoring_device(os.environ.get("SPARKML_DIST_SCORE_DEVICE", "auto")))
 
@@ -56,7 +58,9 @@ class TabularTorchModel(mlflow.pyfunc.PythonModel):
         x = self._raw_matrix(model_input) if self.raw is not None else _features_matrix(model_input)
         if self.raw is None and self.target.kind.thresholded:  # the features signature: the probability alone
             return predict_proba(self.model, x)
-        out = pd.DataFrame({k: (list(v) if v.ndim > 1 else v) for k, v in predict(self.model, self.target, x).items()})
+        out = pd.DataFrame(
+            {k: (list(v) if v.ndim > 1 else v) for k, v in predict(self.model, self.target, x).items()}
+        )
         if self.raw is not None and self.target.classes:
             out["predicted_label"] = [self.target.classes[i] for i in out["prediction"]]
         return out
@@ -74,5 +78,9 @@ class TabularTorchModel(mlflow.pyfunc.PythonModel):
 
 def _features_matrix(model_input) -> np.ndarray:
     column = model_input["features"] if hasattr(model_input, "columns") else model_input
-    x = np.stack([np.asarray(v, dtype=np.float32) for v in column]) if not isinstance(column, np.ndarray) else column
+    x = (
+        np.stack([np.asarray(v, dtype=np.float32) for v in column])
+        if not isinstance(column, np.ndarray)
+        else column
+    )
     return x.astype(np.float32, copy=False)

@@ -54,10 +54,14 @@ def apply_adapters(model: nn.Module, spec: AdaptSpec) -> nn.Module:
             param.requires_grad_(False)
     if spec.lora_rank > 0:
         for name, module in list(model.named_modules()):
-            if isinstance(module, nn.Linear) and (not spec.lora_targets or name.startswith(spec.lora_targets)):
+            if isinstance(module, nn.Linear) and (
+                not spec.lora_targets or name.startswith(spec.lora_targets)
+            ):
                 _replace(model, name, LoRALinear(module, spec.lora_rank, spec.lora_alpha))
     if not any(p.requires_grad for p in model.parameters()):
-        raise ValueError("finetune: every parameter is frozen; freeze fewer prefixes or set finetune.lora_rank")
+        raise ValueError(
+            "finetune: every parameter is frozen; freeze fewer prefixes or set finetune.lora_rank"
+        )
     return model
 
 

@@ -54,8 +54,9 @@ class ServerStats:
 
 
 class ParameterServer:
-    def __init__(self, params: dict[str, torch.Tensor], lr: float, weight_decay: float, max_staleness: int,
-                 policy: str):
+    def __init__(
+        self, params: dict[str, torch.Tensor], lr: float, weight_decay: float, max_staleness: int, policy: str
+    ):
         self.params = {k: nn.Parameter(v.detach().clone()) for k, v in params.items()}
         self.optimizer = torch.optim.AdamW(self.params.values(), lr=lr, weight_decay=weight_decay)
         self.max_staleness = max_staleness
@@ -106,15 +107,23 @@ def async_rank(ctx: RankContext, job: TrainJob) -> RankResult:
     start_epoch = _resume(job, model)
     shards = shard_names([n for n, _ in model.named_parameters()], servers)
     times = StepTimes()
-    with RankMonitor(ctx.rank, job.observe.system_metrics_interval_s, job.observe.cpu_watts_per_core) as monitor:
+    with RankMonitor(
+        ctx.rank, job.observe.system_metrics_interval_s, job.observe.cpu_watts_per_core
+    ) as monitor:
         if ctx.rank < servers:
             result = _serve(ctx, job, model, shards[ctx.rank], start_epoch)
         else:
             result = _work(ctx, job, model, shards, start_epoch, times)
         usage = monitor.epoch_usage()  # the whole run: async has no epochs that all ranks share
-    pace = RankThroughput(ctx.rank, result.stats.samples_per_s, result.stats.step_ms,
-                          times.means_ms() if job.observe.step_breakdown else {}, usage.cpu_joules, usage.gpu_joules,
-                          usage.cpu_seconds)
+    pace = RankThroughput(
+        ctx.rank,
+        result.stats.samples_per_s,
+        result.stats.step_ms,
+        times.means_ms() if job.observe.step_breakdown else {},
+        usage.cpu_joules,
+        usage.gpu_joules,
+        usage.cpu_seconds,
+    )
     return replace(result, pace=pace, system=usage.samples, energy_method=usage.energy_method)
 
 
@@ -128,7 +137,9 @@ def _resume(job: TrainJob, model: nn.Module) -> int:
     return int(state["epoch"]) + 1
 
 
-def _epoch_end(ctx: RankContext, job: TrainJob, model: nn.Module, params: dict | None, epoch: int | None) -> None:
+def _epoch_end(
+    ctx: RankContext, job: TrainJob, model: nn.Module, params: dict | None, epoch: int | None
+) -> None:
     """Every rank: the servers' shards gathered into `model`; rank 0 (a server) checkpoints `epoch`."""
     shards = [None] * ctx.world_size
     dist.all_gather_object(shards, params)
@@ -145,11 +156,18 @@ def _server_addresses(address: tuple[str, int] | None) -> list[tuple[str, int]]:
     return [tuple(a) for a in gathered if a is not None]
 
 
-def _serve(ctx: RankContext, job: TrainJob, model: nn.Module, names: list[str], start_epoch: int) -> RankResult:
+def _serve(
+    ctx: RankContext, job: TrainJob, model: nn.Module, names: list[str], start_epoch: int
+) -> RankResult:
     cfg = job.train
     state = dict(model.named_parameters())
-    server = ParameterServer({n: state[n] for n in names}, cfg.learning_rate, cfg.weight_decay,
-                             cfg.async_ps.max_staleness, cfg.async_ps.stale_policy)
+    server = ParameterServer(
+        {n: state[n] for n in names},
+        cfg.learning_rate,
+        cfg.weight_decay,
+        cfg.async_ps.max_staleness,
+        cfg.async_ps.stale_policy,
+    )
     endpoint = ServerEndpoint(ctx.host, ctx.secret, server, f"parameter server (rank {ctx.rank})")
     try:
         _server_addresses(endpoint.address)  # servers are up
@@ -161,21 +179,37 @@ def _serve(ctx: RankContext, job: TrainJob, model: nn.Module, names: list[str], 
     finally:
         endpoint.close()
     stats, server_params = server.stats, server.params
-    counters = {"applied": stats.applied, "dropped": stats.dropped, "downweighted": stats.downweighted,
-                **_staleness_summary(stats.staleness)}
+    counters = {
+        "applied": stats.applied,
+        "dropped": stats.dropped,
+        "downweighted": stats.downweighted,
+        **_staleness_summary(stats.staleness),
+    }
     held = sum(v.numel() * v.element_size() for v in server_params.values())
     rank_stats = RankStats(rank=ctx.rank, role="server", steps=stats.applied, param_bytes=held)
     if ctx.rank != 0:
         return RankResult(rank_stats, counters=counters)
     evaluation, weights = _final(job, model)
-    return RankResult(rank_stats, records=(EpochRecord(job.train.epochs - 1, float("nan"), 0, 0.0, evaluation),),
-                      weights=weights, counters=counters)
+    return RankResult(
+        rank_stats,
+        records=(EpochRecord(job.train.epochs - 1, float("nan"), 0, 0.0, evaluation),),
+        weights=weights,
+        counters=counters,
+    )
 
 
-def _work(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[str]], start_epoch: int,
-          times: StepTimes) -> RankResult:
+def _work(
+    ctx: RankContext,
+    job: TrainJob,
+    model: nn.Module,
+    shards: list[list[str]],
+    start_epoch: int,
+    times: StepTimes,
+) -> RankResult:
     cfg = job.train
-    connections = [ServerConnection.open(address, ctx.secret, cfg.timeout_s) for address in _server_addresses(None)]
+    connections = [
+        ServerConnection.open(address, ctx.secret, cfg.timeout_s) for address in _server_addresses(None)
+    ]
     try:
         return _work_connected(ctx, job, model, shards, start_epoch, connections, times)
     finally:
@@ -183,8 +217,15 @@ def _work(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[s
             connection.close()
 
 
-def _work_connected(ctx: RankContext, job: TrainJob, model: nn.Module, shards: list[list[str]], start_epoch: int,
-                    connections: list[ServerConnection], times: StepTimes) -> RankResult:
+def _work_connected(
+    ctx: RankContext,
+    job: TrainJob,
+    model: nn.Module,
+    shards: list[list[str]],
+    start_epoch: int,
+    connections: list[ServerConnection],
+    times: StepTimes,
+) -> RankResult:
     """Pull, compute, push, step after step; `times` gets each step's breakdown: data, the pull and
     the push (comm, timed as such), forward+backward (compute); the servers run the optimizer."""
     cfg = job.train
@@ -233,10 +274,16 @@ def _work_connected(ctx: RankContext, job: TrainJob, model: nn.Module, shards: l
     if start_epoch >= cfg.epochs:
         _epoch_end(ctx, job, model, None, None)
     seconds = time.perf_counter() - start
-    stats = RankStats(rank=ctx.rank, role="worker", samples=samples // max(cfg.epochs - start_epoch, 1), steps=steps,
-                      samples_per_s=samples / max(seconds, 1e-9),
-                      step_ms=1000 * float(np.median(step_times)) if step_times else 0.0,
-                      param_bytes=local_param_bytes(model), train_loss=loss_sum / max(samples, 1))
+    stats = RankStats(
+        rank=ctx.rank,
+        role="worker",
+        samples=samples // max(cfg.epochs - start_epoch, 1),
+        steps=steps,
+        samples_per_s=samples / max(seconds, 1e-9),
+        step_ms=1000 * float(np.median(step_times)) if step_times else 0.0,
+        param_bytes=local_param_bytes(model),
+        train_loss=loss_sum / max(samples, 1),
+    )
     return RankResult(stats)
 
 
@@ -253,5 +300,8 @@ def _staleness_summary(values: list[int]) -> dict[str, float]:
     if not values:
         return {"staleness_mean": 0.0, "staleness_p95": 0.0, "staleness_max": 0.0}
     arr = np.asarray(values)
-    return {"staleness_mean": float(arr.mean()), "staleness_p95": float(np.percentile(arr, 95)),
-            "staleness_max": float(arr.max())}
+    return {
+        "staleness_mean": float(arr.mean()),
+        "staleness_p95": float(np.percentile(arr, 95)),
+        "staleness_max": float(arr.max()),
+    }

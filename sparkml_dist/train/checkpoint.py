@@ -51,7 +51,11 @@ def prunable(saved: list[str], keep: int) -> list[str]:
 
 def list_checkpoints(directory: str) -> list[str]:
     """Complete checkpoints under `directory`, oldest first (partial writes never match the name)."""
-    found = [((int(m[1]), int(m[2])), e.uri) for e in storage.list_dir(str(directory)) if (m := _NAME.match(e.name))]
+    found = [
+        ((int(m[1]), int(m[2])), e.uri)
+        for e in storage.list_dir(str(directory))
+        if (m := _NAME.match(e.name))
+    ]
     return [uri for _, uri in sorted(found)]
 
 

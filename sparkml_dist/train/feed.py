@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Iterable, Iterator, Protocol
+from collections.abc import Iterable, Iterator
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -82,12 +83,15 @@ class CudaFeed:
             source, skip = ((x, y, None) for x, y in self.loader.epoch(epoch, skip_batches=skip_batches)), 0
         yield from packed_batches(self._on_device(source), self.width, self.loader.batch_size, skip)
 
-    def _on_device(self, source: Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]
-                   ) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
+    def _on_device(
+        self, source: Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
         """Each buffer's packed rows and permutation on the device, once the step's stream may use them."""
         ready: queue.Queue = queue.Queue(maxsize=self.depth)
         stop = threading.Event()
-        worker = threading.Thread(target=self._produce, args=(source, ready, stop), name="cuda-feed", daemon=True)
+        worker = threading.Thread(
+            target=self._produce, args=(source, ready, stop), name="cuda-feed", daemon=True
+        )
         worker.start()
         current = torch.cuda.current_stream(self.device)
         try:
@@ -118,7 +122,7 @@ class CudaFeed:
                     if stop.is_set():
                         return
                     ready.put(self._copy(index % len(self.ring), x, y, order))
-        except BaseException as exc:  # noqa: BLE001 - handed to the step's thread, which raises it
+        except BaseException as exc:
             ready.put(exc)
         finally:
             ready.put(_END)
@@ -129,13 +133,15 @@ class CudaFeed:
         rows = len(x)
         held = self.ring[slot]
         if held is None or len(held[0]) < rows:
-            held = (torch.empty(rows, self.width + 2, pin_memory=True), torch.empty(rows, dtype=torch.int64,
-                                                                                      pin_memory=True))
+            held = (
+                torch.empty(rows, self.width + 2, pin_memory=True),
+                torch.empty(rows, dtype=torch.int64, pin_memory=True),
+            )
             self.ring[slot] = held
         host, host_order = held[0][:rows], held[1][:rows]
         view = host.numpy()
-        view[:, :self.width] = x
-        view[:, self.width:] = y
+        view[:, : self.width] = x
+        view[:, self.width :] = y
         if order is not None:
             host_order.numpy()[:] = order
         with torch.cuda.stream(self.stream):
@@ -147,11 +153,16 @@ class CudaFeed:
         return packed, on_device, copied
 
 
-def packed_batches(buffers: Iterable[tuple[torch.Tensor, torch.Tensor | None]], width: int, batch_size: int,
-                   skip_batches: int) -> Iterator[Batch]:
+def packed_batches(
+    buffers: Iterable[tuple[torch.Tensor, torch.Tensor | None]],
+    width: int,
+    batch_size: int,
+    skip_batches: int,
+) -> Iterator[Batch]:
     """Shuffle buffers of packed rows ([rows, width + 2]: the rows, then label and weight), each
     permuted by its order where it has one (one gather, where the tensors are), cut into the
     batches the host would cut from the same buffers (`data.loader.batched`)."""
+
     def permuted():
         for packed, order in buffers:
             if order is not None:

@@ -26,7 +26,7 @@ is logged and trained eagerly from then on; with `on` it is an error.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -45,9 +45,18 @@ class CaptureFailed(ConfigError):
 
 
 class GraphedStep:
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, world_size: int, batch_size: int,
-                 input_width: int, precision: Precision, expand: Callable[[torch.Tensor], torch.Tensor],
-                 required: bool, clock: CommClock | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        world_size: int,
+        batch_size: int,
+        input_width: int,
+        precision: Precision,
+        expand: Callable[[torch.Tensor], torch.Tensor],
+        required: bool,
+        clock: CommClock | None = None,
+    ):
         self.model = model
         self.optimizer = optimizer
         self.world_size = world_size
@@ -146,7 +155,7 @@ class GraphedStep:
                 self.static_loss = self._forward_backward(loss_fn)
                 if self.world_size == 1:
                     self.optimizer.step()
-        except Exception as exc:  # noqa: BLE001 - whatever the model did that a capture refuses
+        except Exception as exc:
             self._capture_failed(exc)
             return
         self.forward_backward = graph
@@ -155,18 +164,26 @@ class GraphedStep:
             with torch.cuda.graph(self.update, capture_error_mode="thread_local"):
                 self.flat.div_(self.world_size)
                 self.optimizer.step()
-        log.info("train.cuda_graph: the step is captured (%s)",
-                 "one graph" if self.world_size == 1 else "forward+backward, allreduce, optimizer")
+        log.info(
+            "train.cuda_graph: the step is captured (%s)",
+            "one graph" if self.world_size == 1 else "forward+backward, allreduce, optimizer",
+        )
 
     def _capture_failed(self, exc: Exception) -> None:
         torch.cuda.synchronize()
         bind_flat_gradients(self.params, self.flat)  # the capture may have left other tensors as .grad
         if self.required:
-            raise CaptureFailed(f"train.cuda_graph=on: the training step could not be captured in a CUDA graph "
-                                f"({type(exc).__name__}: {exc}); set train.cuda_graph=auto (train without a graph "
-                                f"when capture fails) or off") from exc
-        log.warning("train.cuda_graph=auto: the training step could not be captured (%s: %s); training continues "
-                    "without a graph", type(exc).__name__, exc)
+            raise CaptureFailed(
+                f"train.cuda_graph=on: the training step could not be captured in a CUDA graph "
+                f"({type(exc).__name__}: {exc}); set train.cuda_graph=auto (train without a graph "
+                f"when capture fails) or off"
+            ) from exc
+        log.warning(
+            "train.cuda_graph=auto: the training step could not be captured (%s: %s); training continues "
+            "without a graph",
+            type(exc).__name__,
+            exc,
+        )
         self.eager = True
 
 
@@ -177,6 +194,6 @@ def bind_flat_gradients(params: list[nn.Parameter], flat: torch.Tensor | None = 
         flat = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device)
     offset = 0
     for p in params:
-        p.grad = flat[offset:offset + p.numel()].view_as(p)
+        p.grad = flat[offset : offset + p.numel()].view_as(p)
         offset += p.numel()
     return flat

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import ContextManager, Iterator
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
 
 import torch
 from torch import nn
@@ -17,7 +18,9 @@ class HorovodDataParallel(Strategy):
     name = "horovod"
     times_comm = True  # the allreduces launched in backward are waited for in optimizer_step
 
-    def __init__(self, world_size: int, rank: int = 0, compression: str = "none", backward_passes_per_step: int = 1):
+    def __init__(
+        self, world_size: int, rank: int = 0, compression: str = "none", backward_passes_per_step: int = 1
+    ):
         super().__init__(world_size, rank)
         self.compression = compression
         self.backward_passes_per_step = backward_passes_per_step
@@ -27,9 +30,12 @@ class HorovodDataParallel(Strategy):
 
         optimizer = optimizer_factory(model.parameters())
         compression = hvd.Compression.fp16 if self.compression == "fp16" else hvd.Compression.none
-        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                             compression=compression,
-                                             backward_passes_per_step=self.backward_passes_per_step)
+        optimizer = hvd.DistributedOptimizer(
+            optimizer,
+            named_parameters=model.named_parameters(),
+            compression=compression,
+            backward_passes_per_step=self.backward_passes_per_step,
+        )
         self.broadcast_state(model, optimizer)
         return model, optimizer
 
@@ -53,7 +59,7 @@ class HorovodDataParallel(Strategy):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
-    def join(self, model: nn.Module) -> ContextManager:
+    def join(self, model: nn.Module) -> AbstractContextManager:
         return self._joined()
 
     @contextlib.contextmanager

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sparkml_dist.config.schema import ObserveConfig, TrainConfig
 from sparkml_dist.data.dataset import RowGroup
@@ -87,15 +88,42 @@ class TrainJob:
         """The task's loss for this target (a module; every rank builds its own)."""
         return self.target.kind.loss(self.target, self.class_weights, self.train.loss)
 
-    def loader(self, split: str, rank: int, world: int, batch_size: int, seed: int,
-               partition: PartitionData | None = None, **options) -> ShardLoader | FrameShardLoader:
+    def loader(
+        self,
+        split: str,
+        rank: int,
+        world: int,
+        batch_size: int,
+        seed: int,
+        partition: PartitionData | None = None,
+        **options,
+    ) -> ShardLoader | FrameShardLoader:
         """A rank's streaming reader over the `split` ("train" or "val") row groups, or, for a
         frame-fed job's train split, over the share the barrier task spilled (`partition`)."""
         if split == "train" and self.frame_fed:
             if partition is None:
-                raise RuntimeError("train.input=dataframe, but this rank was not launched over the train split")
-            return FrameShardLoader(partition.path, rank, batch_size, seed, options.get("shuffle", True),
-                                    self.feature_layout, self.weighted, options.get("dense", True))
+                raise RuntimeError(
+                    "train.input=dataframe, but this rank was not launched over the train split"
+                )
+            return FrameShardLoader(
+                partition.path,
+                rank,
+                batch_size,
+                seed,
+                options.get("shuffle", True),
+                self.feature_layout,
+                self.weighted,
+                options.get("dense", True),
+            )
         groups = self.train_groups if split == "train" else self.val_groups
-        return ShardLoader(self.data_root, list(groups), rank, world, batch_size, seed,
-                           layout=self.feature_layout, weighted=self.weighted, **options)
+        return ShardLoader(
+            self.data_root,
+            list(groups),
+            rank,
+            world,
+            batch_size,
+            seed,
+            layout=self.feature_layout,
+            weighted=self.weighted,
+            **options,
+        )

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 import numpy as np
 import torch
@@ -32,6 +32,7 @@ from sparkml_dist.models.weights import state_dict_from_bytes, state_dict_to_byt
 from sparkml_dist.observe.monitor import RankMonitor, RankUsage
 from sparkml_dist.observe.steps import CommClock, StepTimes
 from sparkml_dist.observe.system import SystemSample
+from sparkml_dist.tasks.base import Target
 from sparkml_dist.train.adapters import apply_adapters, merge_adapters, trainable
 from sparkml_dist.train.checkpoint import load_latest, save_checkpoint
 from sparkml_dist.train.faults import inject
@@ -40,7 +41,6 @@ from sparkml_dist.train.job import TrainJob
 from sparkml_dist.train.parallel.checkpoint import load_sharded, save_sharded
 from sparkml_dist.train.precision import Precision, matmul_precision
 from sparkml_dist.train.progress import Progress
-from sparkml_dist.tasks.base import Target
 from sparkml_dist.train.records import EpochRecord, Evaluation, RankResult, RankStats, RankThroughput
 from sparkml_dist.train.strategies import Strategy, is_sharded, local_param_bytes
 
@@ -80,9 +80,14 @@ def resume_position(ckpt: dict | None, num_batches: int, data_world: int) -> Pos
     if ckpt.get("data_world", data_world) != data_world:
         # only when no epoch start was kept (`_build_and_restore` prefers one): the epoch restarts
         # from mid-epoch weights, so the samples done before the failure count twice in it
-        log.warning("checkpoint at epoch %d batch %d was written with %d data shards, this run has %d and no "
-                    "epoch-start checkpoint is left: restarting that epoch", ckpt["epoch"] + 1, ckpt["step"],
-                    ckpt["data_world"], data_world)
+        log.warning(
+            "checkpoint at epoch %d batch %d was written with %d data shards, this run has %d and no "
+            "epoch-start checkpoint is left: restarting that epoch",
+            ckpt["epoch"] + 1,
+            ckpt["step"],
+            ckpt["data_world"],
+            data_world,
+        )
         return Position(ckpt["epoch"], 0, EpochStats())
     return Position(ckpt["epoch"], ckpt["step"], EpochStats(**ckpt.get("partial", {})))
 
@@ -113,7 +118,9 @@ def place(job: TrainJob, ctx: RankContext, device: torch.device) -> Strategy:
     strategy.bind_device(device)
     try:
         strategy.precision = Precision(cfg.precision, device.type)
-    except ValueError as exc:  # fp16 on a rank that found no GPU (train.device=auto): a relaunch meets it again
+    except (
+        ValueError
+    ) as exc:  # fp16 on a rank that found no GPU (train.device=auto): a relaunch meets it again
         raise ConfigError(f"rank {ctx.rank} on {ctx.host} trains on {device}: {exc}") from None
     if device.type == "cuda":
         strategy.expand = DeviceExpander(job.feature_layout, device, job.model_spec.input_dim)
@@ -136,11 +143,21 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
     on_host = device.type != "cuda"  # a GPU reads compact rows and makes them dense itself
     # a GPU leaves the host's cores to decoding: a buffer's row groups decode in parallel
     decode = {} if on_host else {"decode_threads": cfg.shuffle_buffer_row_groups}
-    train_loader = job.loader("train", strategy.data_rank, strategy.data_world, cfg.batch_size, cfg.seed,
-                              partition=ctx.partition, shuffle=True, buffer_row_groups=cfg.shuffle_buffer_row_groups,
-                              dense=on_host, **decode)
-    val_loader = job.loader("val", strategy.data_rank, strategy.data_world, 4096, cfg.seed, shuffle=False,
-                            dense=on_host)
+    train_loader = job.loader(
+        "train",
+        strategy.data_rank,
+        strategy.data_world,
+        cfg.batch_size,
+        cfg.seed,
+        partition=ctx.partition,
+        shuffle=True,
+        buffer_row_groups=cfg.shuffle_buffer_row_groups,
+        dense=on_host,
+        **decode,
+    )
+    val_loader = job.loader(
+        "val", strategy.data_rank, strategy.data_world, 4096, cfg.seed, shuffle=False, dense=on_host
+    )
     train_loader.prepare()
     train_feed, val_feed = make_feed(train_loader, device), make_feed(val_loader, device)
     steps_per_epoch = _steps_per_epoch(strategy, train_loader)
@@ -154,56 +171,106 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
 
     def checkpoint(epoch: int, step: int, stats: EpochStats) -> None:
         # plain types only: checkpoints load with torch.load(weights_only=True)
-        meta = {"epoch": epoch, "step": step, "partial": stats.saved(), "history": [h.to_json() for h in history],
-                "data_world": strategy.data_world}
+        meta = {
+            "epoch": epoch,
+            "step": step,
+            "partial": stats.saved(),
+            "history": [h.to_json() for h in history],
+            "data_world": strategy.data_world,
+        }
         if strategy.sharded_checkpoints:  # a collective: every rank writes its shards
-            save_sharded(job.checkpoint_dir, model, optimizer, meta, epoch, step, cfg.checkpoint_keep, ctx.rank,
-                         job.checkpoint_key)
+            save_sharded(
+                job.checkpoint_dir,
+                model,
+                optimizer,
+                meta,
+                epoch,
+                step,
+                cfg.checkpoint_keep,
+                ctx.rank,
+                job.checkpoint_key,
+            )
         elif ctx.is_chief:
-            save_checkpoint(job.checkpoint_dir, {"model": strategy.unwrap(model).state_dict(),
-                                                 "optimizer": optimizer.state_dict(), **meta},
-                            epoch, step, cfg.checkpoint_keep)
+            save_checkpoint(
+                job.checkpoint_dir,
+                {"model": strategy.unwrap(model).state_dict(), "optimizer": optimizer.state_dict(), **meta},
+                epoch,
+                step,
+                cfg.checkpoint_keep,
+            )
 
     loss_fn = job.loss().to(device)
     # system samples and energy from here on: what the epochs cost, not the model's start-up
-    monitor = RankMonitor(ctx.rank, job.observe.system_metrics_interval_s, job.observe.cpu_watts_per_core,
-                          device.index if device.type == "cuda" else None)
+    monitor = RankMonitor(
+        ctx.rank,
+        job.observe.system_metrics_interval_s,
+        job.observe.cpu_watts_per_core,
+        device.index if device.type == "cuda" else None,
+    )
     with monitor:
         for epoch in range(position.epoch, cfg.epochs):
             start = position.step if epoch == position.epoch else 0
             stats = position.stats if epoch == position.epoch else EpochStats()
-            run = EpochRun(model=model, optimizer=optimizer, loss_fn=loss_fn, feed=train_feed,
-                           steps=steps_per_epoch, strategy=strategy, device=device, progress=progress,
-                           log_every=cfg.log_every_steps, checkpoint_every=cfg.checkpoint_every_steps,
-                           checkpoint=checkpoint, seed=cfg.seed, rank=ctx.rank, clock=strategy.comm_clock,
-                           before_step=lambda e, s: inject(job.faults, job.attempt, ctx.rank, e, s),
-                           at_collective=heartbeat.beat)
+            run = EpochRun(
+                model=model,
+                optimizer=optimizer,
+                loss_fn=loss_fn,
+                feed=train_feed,
+                steps=steps_per_epoch,
+                strategy=strategy,
+                device=device,
+                progress=progress,
+                log_every=cfg.log_every_steps,
+                checkpoint_every=cfg.checkpoint_every_steps,
+                checkpoint=checkpoint,
+                seed=cfg.seed,
+                rank=ctx.rank,
+                clock=strategy.comm_clock,
+                before_step=lambda e, s: inject(job.faults, job.attempt, ctx.rank, e, s),
+                at_collective=heartbeat.beat,
+            )
             try:
                 stats = run.epoch(epoch, start, stats)
             except Exception as exc:
                 if is_peer_failure(exc):  # say which rank stopped, not only that a collective failed
-                    raise PeerLost(f"{heartbeat.describe_missing() or 'a peer rank was lost'} ({exc})") from exc
+                    raise PeerLost(
+                        f"{heartbeat.describe_missing() or 'a peer rank was lost'} ({exc})"
+                    ) from exc
                 raise
-            record = epoch_record(epoch, stats, strategy, evaluate(model, val_feed, strategy, device, job.target),
-                                  cfg.straggler_factor, monitor.epoch_usage())
+            record = epoch_record(
+                epoch,
+                stats,
+                strategy,
+                evaluate(model, val_feed, strategy, device, job.target),
+                cfg.straggler_factor,
+                monitor.epoch_usage(),
+            )
             history.append(record)
             progress.epoch_end(record)
             verdict = sink(record) if sink is not None else None
             checkpoint(epoch + 1, 0, EpochStats())  # saved as the next epoch's start: valid at any world size
             if _told_to_stop(job, strategy, verdict):
                 if ctx.is_chief:
-                    log.info("%sstopping after epoch %d: the epoch sink said so (a pruned trial)",
-                             progress.prefix, epoch + 1)
+                    log.info(
+                        "%sstopping after epoch %d: the epoch sink said so (a pruned trial)",
+                        progress.prefix,
+                        epoch + 1,
+                    )
                 break
 
     if job.adapt is not None:
         merge_adapters(strategy.unwrap(model))  # the exported model has the base model's names
     weights = strategy.full_state_dict(model)  # a collective under the model-parallel strategies
     pace = [r for h in history[-1:] for r in h.per_rank if r.rank == ctx.rank]
-    stats = RankStats(rank=ctx.rank, samples=train_loader.num_rows, steps=steps_per_epoch * cfg.epochs,
-                      samples_per_s=pace[0].samples_per_s if pace else 0.0, step_ms=pace[0].step_ms if pace else 0.0,
-                      param_bytes=local_param_bytes(model),
-                      param_checksum=parameter_checksum(strategy.unwrap(model)) if strategy.replicated else None)
+    stats = RankStats(
+        rank=ctx.rank,
+        samples=train_loader.num_rows,
+        steps=steps_per_epoch * cfg.epochs,
+        samples_per_s=pace[0].samples_per_s if pace else 0.0,
+        step_ms=pace[0].step_ms if pace else 0.0,
+        param_bytes=local_param_bytes(model),
+        param_checksum=parameter_checksum(strategy.unwrap(model)) if strategy.replicated else None,
+    )
     return RankResult(
         stats=stats,
         records=tuple(history),
@@ -224,12 +291,19 @@ def _build_and_restore(job: TrainJob, strategy: Strategy, device: torch.device):
         apply_adapters(model, job.adapt)
     model = model.to(device)
     ckpt = None if strategy.sharded_checkpoints else load_latest(job.checkpoint_dir)
-    if ckpt is not None and ckpt["step"] > 0 and ckpt.get("data_world", strategy.data_world) != strategy.data_world:
+    if (
+        ckpt is not None
+        and ckpt["step"] > 0
+        and ckpt.get("data_world", strategy.data_world) != strategy.data_world
+    ):
         # relaunched with another number of ranks (elastic): a mid-epoch position means nothing
         # in the new cut of the data; resume at the newest epoch start, so every sample is seen
         # exactly once per epoch (the partial epoch's updates are dropped)
-        log.warning("the ranks were %d data shards and are now %d: resuming from the newest epoch start",
-                    ckpt["data_world"], strategy.data_world)
+        log.warning(
+            "the ranks were %d data shards and are now %d: resuming from the newest epoch start",
+            ckpt["data_world"],
+            strategy.data_world,
+        )
         ckpt = load_latest(job.checkpoint_dir, epoch_start=True)
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
@@ -237,11 +311,15 @@ def _build_and_restore(job: TrainJob, strategy: Strategy, device: torch.device):
     def adamw(params, **options) -> torch.optim.Optimizer:
         params = trainable(params)
         options = {**strategy.optimizer_options(params, device), **options}
-        return torch.optim.AdamW(param_groups(params), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, **options)
+        return torch.optim.AdamW(
+            param_groups(params), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, **options
+        )
 
     model, optimizer = strategy.wrap(model, adamw)
     if strategy.sharded_checkpoints:
-        ckpt = load_sharded(job.checkpoint_dir, model, optimizer, job.checkpoint_key, strategy.data_world)  # reshards to this layout
+        ckpt = load_sharded(
+            job.checkpoint_dir, model, optimizer, job.checkpoint_key, strategy.data_world
+        )  # reshards to this layout
     elif ckpt is not None:
         load_optimizer_state(optimizer, ckpt["optimizer"])
         strategy.broadcast_state(model, optimizer)
@@ -315,8 +393,11 @@ class EpochRun:
         started = time.perf_counter() - stats.seconds
         loss_before = stats.loss_sum  # a resumed epoch's loss so far; this run's adds up on the device
         loss_total = torch.zeros((), dtype=torch.float64, device=self.device)
-        expand = self.strategy.expand if self.strategy.expand is not None and not self.strategy.takes_compact_input \
+        expand = (
+            self.strategy.expand
+            if self.strategy.expand is not None and not self.strategy.takes_compact_input
             else None
+        )
         seed_for = DropoutSeeds(self.device, self.seed, epoch, self.strategy.data_rank)
         timer = StepTimer(self.clock, self.device, self.strategy)
         self.strategy.zero_grad(self.optimizer)
@@ -341,8 +422,9 @@ class EpochRun:
                     # apart, since every rank's full step waits for the slowest
                     stats.step_times.append(data_ready - t0)
                     self.at_collective(epoch, step)  # progress mark: this rank joins this batch's collectives
-                    loss = self.strategy.train_step(self.model, expand(xb) if expand else xb, yb, self.loss_fn,
-                                                    accumulate)
+                    loss = self.strategy.train_step(
+                        self.model, expand(xb) if expand else xb, yb, self.loss_fn, accumulate
+                    )
                     backward_done = timer.mark()
                     rows = len(xb)
                     if loss is not None:
@@ -356,9 +438,18 @@ class EpochRun:
                 stats.seconds = time.perf_counter() - started
                 self.progress.advance()
                 if (step + 1) % self.log_every == 0:
-                    self.progress.step(epoch, step, float(loss) if loss is not None else float("nan"),
-                                       stats.samples * self.strategy.data_world / max(stats.seconds, 1e-9))
-                if stepped and self.checkpoint_every and (step + 1) % self.checkpoint_every == 0 and step != last:
+                    self.progress.step(
+                        epoch,
+                        step,
+                        float(loss) if loss is not None else float("nan"),
+                        stats.samples * self.strategy.data_world / max(stats.seconds, 1e-9),
+                    )
+                if (
+                    stepped
+                    and self.checkpoint_every
+                    and (step + 1) % self.checkpoint_every == 0
+                    and step != last
+                ):
                     stats.loss_sum = loss_before + float(loss_total)
                     self.checkpoint(epoch, step + 1, stats)
                 end = timer.mark()
@@ -402,8 +493,15 @@ class StepTimer:
             torch.cuda.synchronize()
         return time.perf_counter()
 
-    def record(self, phases: StepTimes, t0: float, data_ready: float, backward_done: float, optimizer_done: float,
-               end: float) -> None:
+    def record(
+        self,
+        phases: StepTimes,
+        t0: float,
+        data_ready: float,
+        backward_done: float,
+        optimizer_done: float,
+        end: float,
+    ) -> None:
         if self.clock is None:
             return
         comm = self.clock.take()  # every step, idle ones too: the clock starts over
@@ -421,8 +519,11 @@ class DropoutSeeds:
     generator's seed, about a microsecond."""
 
     def __init__(self, device: torch.device, seed: int, epoch: int, rank: int):
-        self.generator = (torch.cuda.default_generators[device.index or 0] if device.type == "cuda"
-                          else torch.default_generator)
+        self.generator = (
+            torch.cuda.default_generators[device.index or 0]
+            if device.type == "cuda"
+            else torch.default_generator
+        )
         self.seed, self.epoch, self.rank = seed, epoch, rank
 
     def __call__(self, step: int) -> None:
@@ -445,33 +546,53 @@ def step_seed(seed: int, epoch: int, step: int, rank: int) -> int:
     return state >> 1
 
 
-def epoch_record(epoch: int, stats: EpochStats, strategy: Strategy, evaluation: Evaluation,
-                 straggler_factor: float, usage: RankUsage | None = None) -> EpochRecord:
+def epoch_record(
+    epoch: int,
+    stats: EpochStats,
+    strategy: Strategy,
+    evaluation: Evaluation,
+    straggler_factor: float,
+    usage: RankUsage | None = None,
+) -> EpochRecord:
     """The epoch over all ranks (collectives: every rank calls it and gets the same record)."""
     share = strategy.metric_share  # ranks that split one batch count it once
-    totals = strategy.allreduce_sum(torch.tensor([stats.loss_sum * share, stats.samples * share, stats.seconds],
-                                                 dtype=torch.float64))
+    totals = strategy.allreduce_sum(
+        torch.tensor([stats.loss_sum * share, stats.samples * share, stats.seconds], dtype=torch.float64)
+    )
     loss_sum, samples, seconds = totals.tolist()
     mean_seconds = seconds / strategy.world_size
     gathered = strategy.allgather_object(rank_usage(strategy, stats, usage or RankUsage()))
     per_rank = tuple(pace for pace, _, _ in gathered)
     methods = sorted({method for _, _, method in gathered if method})
-    return EpochRecord(epoch=epoch, train_loss=loss_sum / max(samples, 1), samples=int(round(samples)),
-                       samples_per_s=samples / max(mean_seconds, 1e-9), evaluation=evaluation,
-                       stragglers=tuple(find_stragglers(per_rank, straggler_factor)), per_rank=per_rank,
-                       system=tuple(s for _, samples_, _ in gathered for s in samples_),
-                       energy_method=", ".join(methods))
+    return EpochRecord(
+        epoch=epoch,
+        train_loss=loss_sum / max(samples, 1),
+        samples=int(round(samples)),  # noqa: RUF046 -- numpy's round keeps numpy's type
+        samples_per_s=samples / max(mean_seconds, 1e-9),
+        evaluation=evaluation,
+        stragglers=tuple(find_stragglers(per_rank, straggler_factor)),
+        per_rank=per_rank,
+        system=tuple(s for _, samples_, _ in gathered for s in samples_),
+        energy_method=", ".join(methods),
+    )
 
 
-def rank_usage(strategy: Strategy, stats: EpochStats,
-               usage: RankUsage) -> tuple[RankThroughput, tuple[SystemSample, ...], str]:
+def rank_usage(
+    strategy: Strategy, stats: EpochStats, usage: RankUsage
+) -> tuple[RankThroughput, tuple[SystemSample, ...], str]:
     """This rank's pace, step breakdown, energy and system samples this epoch (what rank 0 gathers)."""
     phases = stats.phases.means_ms()
     if not strategy.comm_measured:  # inside forward/backward, not timed apart: no figure, not a zero
         phases.pop("comm", None)
-    pace = RankThroughput(strategy.rank, stats.samples / max(stats.seconds, 1e-9),
-                          1000 * float(np.median(stats.step_times or [0.0])), phases,
-                          usage.cpu_joules, usage.gpu_joules, usage.cpu_seconds)
+    pace = RankThroughput(
+        strategy.rank,
+        stats.samples / max(stats.seconds, 1e-9),
+        1000 * float(np.median(stats.step_times or [0.0])),
+        phases,
+        usage.cpu_joules,
+        usage.gpu_joules,
+        usage.cpu_seconds,
+    )
     return pace, usage.samples, usage.energy_method
 
 
@@ -497,7 +618,9 @@ def evaluate(model, feed: HostFeed | CudaFeed, strategy: Strategy, device, targe
             strategy.logits(model, expand(x) if expand else x)
             continue
         xb, yb = batch
-        logits = strategy.logits(model, expand(xb) if expand else xb)  # DDP: the bare module, no collective per batch
+        logits = strategy.logits(
+            model, expand(xb) if expand else xb
+        )  # DDP: the bare module, no collective per batch
         if logits is None:  # a pipeline stage before the last
             continue
         logits = logits.float()
@@ -506,7 +629,9 @@ def evaluate(model, feed: HostFeed | CudaFeed, strategy: Strategy, device, targe
             counts = task.held_out_bins(target, logits, yb).to(device)
             bins = counts if bins is None else bins + counts
     if task.held_out_extra and bins is None:  # no batch here (a short shard, a pipeline's first stage)
-        bins = task.held_out_bins(target, torch.zeros(0, device=device), torch.zeros(0, 2, device=device)).to(device)
+        bins = task.held_out_bins(target, torch.zeros(0, device=device), torch.zeros(0, 2, device=device)).to(
+            device
+        )
     share = strategy.metric_share
     # one allreduce: the sums, then the extra metrics' counts (ranks that split one batch count it once)
     totals = strategy.allreduce_sum(torch.cat([sums, bins]) * share if bins is not None else sums * share)

@@ -10,8 +10,9 @@ needs no scaler: it has fp32's exponent range.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import ContextManager, Iterator
 
 import torch
 
@@ -24,14 +25,16 @@ class Precision:
     device_type: str  # cpu | cuda
     # in a captured CUDA graph autocast must not cache casts across the capture (PyTorch's advice)
     cache_casts: bool = True
-    scaler: "torch.amp.GradScaler | None" = field(default=None, repr=False)
+    scaler: torch.amp.GradScaler | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.name not in ("fp32", *DTYPES):
             raise ValueError(f"train.precision={self.name}: use fp32, bf16 or fp16")
         if self.name == "fp16" and self.device_type != "cuda":
-            raise ValueError("train.precision=fp16 runs on a GPU only (its gradient scaler is CUDA's); on CPU "
-                             "use train.precision=bf16")
+            raise ValueError(
+                "train.precision=fp16 runs on a GPU only (its gradient scaler is CUDA's); on CPU "
+                "use train.precision=bf16"
+            )
         if self.name == "fp16" and self.scaler is None:
             self.scaler = torch.amp.GradScaler(self.device_type)
 
@@ -39,7 +42,7 @@ class Precision:
     def dtype(self) -> torch.dtype | None:
         return DTYPES.get(self.name)
 
-    def autocast(self) -> ContextManager:
+    def autocast(self) -> AbstractContextManager:
         if self.dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=self.dtype, cache_enabled=self.cache_casts)

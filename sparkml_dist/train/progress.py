@@ -36,9 +36,18 @@ class Progress:
         remaining = (self.epochs - epoch - 1) * self.steps_per_epoch + (self.steps_per_epoch - step - 1)
         eta = elapsed / self.steps_done * remaining
         shown = "n/a" if loss != loss else f"{loss:.4f}"  # NaN: a pipeline stage without the loss
-        log.info("%sepoch %d/%d step %d/%d loss %s %.0f samples/s (x%d ranks) eta %s", self.prefix,
-                 epoch + 1, self.epochs, step + 1, self.steps_per_epoch, shown,
-                 samples_per_s, self.world_size, _clock(eta))
+        log.info(
+            "%sepoch %d/%d step %d/%d loss %s %.0f samples/s (x%d ranks) eta %s",
+            self.prefix,
+            epoch + 1,
+            self.epochs,
+            step + 1,
+            self.steps_per_epoch,
+            shown,
+            samples_per_s,
+            self.world_size,
+            _clock(eta),
+        )
 
     def epoch_end(self, record: EpochRecord) -> None:
         if not self.enabled:
@@ -47,8 +56,19 @@ class Progress:
         if record.evaluation is not None:
             e = record.evaluation
             shown += "".join(f" {name} {value:.4f}" for name, value in e.metrics().items())
-        log.info("%sepoch %d/%d done: %s (%d samples)", self.prefix, record.epoch + 1, self.epochs, shown,
-                 record.samples)
+        log.info(
+            "%sepoch %d/%d done: %s (%d samples)",
+            self.prefix,
+            record.epoch + 1,
+            self.epochs,
+            shown,
+            record.samples,
+        )
         if record.stragglers:
-            log.warning("%sepoch %d: straggler rank(s) %s: median step time above the straggler factor x the ranks' "
-                        "median", self.prefix, record.epoch + 1, list(record.stragglers))
+            log.warning(
+                "%sepoch %d: straggler rank(s) %s: median step time above the straggler factor x the ranks' "
+                "median",
+                self.prefix,
+                record.epoch + 1,
+                list(record.stragglers),
+            )

@@ -38,7 +38,9 @@ PROOF_BYTES = 32
 LABEL = b"sparkml_dist parameter server v1|"
 MAX_HEADER_BYTES = 1 << 20
 HANDSHAKE_TIMEOUT_S = 10.0
-_DTYPES = {str(d).removeprefix("torch."): d for d in (torch.float32, torch.float64, torch.float16, torch.bfloat16)}
+_DTYPES = {
+    str(d).removeprefix("torch."): d for d in (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+}
 _LENGTH = struct.Struct(">I")
 
 Tensors = dict[str, torch.Tensor]
@@ -76,7 +78,9 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytearray:
 
 def send_frame(sock: socket.socket, header: dict, tensors: Tensors | None = None) -> None:
     tensors = {k: t.detach().contiguous().cpu() for k, t in (tensors or {}).items()}
-    header = header | {"tensors": [[k, str(t.dtype).removeprefix("torch."), list(t.shape)] for k, t in tensors.items()]}
+    header = header | {
+        "tensors": [[k, str(t.dtype).removeprefix("torch."), list(t.shape)] for k, t in tensors.items()]
+    }
     encoded = json.dumps(header).encode()
     sock.sendall(_LENGTH.pack(len(encoded)) + encoded)
     for t in tensors.values():
@@ -128,7 +132,9 @@ class ServerEndpoint:
                     conn.close()
                     return
                 self._open.add(conn)
-            threading.Thread(target=self._serve, args=(conn, peer), name=f"{self._name}-conn", daemon=True).start()
+            threading.Thread(
+                target=self._serve, args=(conn, peer), name=f"{self._name}-conn", daemon=True
+            ).start()
 
     def _serve(self, conn: socket.socket, peer: tuple) -> None:
         try:
@@ -162,8 +168,12 @@ class ServerEndpoint:
             answer = b""
         theirs, proof = bytes(answer[:NONCE_BYTES]), bytes(answer[NONCE_BYTES:])
         if not answer or not hmac.compare_digest(proof, _proof(self._secret, b"client", nonce, theirs)):
-            log.warning("%s refused a connection from %s:%s: it did not prove the job's secret",
-                        self._name, peer[0], peer[1])
+            log.warning(
+                "%s refused a connection from %s:%s: it did not prove the job's secret",
+                self._name,
+                peer[0],
+                peer[1],
+            )
             with self._lock:  # counted after the log line: whoever waits on the count sees the line
                 self.refused += 1
             return False
@@ -195,7 +205,7 @@ class ServerConnection:
     address: tuple[str, int]
 
     @classmethod
-    def open(cls, address: tuple[str, int], secret: bytes, timeout_s: float) -> "ServerConnection":
+    def open(cls, address: tuple[str, int], secret: bytes, timeout_s: float) -> ServerConnection:
         sock = socket.create_connection(address, timeout=HANDSHAKE_TIMEOUT_S)
         try:
             nonce = bytes(_recv_exactly(sock, NONCE_BYTES))
@@ -203,10 +213,14 @@ class ServerConnection:
             sock.sendall(mine + _proof(secret, b"client", nonce, mine))
             answer = bytes(_recv_exactly(sock, PROOF_BYTES))
             if not hmac.compare_digest(answer, _proof(secret, b"server", mine, nonce)):
-                raise WireError(f"the parameter server at {address[0]}:{address[1]} did not prove the job's secret")
+                raise WireError(
+                    f"the parameter server at {address[0]}:{address[1]} did not prove the job's secret"
+                )
         except (OSError, WireError) as exc:
             sock.close()
-            raise WireError(f"could not join the parameter server at {address[0]}:{address[1]}: {exc}") from exc
+            raise WireError(
+                f"could not join the parameter server at {address[0]}:{address[1]}: {exc}"
+            ) from exc
         sock.settimeout(timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return cls(sock, address)

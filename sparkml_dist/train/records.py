@@ -9,12 +9,14 @@ evaluation says which rows it used (`val`: the validation split; `test`: the tes
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.observe.system import SystemSample
 from sparkml_dist.tasks.base import Evaluation, Target
+
 
 @dataclass(frozen=True)
 class RankThroughput:
@@ -59,8 +61,12 @@ class EpochRecord:
 
     def metrics(self) -> dict[str, float]:
         """The record as MLflow metrics (logged at step `epoch`)."""
-        out = {"train_loss": self.train_loss, "samples": float(self.samples), "samples_per_s": self.samples_per_s,
-               "stragglers": float(len(self.stragglers))}
+        out = {
+            "train_loss": self.train_loss,
+            "samples": float(self.samples),
+            "samples_per_s": self.samples_per_s,
+            "stragglers": float(len(self.stragglers)),
+        }
         if self.evaluation is not None:
             out.update(self.evaluation.metrics())
         for r in self.per_rank:
@@ -77,12 +83,20 @@ class EpochRecord:
         return asdict(self) | {"counters": dict(self.counters), "system": []}  # samples are logged, not kept
 
     @staticmethod
-    def from_json(raw: Mapping[str, Any]) -> "EpochRecord":
+    def from_json(raw: Mapping[str, Any]) -> EpochRecord:
         evaluation = Evaluation(**raw["evaluation"]) if raw.get("evaluation") else None
-        return EpochRecord(int(raw["epoch"]), float(raw["train_loss"]), int(raw["samples"]),
-                           float(raw["samples_per_s"]), evaluation, tuple(raw.get("stragglers", ())),
-                           tuple(RankThroughput(**r) for r in raw.get("per_rank", ())),
-                           dict(raw.get("counters", {})), (), raw.get("energy_method", ""))
+        return EpochRecord(
+            int(raw["epoch"]),
+            float(raw["train_loss"]),
+            int(raw["samples"]),
+            float(raw["samples_per_s"]),
+            evaluation,
+            tuple(raw.get("stragglers", ())),
+            tuple(RankThroughput(**r) for r in raw.get("per_rank", ())),
+            dict(raw.get("counters", {})),
+            (),
+            raw.get("energy_method", ""),
+        )
 
 
 @dataclass(frozen=True)
@@ -102,7 +116,10 @@ class RankStats:
     def metrics(self) -> dict[str, float]:
         out = {f"param_bytes_rank{self.rank}": float(self.param_bytes)}
         if self.role == "worker":  # an asynchronous worker: its own pace, never in an epoch record
-            out |= {f"samples_per_s_rank{self.rank}": self.samples_per_s, f"steps_rank{self.rank}": float(self.steps)}
+            out |= {
+                f"samples_per_s_rank{self.rank}": self.samples_per_s,
+                f"steps_rank{self.rank}": float(self.steps),
+            }
         return out
 
 

@@ -52,14 +52,18 @@ class SharedMemoryAllreduce:
         self.world_size = world_size
         self.slot_bytes = slot_bytes
         self._peers = peers  # the other ranks' pids, or [] where this process cannot see them
-        self.timeout_s = _process_group_timeout_s()  # a rank that never arrives fails as a gloo collective would
+        self.timeout_s = (
+            _process_group_timeout_s()
+        )  # a rank that never arrives fails as a gloo collective would
         self._flags = torch.frombuffer(segment, dtype=torch.int64, count=world_size, offset=_FLAGS_AT)
         self._generation = 0
         self._views: dict[tuple, torch.Tensor] = {}
         self.clock = None  # a CommClock (observe.steps) that times each bucket's exposed wait
 
     @classmethod
-    def connect(cls, parameters: list[torch.Tensor], rank: int, world_size: int) -> SharedMemoryAllreduce | None:
+    def connect(
+        cls, parameters: list[torch.Tensor], rank: int, world_size: int
+    ) -> SharedMemoryAllreduce | None:
         """Every rank calls this at once (it runs collectives); None on every rank unless all share a segment."""
         if _FLAGS_AT + 8 * world_size > _HEADER:  # more ranks than flags (the same answer on every rank)
             return None
@@ -93,9 +97,13 @@ class SharedMemoryAllreduce:
             buffer.div_(self.world_size)
             dist.all_reduce(buffer)
             return _done(buffer)
-        region = self._generation % 2  # two regions: a rank may write the next bucket while a peer reads this one
+        region = (
+            self._generation % 2
+        )  # two regions: a rank may write the next bucket while a peer reads this one
         slots = [self._slot(region, r, buffer) for r in range(self.world_size)]
-        torch.div(buffer, self.world_size, out=slots[self.rank])  # divided on the way in, as DDP's own hook does
+        torch.div(
+            buffer, self.world_size, out=slots[self.rank]
+        )  # divided on the way in, as DDP's own hook does
         self._barrier()
         torch.add(slots[0], slots[1], out=buffer)  # in rank order on every rank: the same bytes everywhere
         for slot in slots[2:]:
@@ -106,7 +114,9 @@ class SharedMemoryAllreduce:
         key = (region, rank, like.dtype, like.numel())
         if key not in self._views:
             offset = _HEADER + (region * self.world_size + rank) * self.slot_bytes
-            self._views[key] = torch.frombuffer(self._segment, dtype=like.dtype, count=like.numel(), offset=offset)
+            self._views[key] = torch.frombuffer(
+                self._segment, dtype=like.dtype, count=like.numel(), offset=offset
+            )
         return self._views[key]
 
     def _barrier(self) -> None:
@@ -131,10 +141,14 @@ class SharedMemoryAllreduce:
         if gone or waited_s > self.timeout_s:
             behind = [r for r in range(self.world_size) if int(self._flags[r]) < self._generation]
             why = f"process {gone[0]} exited" if gone else f"timed out after {waited_s:.0f} s"
-            raise AllreducePeerLost(f"gradient allreduce in shared memory: rank(s) {behind} never arrived ({why})")
+            raise AllreducePeerLost(
+                f"gradient allreduce in shared memory: rank(s) {behind} never arrived ({why})"
+            )
 
 
-def shared_memory_hook(state: SharedMemoryAllreduce, bucket):  # no annotations on the bucket: DDP inspects them
+def shared_memory_hook(
+    state: SharedMemoryAllreduce, bucket
+):  # no annotations on the bucket: DDP inspects them
     """The DDP comm hook: averages `bucket` across the ranks through `state`'s segment."""
     if state.clock is None:
         return state.allreduce(bucket)
@@ -183,8 +197,11 @@ def _create_segment(size: int) -> tuple[str, bytes, mmap.mmap] | None:
     except OSError as e:
         os.close(fd)
         os.unlink(path)
-        log.info("no shared memory segment of %d bytes for DDP (%s): gradients go through the process group",
-                 size, e)
+        log.info(
+            "no shared memory segment of %d bytes for DDP (%s): gradients go through the process group",
+            size,
+            e,
+        )
         return None
     os.close(fd)
     segment[:_TOKEN_BYTES] = token
@@ -211,7 +228,7 @@ def _open_segment(path: str, token: bytes, size: int) -> mmap.mmap | None:
 def _process_group_timeout_s() -> float:
     try:
         return dist.group.WORLD._get_backend(torch.device("cpu")).options._timeout.total_seconds()
-    except Exception:  # noqa: BLE001 - private API; torch's default then
+    except Exception:
         return dist.default_pg_timeout.total_seconds()
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Callable, ContextManager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 from torch import nn
@@ -109,17 +111,20 @@ class Strategy:
         """1.0 on the one rank per data shard whose loss and counts go into the summed metrics."""
         return 1.0
 
-    def wrap(self, model: nn.Module, optimizer_factory: OptimizerFactory) -> tuple[nn.Module, torch.optim.Optimizer]:
+    def wrap(
+        self, model: nn.Module, optimizer_factory: OptimizerFactory
+    ) -> tuple[nn.Module, torch.optim.Optimizer]:
         return model, optimizer_factory(model.parameters())
 
     def broadcast_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """After a resume on rank 0's checkpoint every rank loads the same file: nothing to do."""
 
-    def join(self, model: nn.Module) -> ContextManager:
+    def join(self, model: nn.Module) -> AbstractContextManager:
         return contextlib.nullcontext()
 
-    def train_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module,
-                   accumulate: int) -> torch.Tensor | None:
+    def train_step(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module, accumulate: int
+    ) -> torch.Tensor | None:
         """Forward and backward of one batch; returns the batch's mean loss (a tensor on the
         device, not read here: reading it would wait for the device) where this rank knows it."""
         with self.precision.autocast():
@@ -213,8 +218,14 @@ class DataParallel(Strategy):
     name = "ddp"
     times_comm = True
 
-    def __init__(self, world_size: int, rank: int = 0, shared_memory: bool = True, cuda_graph: str = "off",
-                 batch_size: int = 0):
+    def __init__(
+        self,
+        world_size: int,
+        rank: int = 0,
+        shared_memory: bool = True,
+        cuda_graph: str = "off",
+        batch_size: int = 0,
+    ):
         super().__init__(world_size, rank)
         self.shared_memory = shared_memory
         self.gradient_path = "none" if world_size == 1 else "process group"  # how gradients were averaged
@@ -222,7 +233,9 @@ class DataParallel(Strategy):
         self.batch_size = batch_size
         self.graph = None  # a train.graphed.GraphedStep once wrap() captured the step
 
-    def wrap(self, model: nn.Module, optimizer_factory: OptimizerFactory) -> tuple[nn.Module, torch.optim.Optimizer]:
+    def wrap(
+        self, model: nn.Module, optimizer_factory: OptimizerFactory
+    ) -> tuple[nn.Module, torch.optim.Optimizer]:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         from sparkml_dist.train.shm_allreduce import shared_memory_hook
@@ -244,11 +257,17 @@ class DataParallel(Strategy):
         parameters of one dtype)."""
         params = [p for p in model.parameters() if p.requires_grad]
         device = params[0].device if params else CPU
-        possible = (device.type == "cuda" and self.precision.scaler is None and self.expand is not None
-                    and len({p.dtype for p in params}) == 1)
+        possible = (
+            device.type == "cuda"
+            and self.precision.scaler is None
+            and self.expand is not None
+            and len({p.dtype for p in params}) == 1
+        )
         if self.cuda_graph == "on" and not possible:
-            raise ConfigError(f"rank {self.rank}: train.cuda_graph=on needs a GPU (this rank trains on {device}), "
-                               f"fp32 or bf16, and parameters of one dtype; set train.cuda_graph=auto or off")
+            raise ConfigError(
+                f"rank {self.rank}: train.cuda_graph=on needs a GPU (this rank trains on {device}), "
+                f"fp32 or bf16, and parameters of one dtype; set train.cuda_graph=auto or off"
+            )
         # several ranks' graphs (two graphs around an eager allreduce) have not yet run on several
         # GPUs (docs/gpu.md): `auto` keeps DDP there, `on` asks for them
         return possible and (self.cuda_graph == "on" or (self.cuda_graph == "auto" and self.world_size == 1))
@@ -265,8 +284,17 @@ class DataParallel(Strategy):
             self.gradient_path = "flat allreduce between CUDA graphs"
         optimizer = optimizer_factory(model.parameters(), fused=True, capturable=True)
         self.precision.cache_casts = False
-        self.graph = GraphedStep(model, optimizer, self.world_size, self.batch_size, self.expand.compact_width,
-                                 self.precision, self.expand, required=self.cuda_graph == "on", clock=self.comm_clock)
+        self.graph = GraphedStep(
+            model,
+            optimizer,
+            self.world_size,
+            self.batch_size,
+            self.expand.compact_width,
+            self.precision,
+            self.expand,
+            required=self.cuda_graph == "on",
+            clock=self.comm_clock,
+        )
         return model, optimizer
 
     @property
@@ -278,8 +306,9 @@ class DataParallel(Strategy):
         # graphed ranks each issue one allreduce per step: every rank must take every step
         return self.graph is not None and self.world_size > 1
 
-    def train_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module,
-                   accumulate: int) -> torch.Tensor | None:
+    def train_step(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module, accumulate: int
+    ) -> torch.Tensor | None:
         if self.graph is not None:
             return self.graph.train_step(x, y, loss_fn)
         return super().train_step(model, x, y, loss_fn, accumulate)
@@ -306,7 +335,9 @@ class DataParallel(Strategy):
 
         if not (self.shared_memory and shm_allreduce.usable(model)):
             return None
-        state = shm_allreduce.SharedMemoryAllreduce.connect(list(model.parameters()), self.rank, self.world_size)
+        state = shm_allreduce.SharedMemoryAllreduce.connect(
+            list(model.parameters()), self.rank, self.world_size
+        )
         if state is None:
             return None
         state.clock = self.comm_clock
@@ -315,7 +346,7 @@ class DataParallel(Strategy):
             log.info("DDP averages gradients through shared memory (%d ranks on one host)", self.world_size)
         return state
 
-    def join(self, model: nn.Module) -> ContextManager:
+    def join(self, model: nn.Module) -> AbstractContextManager:
         # ranks with one batch fewer shadow the others' allreduces; only where shards differ,
         # since DDP's join costs an allreduce of its own every step (about 7% of a compute-bound step here)
         if self.world_size > 1 and self.uneven_shards and self.graph is None:

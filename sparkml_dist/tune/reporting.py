@@ -9,8 +9,8 @@ import logging
 import math
 from dataclasses import dataclass
 
-from sparkml_dist.train.records import EpochRecord
 from sparkml_dist.tracking.client import EpochLogger
+from sparkml_dist.train.records import EpochRecord
 from sparkml_dist.tune.study import StudyRef
 
 log = logging.getLogger(__name__)
@@ -29,10 +29,10 @@ class TrialSink:
         self.logger(record)
         return self.open_trial().report(record)
 
-    def open(self) -> "OpenTrialSink":
+    def open(self) -> OpenTrialSink:
         return OpenTrialSink(self.logger.open(), self.open_trial())
 
-    def open_trial(self) -> "TrialReporter":
+    def open_trial(self) -> TrialReporter:
         import optuna
 
         return TrialReporter(optuna.trial.Trial(self.study.load(), self.trial_id), self.metric)
@@ -50,7 +50,13 @@ class TrialReporter:
         self.trial.report(value, record.epoch)
         pruned = bool(self.trial.should_prune())  # Optuna answers a numpy bool
         if pruned:
-            log.info("trial %d pruned after epoch %d (%s %.4f)", self.trial.number, record.epoch + 1, self.metric, value)
+            log.info(
+                "trial %d pruned after epoch %d (%s %.4f)",
+                self.trial.number,
+                record.epoch + 1,
+                self.metric,
+                value,
+            )
         return pruned
 
 

@@ -14,8 +14,9 @@ import logging
 import threading
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
 
@@ -50,7 +51,7 @@ class TuneResult:
     best_params: dict[str, Any]
     model_uri: str
     test_metrics: dict[str, float]
-    decision: "RegistryDecision"
+    decision: RegistryDecision
     plots: list[str] = field(default_factory=list)
 
 
@@ -60,8 +61,10 @@ def run_tune(spark: SparkSession, cfg: JobConfig) -> TuneResult:
 
     tune = cfg.tune
     if not tune.space:
-        raise ConfigError("tune.space is empty: give at least one key to search, e.g. "
-                          "tune.space: {train.learning_rate: {loguniform: [1.0e-4, 1.0e-2]}}")
+        raise ConfigError(
+            "tune.space is empty: give at least one key to search, e.g. "
+            "tune.space: {train.learning_rate: {loguniform: [1.0e-4, 1.0e-2]}}"
+        )
     _check_slots(spark, cfg)
     prep = preprocess(spark, cfg)
     ref, metric = study_ref(cfg, get_task(prep.manifest.target_spec.task))
@@ -80,19 +83,37 @@ def _check_slots(spark: SparkSession, cfg: JobConfig) -> None:
     wanted = cfg.tune.parallel_trials * cfg.tune.ranks_per_trial
     slots = task_slots(spark, wanted=wanted)
     if wanted > slots:
-        raise SlotError(slots, wanted, f" tune.parallel_trials={cfg.tune.parallel_trials} x tune.ranks_per_trial="
-                                       f"{cfg.tune.ranks_per_trial} ranks run at once: lower either")
+        raise SlotError(
+            slots,
+            wanted,
+            f" tune.parallel_trials={cfg.tune.parallel_trials} x tune.ranks_per_trial="
+            f"{cfg.tune.ranks_per_trial} ranks run at once: lower either",
+        )
 
 
-def _optimize(spark, cfg: JobConfig, prep: "PreprocessResult", parent: RunHandle, study: "optuna.Study",
-              ref: StudyRef, metric: str) -> None:
+def _optimize(
+    spark,
+    cfg: JobConfig,
+    prep: PreprocessResult,
+    parent: RunHandle,
+    study: optuna.Study,
+    ref: StudyRef,
+    metric: str,
+) -> None:
     import optuna
 
     tune = cfg.tune
     finished = _count(study, "COMPLETE", "PRUNED")
     missing = max(tune.trials - finished, 0)
-    log.info("tune: study %s (%s) has %d finished trial(s); running %d more, %d at a time, %d rank(s) each",
-             ref.name, ref.storage_url, finished, missing, tune.parallel_trials, tune.ranks_per_trial)
+    log.info(
+        "tune: study %s (%s) has %d finished trial(s); running %d more, %d at a time, %d rank(s) each",
+        ref.name,
+        ref.storage_url,
+        finished,
+        missing,
+        tune.parallel_trials,
+        tune.ranks_per_trial,
+    )
     if missing == 0:
         return
     progress = _Progress(missing, metric, tune.max_failed_trials)
@@ -101,15 +122,30 @@ def _optimize(spark, cfg: JobConfig, prep: "PreprocessResult", parent: RunHandle
         return _run_trial(spark, cfg, prep, parent, trial, ref, metric)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our progress lines say it once
-    study.optimize(objective, n_trials=missing, timeout=tune.timeout_s, n_jobs=tune.parallel_trials,
-                   catch=(Exception,), callbacks=[progress])
+    study.optimize(
+        objective,
+        n_trials=missing,
+        timeout=tune.timeout_s,
+        n_jobs=tune.parallel_trials,
+        catch=(Exception,),
+        callbacks=[progress],
+    )
     if progress.failed > tune.max_failed_trials:
-        raise SparkMLDistError(f"tune: {progress.failed} trials failed (tune.max_failed_trials={tune.max_failed_trials}); "
-                               f"the last: {progress.last_error}")
+        raise SparkMLDistError(
+            f"tune: {progress.failed} trials failed (tune.max_failed_trials={tune.max_failed_trials}); "
+            f"the last: {progress.last_error}"
+        )
 
 
-def _run_trial(spark, cfg: JobConfig, prep: "PreprocessResult", parent: RunHandle, trial: "optuna.Trial",
-               ref: StudyRef, metric: str) -> float:
+def _run_trial(
+    spark,
+    cfg: JobConfig,
+    prep: PreprocessResult,
+    parent: RunHandle,
+    trial: optuna.Trial,
+    ref: StudyRef,
+    metric: str,
+) -> float:
     import optuna
 
     from sparkml_dist.stages.train import train
@@ -117,9 +153,17 @@ def _run_trial(spark, cfg: JobConfig, prep: "PreprocessResult", parent: RunHandl
     values = suggest(trial, cfg.tune.space)
     root = storage.join(OutputPaths.of(cfg).root, "tune", "trials", str(trial.number))
     trial_cfg = trial_config(cfg, values, cfg.tune.ranks_per_trial, root)
-    run = start_run(cfg.tracking, f"trial-{trial.number}", trial_cfg.flat_params(),
-                    tags={"mlflow.parentRunId": parent.run_id, "sparkml_dist.stage": "tune-trial",
-                          "tune.trial": str(trial.number), "tune.study": ref.name})
+    run = start_run(
+        cfg.tracking,
+        f"trial-{trial.number}",
+        trial_cfg.flat_params(),
+        tags={
+            "mlflow.parentRunId": parent.run_id,
+            "sparkml_dist.stage": "tune-trial",
+            "tune.trial": str(trial.number),
+            "tune.study": ref.name,
+        },
+    )
     trial.set_user_attr("run_id", run.run_id)
     # the trial's Spark jobs under one group in the UI (job groups are per thread)
     spark.sparkContext.setJobGroup(f"tune-trial-{trial.number}", f"tune trial {trial.number}: {values}")
@@ -139,7 +183,9 @@ def _run_trial(spark, cfg: JobConfig, prep: "PreprocessResult", parent: RunHandl
         raise SparkMLDistError(f"trial {trial.number}: its epochs report no {metric}")
     trial.set_user_attr("epochs", len(result.records))
     if len(result.records) < trial_cfg.train.epochs:
-        _close(run, "pruned", ok=True, reason=f"after epoch {len(result.records)} of {trial_cfg.train.epochs}")
+        _close(
+            run, "pruned", ok=True, reason=f"after epoch {len(result.records)} of {trial_cfg.train.epochs}"
+        )
         raise optuna.TrialPruned(f"pruned after epoch {len(result.records)}")
     _close(run, "complete", ok=True)
     return value
@@ -162,7 +208,7 @@ class _Progress:
         self.started = time.monotonic()
         self._lock = threading.Lock()
 
-    def __call__(self, study: "optuna.Study", trial: "optuna.trial.FrozenTrial") -> None:
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         with self._lock:
             self.done += 1
             state = trial.state.name.lower()
@@ -171,28 +217,47 @@ class _Progress:
                 self.last_error = trial.user_attrs.get("error", "")
                 if self.failed > self.max_failed:
                     study.stop()
-            value = f"{self.metric} {trial.value:.4f}" if trial.value is not None else trial.user_attrs.get("error", "")[:200]
+            value = (
+                f"{self.metric} {trial.value:.4f}"
+                if trial.value is not None
+                else trial.user_attrs.get("error", "")[:200]
+            )
             best = _best(study)
             left = self.planned - self.done
             per_trial = (time.monotonic() - self.started) / self.done
             eta = per_trial * left
-            log.info("tune: trial %d %s (%s); %d/%d done, best %s; about %.0f s left", trial.number, state, value,
-                     self.done, self.planned, f"{best.value:.4f} (trial {best.number})" if best else "none yet", eta)
+            log.info(
+                "tune: trial %d %s (%s); %d/%d done, best %s; about %.0f s left",
+                trial.number,
+                state,
+                value,
+                self.done,
+                self.planned,
+                f"{best.value:.4f} (trial {best.number})" if best else "none yet",
+                eta,
+            )
 
 
-def _best(study: "optuna.Study") -> "optuna.trial.FrozenTrial | None":
+def _best(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
     try:
         return study.best_trial
     except ValueError:  # no complete trial yet
         return None
 
 
-def _count(study: "optuna.Study", *states: str) -> int:
+def _count(study: optuna.Study, *states: str) -> int:
     return sum(1 for t in study.get_trials(deepcopy=False) if t.state.name in states)
 
 
-def _finish(spark, cfg: JobConfig, parent: RunHandle, study: "optuna.Study", ref: StudyRef, metric: str,
-            schema: Mapping[str, str]) -> TuneResult:
+def _finish(
+    spark,
+    cfg: JobConfig,
+    parent: RunHandle,
+    study: optuna.Study,
+    ref: StudyRef,
+    metric: str,
+    schema: Mapping[str, str],
+) -> TuneResult:
     """The best trial's model evaluated on the test rows (read with the training rows' types,
     `schema`) and registered through the gate."""
     from sparkml_dist.data.ingest import ingest
@@ -208,22 +273,40 @@ def _finish(spark, cfg: JobConfig, parent: RunHandle, study: "optuna.Study", ref
     model_uri = best.user_attrs["model_uri"]
     log_params(parent, {f"best.{k}": str(v) for k, v in best.params.items()})
     client = parent.client()
-    for key, value in (("tune.best_trial", best.number), ("tune.best_run", best.user_attrs.get("run_id", "")),
-                       ("tune.best_model", model_uri)):
+    for key, value in (
+        ("tune.best_trial", best.number),
+        ("tune.best_run", best.user_attrs.get("run_id", "")),
+        ("tune.best_model", model_uri),
+    ):
         client.set_tag(parent.run_id, key, str(value))
     client.log_metric(parent.run_id, f"best_{metric}", float(best.value))
     plots = _log_plots(cfg, parent, study)
-    with ingest(spark, cfg.data.test_path, with_types_of(cfg.data, schema), key="data.test_path") as test_input:
+    with ingest(
+        spark, cfg.data.test_path, with_types_of(cfg.data, schema), key="data.test_path"
+    ) as test_input:
         report = evaluate(spark, cfg, model_uri, parent.tracking_uri, test_input.accepted)
         log_report(parent, report, cfg)
         decision = register(spark, cfg, parent, model_uri, report, test_input.accepted)
     _close_interrupted(study, parent.tracking_uri)
     states = {s: _count(study, s) for s in ("COMPLETE", "PRUNED", "FAIL")}
-    return TuneResult(ref.name, ref.storage_url, parent.run_id, metric, ref.direction, states, best.number,
-                      float(best.value), dict(best.params), model_uri, report.metrics, decision, plots)
+    return TuneResult(
+        ref.name,
+        ref.storage_url,
+        parent.run_id,
+        metric,
+        ref.direction,
+        states,
+        best.number,
+        float(best.value),
+        dict(best.params),
+        model_uri,
+        report.metrics,
+        decision,
+        plots,
+    )
 
 
-def _close_interrupted(study: "optuna.Study", tracking_uri: str) -> None:
+def _close_interrupted(study: optuna.Study, tracking_uri: str) -> None:
     """Trials of a tune job that was killed: Optuna failed them once their heartbeat stopped; their
     MLflow runs, left RUNNING by the dead driver, end KILLED and say so."""
     import optuna
@@ -243,7 +326,7 @@ def _close_interrupted(study: "optuna.Study", tracking_uri: str) -> None:
             client.set_terminated(run_id, status="KILLED")
 
 
-def _log_plots(cfg: JobConfig, parent: RunHandle, study: "optuna.Study") -> list[str]:
+def _log_plots(cfg: JobConfig, parent: RunHandle, study: optuna.Study) -> list[str]:
     """Optuna's optimisation history and parameter importances, as PNGs on the tune run."""
     import matplotlib
     import optuna
@@ -254,9 +337,11 @@ def _log_plots(cfg: JobConfig, parent: RunHandle, study: "optuna.Study") -> list
 
     out = storage.local_path(storage.join(OutputPaths.of(cfg).plots, "tune"))
     written = []
-    for name, draw in (("optimization_history.png", ovm.plot_optimization_history),
-                       ("intermediate_values.png", ovm.plot_intermediate_values),  # where pruned trials stopped
-                       ("param_importances.png", ovm.plot_param_importances)):
+    for name, draw in (
+        ("optimization_history.png", ovm.plot_optimization_history),
+        ("intermediate_values.png", ovm.plot_intermediate_values),  # where pruned trials stopped
+        ("param_importances.png", ovm.plot_param_importances),
+    ):
         try:
             with warnings.catch_warnings():  # Optuna marks its matplotlib plots experimental
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -276,18 +361,25 @@ def _log_plots(cfg: JobConfig, parent: RunHandle, study: "optuna.Study") -> list
 
 
 def result_lines(result: TuneResult) -> str:
-    params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in result.best_params.items())
-    tests = ", ".join(f"{k} {v:.4f}" for k, v in sorted(result.test_metrics.items())
-                      if isinstance(v, float) and k not in ("rows", "unknown_label_rows"))
-    return "\n".join([
-        "=== sparkml_dist tune summary ===",
-        f"study          : {result.study_name} ({result.storage})",
-        f"trials         : {result.states['COMPLETE']} complete, {result.states['PRUNED']} pruned, "
-        f"{result.states['FAIL']} failed",
-        f"best trial     : {result.best_trial}: {result.metric} {result.best_value:.4f} ({result.direction}) with {params}",
-        f"test metrics   : {tests}",
-        f"registry       : {result.decision.name} version {result.decision.version} -> alias "
-        f"'{result.decision.alias}' ({result.decision.reason})",
-        f"MLflow run     : {result.run_id} (one nested run per trial)",
-        f"plots          : {', '.join(result.plots) or 'none'}",
-    ])
+    params = ", ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in result.best_params.items()
+    )
+    tests = ", ".join(
+        f"{k} {v:.4f}"
+        for k, v in sorted(result.test_metrics.items())
+        if isinstance(v, float) and k not in ("rows", "unknown_label_rows")
+    )
+    return "\n".join(
+        [
+            "=== sparkml_dist tune summary ===",
+            f"study          : {result.study_name} ({result.storage})",
+            f"trials         : {result.states['COMPLETE']} complete, {result.states['PRUNED']} pruned, "
+            f"{result.states['FAIL']} failed",
+            f"best trial     : {result.best_trial}: {result.metric} {result.best_value:.4f} ({result.direction}) with {params}",
+            f"test metrics   : {tests}",
+            f"registry       : {result.decision.name} version {result.decision.version} -> alias "
+            f"'{result.decision.alias}' ({result.decision.reason})",
+            f"MLflow run     : {result.run_id} (one nested run per trial)",
+            f"plots          : {', '.join(result.plots) or 'none'}",
+        ]
+    )

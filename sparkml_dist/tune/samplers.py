@@ -22,8 +22,13 @@ class TrialSeededRandomSampler(optuna.samplers.RandomSampler):
         super().__init__(seed=seed)
         self._base_seed = seed
 
-    def sample_independent(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, param_name: str,
-                           param_distribution: optuna.distributions.BaseDistribution) -> Any:
+    def sample_independent(
+        self,
+        study: optuna.Study,
+        trial: optuna.trial.FrozenTrial,
+        param_name: str,
+        param_distribution: optuna.distributions.BaseDistribution,
+    ) -> Any:
         rng = np.random.RandomState(zlib.crc32(f"{self._base_seed}|{trial.number}|{param_name}".encode()))
         transform = _SearchSpaceTransform({param_name: param_distribution})
         drawn = rng.uniform(transform.bounds[:, 0], transform.bounds[:, 1])

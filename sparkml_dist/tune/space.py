@@ -14,12 +14,12 @@ if TYPE_CHECKING:
     import optuna
 
 
-def suggest(trial: "optuna.Trial", space: dict[str, ParamSpace]) -> dict[str, Any]:
+def suggest(trial: optuna.Trial, space: dict[str, ParamSpace]) -> dict[str, Any]:
     """One value per key, named by the key (so Optuna's plots and MLflow's params read the same)."""
     return {key: _suggest_one(trial, key, param) for key, param in space.items()}
 
 
-def _suggest_one(trial: "optuna.Trial", key: str, param: ParamSpace) -> Any:
+def _suggest_one(trial: optuna.Trial, key: str, param: ParamSpace) -> Any:
     if param.loguniform is not None:
         return trial.suggest_float(key, *param.loguniform, log=True)
     if param.uniform is not None:

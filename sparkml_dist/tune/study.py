@@ -29,8 +29,11 @@ class StudyRef:
     def load(self):
         import optuna
 
-        return optuna.load_study(study_name=self.name, storage=open_storage(self.storage_url),
-                                 pruner=make_pruner(self.pruner, self.pruner_startup_trials))
+        return optuna.load_study(
+            study_name=self.name,
+            storage=open_storage(self.storage_url),
+            pruner=make_pruner(self.pruner, self.pruner_startup_trials),
+        )
 
 
 def study_ref(cfg: JobConfig, task: Task) -> tuple[StudyRef, str]:
@@ -43,10 +46,16 @@ def study_ref(cfg: JobConfig, task: Task) -> tuple[StudyRef, str]:
         direction = "maximize" if task.metrics[metric] == "higher" else "minimize"
     else:
         known = ", ".join(repr(m) for m in (task.held_out_metric, *task.held_out_extra, "loss"))
-        raise ConfigError(f"tune.metric {metric!r}: each epoch validates the {task.name} model on {known}; "
-                          f"use one of those")
-    return StudyRef(storage_url(cfg), tune.study_name or f"tune-{cfg.tracking.registered_model}", direction,
-                    tune.pruner, tune.pruner_startup_trials), f"val_{metric}"
+        raise ConfigError(
+            f"tune.metric {metric!r}: each epoch validates the {task.name} model on {known}; use one of those"
+        )
+    return StudyRef(
+        storage_url(cfg),
+        tune.study_name or f"tune-{cfg.tracking.registered_model}",
+        direction,
+        tune.pruner,
+        tune.pruner_startup_trials,
+    ), f"val_{metric}"
 
 
 def storage_url(cfg: JobConfig) -> str:
@@ -54,8 +63,10 @@ def storage_url(cfg: JobConfig) -> str:
         return cfg.tune.storage
     local = storage.local_path(cfg.output.root)
     if local is None:
-        raise ConfigError(f"tune.storage: output.root {cfg.output.root} is not a local path; give the study a "
-                          f"database URL (e.g. postgresql://... or sqlite:////shared/path/study.db)")
+        raise ConfigError(
+            f"tune.storage: output.root {cfg.output.root} is not a local path; give the study a "
+            f"database URL (e.g. postgresql://... or sqlite:////shared/path/study.db)"
+        )
     path = os.path.abspath(os.path.join(local, "tune", "study.db"))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     return f"sqlite:///{path}"
@@ -68,8 +79,9 @@ def open_storage(url: str):
     engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     with warnings.catch_warnings():  # Optuna marks heartbeats experimental
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine, heartbeat_interval=HEARTBEAT_S,
-                                          grace_period=GRACE_S)
+        return optuna.storages.RDBStorage(
+            url, engine_kwargs=engine, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S
+        )
 
 
 def make_pruner(kind: str, startup_trials: int):
@@ -94,6 +106,11 @@ def create_study(ref: StudyRef, tune: TuneConfig):
     """Create the study, or load it to go on where an earlier tune job of the same config stopped."""
     import optuna
 
-    return optuna.create_study(study_name=ref.name, storage=open_storage(ref.storage_url), direction=ref.direction,
-                               sampler=make_sampler(tune), pruner=make_pruner(ref.pruner, ref.pruner_startup_trials),
-                               load_if_exists=True)
+    return optuna.create_study(
+        study_name=ref.name,
+        storage=open_storage(ref.storage_url),
+        direction=ref.direction,
+        sampler=make_sampler(tune),
+        pruner=make_pruner(ref.pruner, ref.pruner_startup_trials),
+        load_if_exists=True,
+    )

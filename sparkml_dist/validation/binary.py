@@ -15,8 +15,9 @@ from sparkml_dist.validation.common import plot_module, weight_of
 _EPS = 1e-7
 
 
-def binary_report(scored: DataFrame, target: Target, label: str = "label", weight: str | None = None,
-                  roc_bins: int = 2000) -> TaskReport:
+def binary_report(
+    scored: DataFrame, target: Target, label: str = "label", weight: str | None = None, roc_bins: int = 2000
+) -> TaskReport:
     y, p, yhat = F.col(label).cast("double"), F.col(PROBABILITY), F.col(PREDICTION).cast("double")
     w = weight_of(weight)
     clipped = F.least(F.greatest(p, F.lit(_EPS)), F.lit(1 - _EPS))
@@ -45,18 +46,23 @@ def binary_report(scored: DataFrame, target: Target, label: str = "label", weigh
     }
     confusion = [[_whole(tn), _whole(fp)], [_whole(fn), _whole(tp)]]
     names = target.classes or ("negative", "positive")
-    return TaskReport(metrics, plots=[
-        ("roc.png", lambda path: plot_module().roc(fpr, tpr, auc, path)),
-        ("confusion_matrix.png", lambda path: plot_module().confusion(confusion, tuple(names), path)),
-    ])
+    return TaskReport(
+        metrics,
+        plots=[
+            ("roc.png", lambda path: plot_module().roc(fpr, tpr, auc, path)),
+            ("confusion_matrix.png", lambda path: plot_module().confusion(confusion, tuple(names), path)),
+        ],
+    )
 
 
 def roc_curve(scored: DataFrame, label: str, w, bins: int) -> tuple[list[float], list[float], float]:
     """ROC from a (weighted) probability histogram, positives/negatives per bin; AUC by trapezoids."""
     bucket = F.least(F.floor(F.col(PROBABILITY) * bins), F.lit(bins - 1)).cast("int")
-    rows = scored.groupBy(bucket.alias("b")).agg(
-        F.sum(w * F.col(label).cast("double")).alias("pos"), F.sum(w).alias("n")
-    ).collect()
+    rows = (
+        scored.groupBy(bucket.alias("b"))
+        .agg(F.sum(w * F.col(label).cast("double")).alias("pos"), F.sum(w).alias("n"))
+        .collect()
+    )
     pos = np.zeros(bins)
     neg = np.zeros(bins)
     for r in rows:
@@ -65,15 +71,20 @@ def roc_curve(scored: DataFrame, label: str, w, bins: int) -> tuple[list[float],
     return roc_from_bins(pos, neg)
 
 
-def best_f1_threshold(scored: DataFrame, label: str, weight: str | None, bins: int = 1000) -> tuple[float, float]:
+def best_f1_threshold(
+    scored: DataFrame, label: str, weight: str | None, bins: int = 1000
+) -> tuple[float, float]:
     """The probability threshold with the highest F1 on `scored` (a histogram of `bins` cut points,
     aggregated in Spark), and that F1. Where a run of cut points ties for the best F1 (no rows
     between them: classes that the validation rows separate), the middle one of the run: the
     first would sit on the highest negative's probability, with no margin for unseen rows."""
     w = weight_of(weight)
     bucket = F.least(F.floor(F.col(PROBABILITY) * bins), F.lit(bins - 1)).cast("int")
-    rows = scored.groupBy(bucket.alias("b")).agg(
-        F.sum(w * F.col(label).cast("double")).alias("pos"), F.sum(w).alias("n")).collect()
+    rows = (
+        scored.groupBy(bucket.alias("b"))
+        .agg(F.sum(w * F.col(label).cast("double")).alias("pos"), F.sum(w).alias("n"))
+        .collect()
+    )
     pos, total = np.zeros(bins), np.zeros(bins)
     for r in rows:
         pos[r["b"]], total[r["b"]] = r["pos"], r["n"]
@@ -91,4 +102,4 @@ def best_f1_threshold(scored: DataFrame, label: str, weight: str | None, bins: i
 
 
 def _whole(x: float) -> float:
-    return int(round(x)) if abs(x - round(x)) < 1e-9 else round(x, 3)
+    return int(round(x)) if abs(x - round(x)) < 1e-9 else round(x, 3)  # noqa: RUF046 -- numpy scalars

@@ -16,11 +16,17 @@ _EPS = 1e-7
 PLOTTED_CLASSES = 40  # a confusion matrix with more classes is a table, not a picture
 
 
-def multiclass_report(scored: DataFrame, target: Target, label: str = "label", weight: str | None = None) -> TaskReport:
+def multiclass_report(
+    scored: DataFrame, target: Target, label: str = "label", weight: str | None = None
+) -> TaskReport:
     k = len(target.classes)
     w = weight_of(weight)
     y = F.col(label).cast("int")
-    cells = scored.groupBy(y.alias("y"), F.col(PREDICTION).alias("p")).agg(F.sum(w).alias("w"), F.count(F.lit(1)).alias("n")).collect()
+    cells = (
+        scored.groupBy(y.alias("y"), F.col(PREDICTION).alias("p"))
+        .agg(F.sum(w).alias("w"), F.count(F.lit(1)).alias("n"))
+        .collect()
+    )
     matrix = np.zeros((k, k))
     rows = 0
     for c in cells:
@@ -39,7 +45,10 @@ def multiclass_report(scored: DataFrame, target: Target, label: str = "label", w
     }
     plots = []
     if k <= PLOTTED_CLASSES:
-        plots.append(("confusion_matrix.png", lambda path: plot_module().confusion(matrix.tolist(), target.classes, path)))
+        plots.append(
+            (
+                "confusion_matrix.png",
+                lambda path: plot_module().confusion(matrix.tolist(), target.classes, path),
+            )
+        )
     return TaskReport(metrics, plots=plots, tables={"per_class.json": per_class})
-
-

@@ -3,7 +3,6 @@ sample of (actual, predicted) pairs for the plots."""
 
 from __future__ import annotations
 
-
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -17,9 +16,12 @@ PLOT_POINTS = 5000
 def regression_report(scored: DataFrame, label: str = "label", weight: str | None = None) -> TaskReport:
     y, p, w = F.col(label).cast("double"), F.col(PREDICTION).cast("double"), weight_of(weight)
     row = scored.agg(
-        F.count(F.lit(1)).alias("n"), F.sum(w).alias("w"),
-        F.sum(w * (y - p) * (y - p)).alias("sse"), F.sum(w * F.abs(y - p)).alias("sae"),
-        F.sum(w * y).alias("sy"), F.sum(w * y * y).alias("syy"),
+        F.count(F.lit(1)).alias("n"),
+        F.sum(w).alias("w"),
+        F.sum(w * (y - p) * (y - p)).alias("sse"),
+        F.sum(w * F.abs(y - p)).alias("sae"),
+        F.sum(w * y).alias("sy"),
+        F.sum(w * y * y).alias("syy"),
     ).first()
     n = int(row["n"] or 0)
     sums = (float(row[k] or 0.0) for k in ("w", "sse", "sae", "sy", "syy"))
@@ -29,7 +31,13 @@ def regression_report(scored: DataFrame, label: str = "label", weight: str | Non
         sample = sample.sample(fraction=min(1.0, 1.5 * PLOT_POINTS / n), seed=0)
     pairs = [(r["y"], r["p"]) for r in sample.limit(PLOT_POINTS).collect()]
     actual, predicted = [a for a, _ in pairs], [b for _, b in pairs]
-    return TaskReport(metrics, plots=[
-        ("predicted_vs_actual.png", lambda path: plot_module().predicted_vs_actual(actual, predicted, metrics["r2"], path)),
-        ("residuals.png", lambda path: plot_module().residuals(actual, predicted, path)),
-    ])
+    return TaskReport(
+        metrics,
+        plots=[
+            (
+                "predicted_vs_actual.png",
+                lambda path: plot_module().predicted_vs_actual(actual, predicted, metrics["r2"], path),
+            ),
+            ("residuals.png", lambda path: plot_module().residuals(actual, predicted, path)),
+        ],
+    )

@@ -17,5 +17,7 @@ def report_gpus(ctx, _):
 if __name__ == "__main__":
     spark = build_session(SparkConfig())
     print(f"MASTER {spark.sparkContext.master}")
-    print("GPU_ASSIGNMENT " + json.dumps(run_barrier(spark, report_gpus, None, 2, TorchBackend(device="cpu"))))
+    print(
+        "GPU_ASSIGNMENT " + json.dumps(run_barrier(spark, report_gpus, None, 2, TorchBackend(device="cpu")))
+    )
     spark.stop()

@@ -39,16 +39,20 @@ def train(learning_rate: float, epochs: int = 10, batch_size: int = 32, seed: in
         generator = torch.Generator().manual_seed(seed * 1000 + epoch)
         order = torch.randperm(len(shard_x), generator=generator)
         for step in range(steps):
-            batch = order[step * batch_size:(step + 1) * batch_size]
+            batch = order[step * batch_size : (step + 1) * batch_size]
             optimizer.zero_grad()
             loss = loss_fn(model(shard_x[batch]).squeeze(-1), shard_y[batch])
             loss.backward()
             optimizer.step()
         print(f"rank {rank} epoch {epoch} loss {loss.item():.4f}", flush=True)
     with torch.no_grad():
-        accuracy = float(((model(torch.from_numpy(x)).squeeze(-1) > 0).float() == torch.from_numpy(y)).float().mean())
-    env = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-                                             "CUDA_VISIBLE_DEVICES")}
+        accuracy = float(
+            ((model(torch.from_numpy(x)).squeeze(-1) > 0).float() == torch.from_numpy(y)).float().mean()
+        )
+    env = {
+        k: os.environ.get(k)
+        for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES")
+    }
     params = [p.detach().clone().numpy() for p in model.module.parameters()]
     dist.destroy_process_group()
     return {"params": params, "accuracy": accuracy, "env": env, "world": world}
@@ -89,7 +93,9 @@ def train_from_dataframe(learning_rate: float, epochs: int = 10, batch_size: int
             steps += 1
     x, y = load_rows()
     with torch.no_grad():
-        accuracy = float(((model(torch.from_numpy(x)).squeeze(-1) > 0).float() == torch.from_numpy(y)).float().mean())
+        accuracy = float(
+            ((model(torch.from_numpy(x)).squeeze(-1) > 0).float() == torch.from_numpy(y)).float().mean()
+        )
     gathered = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, {"steps": steps, "own_rows": loader.num_rows})
     dist.destroy_process_group()

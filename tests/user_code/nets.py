@@ -13,7 +13,8 @@ class ResidualMLP(nn.Module):
         super().__init__()
         self.stem = nn.Linear(dim, width)
         self.blocks = nn.ModuleList(
-            nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width), nn.GELU()) for _ in range(blocks))
+            nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width), nn.GELU()) for _ in range(blocks)
+        )
         self.head = nn.Linear(width, outputs)
         self.outputs = outputs
 
@@ -26,7 +27,9 @@ class ResidualMLP(nn.Module):
 
 
 def residual_mlp(inputs, task, options):
-    return ResidualMLP(inputs.dim, int(options.get("width", 64)), int(options.get("blocks", 2)), task.output_dim)
+    return ResidualMLP(
+        inputs.dim, int(options.get("width", 64)), int(options.get("blocks", 2)), task.output_dim
+    )
 
 
 def wrong_shape(inputs, task, options):

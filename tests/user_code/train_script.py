@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for user_code
 
-from user_code.breast_cancer import train  # noqa: E402
+from user_code.breast_cancer import train
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--learning-rate", type=float, required=True)
@@ -17,5 +17,6 @@ parser.add_argument("--out", required=True)
 args = parser.parse_args()
 result = train(args.learning_rate, epochs=args.epochs)
 if result["env"]["RANK"] == "0":
-    Path(args.out).write_text(json.dumps({"accuracy": result["accuracy"], "world": result["world"],
-                                          "argv": sys.argv[1:]}))
+    Path(args.out).write_text(
+        json.dumps({"accuracy": result["accuracy"], "world": result["world"], "argv": sys.argv[1:]})
+    )

@@ -36,15 +36,28 @@ def _local_dir(directory: str) -> Path:
     system (the same mount on every host)."""
     path = storage.local_path(str(directory))
     if path is None:
-        raise StorageError(f"{directory}: sharded checkpoints (fsdp, tensor, pipeline, hybrid) are written with "
-                           f"torch.distributed.checkpoint to a local or mounted path; set output.root to one "
-                           f"(e.g. a shared mount such as /dbfs/... or an NFS path)")
+        raise StorageError(
+            f"{directory}: sharded checkpoints (fsdp, tensor, pipeline, hybrid) are written with "
+            f"torch.distributed.checkpoint to a local or mounted path; set output.root to one "
+            f"(e.g. a shared mount such as /dbfs/... or an NFS path)"
+        )
     return path
+
+
 _OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 
 
-def save_sharded(directory: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict[str, Any],
-                 epoch: int, step: int, keep: int, rank: int, key: bytes) -> Path:
+def save_sharded(
+    directory: str | Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    meta: dict[str, Any],
+    epoch: int,
+    step: int,
+    keep: int,
+    rank: int,
+    key: bytes,
+) -> Path:
     """Collective: every rank calls it. Returns the checkpoint directory, signed with `key`."""
     directory = _local_dir(directory)
     final = directory / checkpoint_name(epoch, step, sharded=True)
@@ -85,8 +98,13 @@ class _SkipEmptyShards(DefaultLoadPlanner):
         return local.numel() == 0
 
 
-def load_sharded(directory: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer, key: bytes,
-                 data_world: int | None = None) -> dict[str, Any] | None:
+def load_sharded(
+    directory: str | Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    key: bytes,
+    data_world: int | None = None,
+) -> dict[str, Any] | None:
     """Load the newest sharded checkpoint into the (already parallelised) model and optimizer,
     resharding to this run's layout; returns its meta, or None when there is none. A mid-epoch
     checkpoint cut for another number of data shards than `data_world` is passed over for the
@@ -105,5 +123,7 @@ def load_sharded(directory: str | Path, model: nn.Module, optimizer: torch.optim
     model_state, optim_state = get_state_dict(model, optimizer, options=_OPTIONS)
     state = {"model": model_state, "optim": optim_state}
     dcp.load(state, checkpoint_id=str(latest), planner=_SkipEmptyShards())
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=_OPTIONS)
+    set_state_dict(
+        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=_OPTIONS
+    )
     return torch.load(latest / META, map_location="cpu", weights_only=True)

@@ -39,7 +39,11 @@ def shard_fully(model: nn.Module, mesh) -> nn.Module:
     from torch.distributed.fsdp import fully_shard
 
     blocks = getattr(model, "blocks", None)
-    units = list(blocks.values()) if blocks is not None else [m for m in model.modules() if isinstance(m, nn.Linear)]
+    units = (
+        list(blocks.values())
+        if blocks is not None
+        else [m for m in model.modules() if isinstance(m, nn.Linear)]
+    )
     place = even_shard_dim(mesh.size())
     for unit in units:
         fully_shard(unit, mesh=mesh, shard_placement_fn=place)
@@ -54,7 +58,7 @@ def tensor_parallel_plan(model: nn.Module) -> dict:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     plan = {"embed.tokens": RowwiseParallel(input_layouts=Replicate())}
-    for name in model.blocks.keys():
+    for name in model.blocks:
         plan.update({f"blocks.{name}.attn.{p}": ColwiseParallel() for p in ("q", "k", "v")})
         plan[f"blocks.{name}.attn.out"] = RowwiseParallel()
         plan[f"blocks.{name}.mlp.fc1"] = ColwiseParallel()
@@ -87,7 +91,9 @@ class FullyShardedDataParallel(MeshStrategy):
 
     name = "fsdp"
 
-    def wrap(self, model: nn.Module, optimizer_factory: OptimizerFactory) -> tuple[nn.Module, torch.optim.Optimizer]:
+    def wrap(
+        self, model: nn.Module, optimizer_factory: OptimizerFactory
+    ) -> tuple[nn.Module, torch.optim.Optimizer]:
         from torch.distributed.device_mesh import init_device_mesh
 
         mesh = init_device_mesh(_device_type(model), (self.world_size,))
@@ -104,7 +110,9 @@ class TensorParallel(SharedBatch, MeshStrategy):
     def metric_share(self) -> float:
         return 1.0 if self.rank == 0 else 0.0
 
-    def wrap(self, model: nn.Module, optimizer_factory: OptimizerFactory) -> tuple[nn.Module, torch.optim.Optimizer]:
+    def wrap(
+        self, model: nn.Module, optimizer_factory: OptimizerFactory
+    ) -> tuple[nn.Module, torch.optim.Optimizer]:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor.parallel import parallelize_module
 
@@ -135,7 +143,9 @@ class HybridParallel(MeshStrategy):
     def metric_share(self) -> float:
         return 1.0 if self.rank % self.tp == 0 else 0.0
 
-    def wrap(self, model: nn.Module, optimizer_factory: OptimizerFactory) -> tuple[nn.Module, torch.optim.Optimizer]:
+    def wrap(
+        self, model: nn.Module, optimizer_factory: OptimizerFactory
+    ) -> tuple[nn.Module, torch.optim.Optimizer]:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor.parallel import parallelize_module
 

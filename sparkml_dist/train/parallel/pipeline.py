@@ -39,7 +39,9 @@ class PipelineParallel(SharedBatch, Strategy):
     def metric_share(self) -> float:
         return 1.0 if self.is_last else 0.0
 
-    def wrap(self, model: nn.Module, optimizer_factory: OptimizerFactory) -> tuple[nn.Module, torch.optim.Optimizer]:
+    def wrap(
+        self, model: nn.Module, optimizer_factory: OptimizerFactory
+    ) -> tuple[nn.Module, torch.optim.Optimizer]:
         from torch.distributed.pipelining import PipelineStage
 
         self.hidden = (model.embed.token_ids.numel(), model.embed.values.shape[1])
@@ -53,11 +55,14 @@ class PipelineParallel(SharedBatch, Strategy):
             from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
 
             schedule_class = ScheduleGPipe if self.schedule_name == "gpipe" else Schedule1F1B
-            self.schedule = schedule_class(self.stage, n_microbatches=self.microbatches, loss_fn=loss_fn.weighted_sum)
+            self.schedule = schedule_class(
+                self.stage, n_microbatches=self.microbatches, loss_fn=loss_fn.weighted_sum
+            )
         return self.schedule
 
-    def train_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module,
-                   accumulate: int) -> torch.Tensor | None:
+    def train_step(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module, accumulate: int
+    ) -> torch.Tensor | None:
         schedule = self._schedule(loss_fn)
         if self.rank == 0:
             schedule.step(self._pad(x))

@@ -59,7 +59,8 @@ def verify(directory: Path, key: bytes) -> None:
             f"{directory}: not signed by this job's checkpoint key ({'a wrong signature' if found else 'no signature'}); "
             f"it was not written by this job, or was changed since. It is not loaded, since reading a sharded "
             f"checkpoint unpickles its metadata. Move it out of train.checkpoint_dir (or point the job at a fresh "
-            f"one) and re-run")
+            f"one) and re-run"
+        )
 
 
 def _digest(directory: Path, key: bytes) -> str:
@@ -75,5 +76,7 @@ def _digest(directory: Path, key: bytes) -> str:
 
 def _require(key: bytes) -> None:
     if len(key) < 16:
-        raise ValueError("sharded checkpoints need the job's checkpoint key (TrainJob.checkpoint_key, set by "
-                         "methods.loop.make_job)")
+        raise ValueError(
+            "sharded checkpoints need the job's checkpoint key (TrainJob.checkpoint_key, set by "
+            "methods.loop.make_job)"
+        )
