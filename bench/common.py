@@ -16,6 +16,7 @@ import platform
 import shutil
 import statistics
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -106,13 +107,35 @@ def record(rows: list[dict]) -> Path:
     """Merge rows into bench/results.json by name, atomically."""
     existing = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"results": []}
     by_name = {r["name"]: r for r in existing.get("results", [])}
-    by_name.update({r["name"]: r for r in rows})
+    stamp = {"measured": time.strftime("%Y-%m-%d", time.gmtime()), "commit": _commit()}
+    by_name.update({r["name"]: {**r, **stamp} for r in rows})
     doc = {"machine": machine(), "results": sorted(by_name.values(), key=lambda r: r["name"])}
     fd, tmp = tempfile.mkstemp(dir=RESULTS.parent, suffix=".tmp")
     with os.fdopen(fd, "w") as fh:
         json.dump(doc, fh, indent=2)
     os.replace(tmp, RESULTS)
     return RESULTS
+
+
+def _commit() -> str:
+    """The checkout's commit, `+changes` when files differ from it: which code a row measured."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True
+        )
+    except OSError:  # no git: a copied tree
+        return "unknown"
+    return (
+        head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+        if head.returncode == 0
+        else "unknown"
+    )
 
 
 def machine() -> dict:

@@ -79,6 +79,13 @@ ORDER = [
     "serve_latency_100_rows_p50",
     "serve_latency_100_rows_p95",
     "pyfunc_raw_vs_spark_scorer",
+    "spark_ml_adult_accuracy_vs_best",
+    "spark_ml_adult_time_vs_mlp",
+    "spark_ml_adult_time_vs_logistic",
+    "spark_ml_adult_time_vs_gbt",
+    "spark_ml_diamonds_rmse_vs_best",
+    "spark_ml_diamonds_time_vs_linear",
+    "spark_ml_diamonds_time_vs_gbt",
 ]
 
 
@@ -87,8 +94,8 @@ def table(results: list[dict], prefix: str = "*") -> str:
     rank = {name: i for i, name in enumerate(ORDER)}
     chosen = [r for r in results if prefix == "*" or r["name"].startswith(prefix)]
     lines = [
-        "| name | ours | baseline | unit | ratio | ratio range | target | |",
-        "|---|---:|---:|---|---:|---|---|---|",
+        "| name | ours | baseline | unit | ratio | ratio range | target | | measured |",
+        "|---|---:|---:|---|---:|---|---|---|---|",
     ]
     for r in sorted(chosen, key=lambda r: (rank.get(r["name"], len(ORDER)), r["name"])):
         sign = "≥" if r["better"] == "higher" else "≤"
@@ -96,9 +103,14 @@ def table(results: list[dict], prefix: str = "*") -> str:
         verdict = "" if r["met"] is None else "met" if r["met"] else "missed"
         lines.append(
             f"| `{r['name']}` | {r['ours']:,.2f} | {r['baseline']:,.2f} | {r['unit']} | **{r['ratio']:.3f}** "
-            f"| {ratio_range(r)} | {goal} | {verdict} |"
+            f"| {ratio_range(r)} | {goal} | {verdict} | {measured(r)} |"
         )
     return "\n".join(lines)
+
+
+def measured(row: dict) -> str:
+    """When and at which commit a row was recorded (rows recorded before bench/common.py kept it: "")."""
+    return f"{row['measured']} `{row['commit']}`" if "measured" in row else ""
 
 
 def ratio_range(row: dict) -> str:

@@ -28,6 +28,7 @@ from bench import (
     scaling,
     scoring_raw,
     serving,
+    spark_ml,
     streaming,
     training,
     tune,
@@ -89,6 +90,8 @@ def main(full: bool = False) -> None:
         streaming.main(spark=spark)
     with timed("serving"):
         serving.main(spark=spark)
+    with timed("spark_ml"):
+        spark_ml.main(spark=spark)  # Spark ML's own models on Adult and diamonds, end to end
     spark.stop()
     if os.geteuid() == 0 and shutil.which("ip"):  # the emulated hosts need root and iproute2
         with timed("host_loss"):
