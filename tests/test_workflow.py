@@ -87,8 +87,9 @@ PARSE_DAG = """
 import json, sys
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder=sys.argv[1], include_examples=False)
-dag = bag.dags["sparkml_dist_adult"] if not bag.import_errors else None
+dag = next(iter(bag.dags.values()), None) if not bag.import_errors else None
 print(json.dumps({"import_errors": {str(k): str(v) for k, v in bag.import_errors.items()},
+                  "dag_id": dag.dag_id if dag else None,
                   "tasks": [t.task_id for t in dag.tasks] if dag else [],
                   "upstream": {t.task_id: sorted(t.upstream_task_ids) for t in dag.tasks} if dag else {},
                   "bash": {t.task_id: t.bash_command for t in dag.tasks} if dag else {},
@@ -131,13 +132,22 @@ def test_airflow_loads_the_dag_built_from_the_workflow_definition(tmp_path):
     # real Airflow parses the DAG file as its scheduler would
     hostile = "spark://127.0.0.1:7077 $(touch pwned); touch pwned"  # a variable's value stays one argument
     dag = _parse_dag(tmp_path, SPARKML_DIST_MASTER=hostile)
-    assert dag["import_errors"] == {}
+    assert dag["import_errors"] == {} and dag["dag_id"] == "sparkml_dist_adult"
     assert dag["tasks"] == [t.name for t in WORKFLOW]
     for task in WORKFLOW:
         assert dag["upstream"][task.name] == sorted(task.depends_on)
         expected = spark_submit_command(task, "conf/adult.yaml", "{{ ds }}", hostile)
         assert shlex.split(dag["bash"][task.name])[3:] == expected, dag["bash"][task.name]
     assert dag["catchup"] is False and dag["max_active_runs"] == 1
+
+
+def test_airflow_schedules_the_config_a_variable_names_as_its_own_dag(tmp_path):
+    # a user's own data: SPARKML_DIST_CONFIG picks the config, and the DAG is named after it
+    dag = _parse_dag(tmp_path, SPARKML_DIST_CONFIG="conf/diamonds.yaml")
+    assert dag["import_errors"] == {} and dag["dag_id"] == "sparkml_dist_diamonds"
+    for task in WORKFLOW:
+        expected = spark_submit_command(task, "conf/diamonds.yaml", "{{ ds }}")
+        assert shlex.split(dag["bash"][task.name])[3:] == expected, dag["bash"][task.name]
 
 
 def test_airflow_adds_stream_scoring_when_an_input_is_named(tmp_path):
