@@ -267,23 +267,49 @@ def check_environment(cfg: JobConfig) -> None:
 
 
 def _lost_driver(exc: BaseException, stage: str) -> str | None:
-    """One line for a driver JVM that died under the job (py4j then fails every call with a
-    refused connection), or None for any other exception."""
-    from py4j.protocol import Py4JNetworkError
-
+    """One line for a driver JVM that died under the job, or None for any other exception.
+    Which error surfaces depends on the moment of death: a refused connection, py4j's network
+    error, or a plain Py4JError ("An error occurred while calling ...") when py4j gave up on
+    the call itself; pyspark may wrap any of them. So the whole chain is read, and the JVM's
+    exit status decides."""
     from sparkml_dist.spark.session import driver_jvm_exit
 
-    if not isinstance(exc, (ConnectionError, Py4JNetworkError)):
+    cause = _connection_failure(exc)
+    if cause is None:
         return None
     how = driver_jvm_exit()
-    if how is None and not isinstance(exc, Py4JNetworkError):
+    from py4j.protocol import Py4JNetworkError
+
+    if how is None and not isinstance(cause, Py4JNetworkError):
         return None
     return (
         f"the Spark driver's JVM {how or 'stopped answering'} during the {stage} job "
-        f"({type(exc).__name__}: {exc}). Its own output above says why: java.lang.OutOfMemoryError -> raise "
-        f"spark.driver.memory (spark.conf in the job config, or spark-submit --driver-memory); nothing -> the "
-        f"OS may have killed it (dmesg). Outputs are written atomically: re-running the same command is safe."
+        f"({type(cause).__name__}: {_first_line(cause)}). Its own output above says why: "
+        f"java.lang.OutOfMemoryError -> raise spark.driver.memory (spark.conf in the job config, or "
+        f"spark-submit --driver-memory); nothing -> the OS may have killed it (dmesg). Outputs are "
+        f"written atomically: re-running the same command is safe."
     )
+
+
+def _connection_failure(exc: BaseException) -> BaseException | None:
+    """The first error in `exc`'s chain (itself, its cause, its context) that a lost py4j
+    connection raises, or None."""
+    from py4j.protocol import Py4JError, Py4JJavaError
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        # A Py4JJavaError is an answer from a living JVM (the Java side threw), never a lost one.
+        if isinstance(current, (ConnectionError, Py4JError)) and not isinstance(current, Py4JJavaError):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
 
 
 def _init(argv: list[str]) -> int:

@@ -206,8 +206,8 @@ def test_a_driver_jvm_that_dies_under_a_job_is_one_line_and_a_rerun_is_safe(tmp_
                     child.kill()
             break
     lines += job.stderr.read().splitlines()
-    assert job.wait(timeout=120) == 3
     stderr = "\n".join(lines)
+    assert job.wait(timeout=120) == 3, stderr[-3000:]
     assert "Traceback" not in stderr and "Exception while sending command" not in stderr, stderr[-3000:]
     assert lines[-1].startswith(
         "error: the Spark driver's JVM was killed by signal 9 during the preprocess job ("
