@@ -63,15 +63,26 @@ def typed_frames(spark, config: Path, overrides: list[str]):
     data = load_config(config, overrides).data
     ddl = ", ".join(f"`{c.name}` {c.type}" for c in data.columns)
 
+    # Spark's reader takes one null marker; the config may list none or several
+    first_null, *more_nulls = data.null_values or [""]
+    texts = [c.name for c in data.columns if c.type == "string"]
+
     def read(path: str):
         frame = spark.read.csv(
             resolve_path(path),
             schema=ddl,
             header=data.header,
-            nullValue=data.null_values[0],
+            nullValue=first_null,
             ignoreLeadingWhiteSpace=True,
             ignoreTrailingWhiteSpace=True,
         )
+        if more_nulls:  # a number column already reads them as null (not a number)
+            frame = frame.select(
+                *(
+                    F.when(F.col(c).isin(more_nulls), None).otherwise(F.col(c)).alias(c) if c in texts else c
+                    for c in frame.columns
+                )
+            )
         label = data.label.column
         if data.label.strip_suffix:
             frame = frame.withColumn(

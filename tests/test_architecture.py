@@ -115,9 +115,18 @@ def _method_names() -> set[str]:
     return set(method_names())
 
 
-def test_a_training_method_is_never_compared_by_name_outside_its_own_registration():
-    """`train.strategy` is looked up in the registry, never compared: adding a method touches one place."""
-    names = _method_names()
+def _model_kinds() -> set[str]:
+    from sparkml_dist.models.kinds import MODEL_KINDS
+
+    return set(MODEL_KINDS.names())
+
+
+@pytest.mark.parametrize("axis", ["train.strategy", "model.kind"])
+def test_an_axis_entry_is_never_compared_by_name_outside_its_own_registration(axis):
+    """`train.strategy` and `model.kind` are looked up in their registries (an entry carries its
+    capabilities), never compared by name: adding a method or a model kind touches one place."""
+    names = {"train.strategy": _method_names, "model.kind": _model_kinds}[axis]()
+    assert len(names) >= 3, "the registry's built-ins loaded"
     offenders = []
     for path in PACKAGE.rglob("*.py"):
         tree = ast.parse(path.read_text())

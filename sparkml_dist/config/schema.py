@@ -20,6 +20,7 @@ from pydantic_core import PydanticCustomError
 
 from sparkml_dist.config.overrides import apply_overrides
 from sparkml_dist.config.tune import TuneConfig, space_problems
+from sparkml_dist.models.kinds import MODEL_KINDS
 from sparkml_dist.registry import Registry
 from sparkml_dist.tasks.base import TASKS, resolve_task
 
@@ -324,10 +325,11 @@ class TransformerConfig(Section):
 class ModelConfig(Section):
     """The network (rebuilt anywhere from its spec; weights are state_dicts)."""
 
-    kind: Literal["mlp", "transformer", "custom"] = Field(
+    kind: str = Field(
         "mlp",
-        description="mlp: dense layers over the feature vector; transformer: one token per source column; "
-        "custom: your own nn.Module from model.factory",
+        description="the network, a name in the model-kind registry; built in: mlp (dense layers over "
+        "the feature vector), transformer (one token per source column), custom (your own nn.Module "
+        "from model.factory)",
     )
     hidden: list[int] = Field(
         default_factory=lambda: [128, 64], min_length=1, description="mlp hidden widths"
@@ -344,13 +346,29 @@ class ModelConfig(Section):
         default_factory=dict, description="model.kind=custom: the factory's third argument"
     )
 
+    @field_validator("kind")
+    @classmethod
+    def _registered_kind(cls, kind: str) -> str:
+        if kind not in MODEL_KINDS:
+            raise PydanticCustomError(
+                "unknown_model_kind",
+                "unknown model kind '{kind}'; known: {known} (a new one is registered with "
+                "sparkml_dist.models.kinds.MODEL_KINDS, docs/architecture.md)",
+                {"kind": kind, "known": ", ".join(MODEL_KINDS.names())},
+            )
+        return kind
+
     @model_validator(mode="after")
-    def _factory_with_custom(self) -> ModelConfig:
-        if self.kind == "custom" and not self.factory:
-            raise ValueError("model.kind=custom needs model.factory: 'package.module:function'")
-        if self.kind != "custom" and (self.factory or self.options):
+    def _the_kinds_own_keys(self) -> ModelConfig:
+        """The kind's own check, and model.factory/options only for a kind built from user code."""
+        kind = MODEL_KINDS.get(self.kind)
+        if kind.check is not None:
+            kind.check(self)
+        if not kind.user_code and (self.factory or self.options):
+            users = [name for name, k in MODEL_KINDS if k.user_code]
             raise ValueError(
-                f"model.factory and model.options are for model.kind=custom (model.kind is {self.kind})"
+                f"model.factory and model.options are for model.kind={' or '.join(users)} "
+                f"(model.kind is {self.kind})"
             )
         return self
 

@@ -12,17 +12,18 @@ from pydantic import Field, model_validator
 from sparkml_dist.config.schema import JobConfig, Section, TrainConfig
 from sparkml_dist.methods.base import register_method
 from sparkml_dist.methods.loop import LoopMethod
+from sparkml_dist.models.kinds import MODEL_KINDS, kinds_that_cut_into_layers
 
 if TYPE_CHECKING:
     from sparkml_dist.train.strategies import Strategy
 
 
 def _needs_transformer(cfg: TrainConfig, job: JobConfig) -> None:
-    if job.model.kind != "transformer":
+    if not MODEL_KINDS.get(job.model.kind).cuts_into_layers:
         raise ValueError(
             f"train.strategy={cfg.strategy} cuts a transformer's layers into shards, which it cannot do "
-            f"for model.kind={job.model.kind}; set model.kind=transformer, or use train.strategy=ddp "
-            f"or fsdp (they take any model, custom ones included)"
+            f"for model.kind={job.model.kind}; set model.kind={' or '.join(kinds_that_cut_into_layers())}, "
+            f"or use train.strategy=ddp or fsdp (they take any model, custom ones included)"
         )
 
 

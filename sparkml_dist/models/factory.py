@@ -4,14 +4,18 @@ user-writable is ever unpickled (state_dicts load with weights_only=True)."""
 from __future__ import annotations
 
 import json
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
 from sparkml_dist.config.schema import ModelConfig
 from sparkml_dist.models.custom import CustomModel, TaskSpec, build_custom
+from sparkml_dist.models.kinds import MODEL_KINDS, SpecRequest
 from sparkml_dist.models.spec import ModelSpec, TransformerShape
 from sparkml_dist.models.transformer import TabularTransformer, token_layout
+
+T = TypeVar("T")
 
 
 class TabularMLP(nn.Module):
@@ -45,31 +49,54 @@ def model_spec(
     output_dim: int = 1,
     task: TaskSpec | None = None,
 ) -> ModelSpec:
-    shape = None
-    custom = None
-    if cfg.kind == "custom":
-        names = tuple(feature_names or [f"f{i}" for i in range(input_dim)])
-        custom = CustomModel(
-            str(cfg.factory),
-            json.dumps(cfg.options, sort_keys=True),
-            names,
-            task or TaskSpec("binary", output_dim),
-        )
-    if cfg.kind == "transformer":
-        names = feature_names or [f"f{i}" for i in range(input_dim)]
-        t = cfg.transformer
-        shape = TransformerShape(tuple(token_layout(names)), t.d_model, t.heads, t.layers, t.mlp_hidden)
-    return ModelSpec(cfg.kind, int(input_dim), cfg.dropout, tuple(cfg.hidden), shape, output_dim, custom)
+    """The spec of `cfg`'s network for this input and output: the fields every kind shares, and
+    the kind's own from its registry entry (`models/kinds.py`)."""
+    names = tuple(feature_names or [f"f{i}" for i in range(input_dim)])
+    request = SpecRequest(cfg, int(input_dim), names, output_dim, task or TaskSpec("binary", output_dim))
+    own = MODEL_KINDS.get(cfg.kind).spec_fields(request)
+    return ModelSpec(cfg.kind, int(input_dim), cfg.dropout, tuple(cfg.hidden), output_dim=output_dim, **own)
 
 
 def build_model(spec: ModelSpec) -> nn.Module:
-    if spec.kind == "mlp":
-        return TabularMLP(spec.input_dim, list(spec.hidden), spec.dropout, spec.output_dim)
-    if spec.kind == "transformer" and spec.transformer is not None:
-        t = spec.transformer
-        return TabularTransformer(
-            list(t.layout), t.d_model, t.heads, t.layers, t.mlp_hidden, spec.dropout, spec.output_dim
-        )
-    if spec.kind == "custom" and spec.custom is not None:
-        return build_custom(spec.input_dim, spec.custom)
-    raise ValueError(f"unknown model kind {spec.kind!r}; known: mlp, transformer, custom")
+    """The network a spec describes, with fresh weights (a state_dict is loaded over them)."""
+    return MODEL_KINDS.get(spec.kind).build_model(spec)
+
+
+# The built-in kinds' two functions each (registered by name in models/builtin_kinds.py).
+
+
+def mlp_fields(request: SpecRequest) -> dict[str, Any]:
+    return {}
+
+
+def mlp_network(spec: ModelSpec) -> nn.Module:
+    return TabularMLP(spec.input_dim, list(spec.hidden), spec.dropout, spec.output_dim)
+
+
+def transformer_fields(request: SpecRequest) -> dict[str, Any]:
+    t = request.cfg.transformer
+    layout = tuple(token_layout(list(request.feature_names)))
+    return dict(transformer=TransformerShape(layout, t.d_model, t.heads, t.layers, t.mlp_hidden))
+
+
+def transformer_network(spec: ModelSpec) -> nn.Module:
+    t = _required(spec.transformer, spec)
+    return TabularTransformer(
+        list(t.layout), t.d_model, t.heads, t.layers, t.mlp_hidden, spec.dropout, spec.output_dim
+    )
+
+
+def custom_fields(request: SpecRequest) -> dict[str, Any]:
+    cfg = request.cfg
+    options = json.dumps(cfg.options, sort_keys=True)
+    return dict(custom=CustomModel(str(cfg.factory), options, request.feature_names, request.task))
+
+
+def custom_network(spec: ModelSpec) -> nn.Module:
+    return build_custom(spec.input_dim, _required(spec.custom, spec))
+
+
+def _required(part: T | None, spec: ModelSpec) -> T:
+    if part is None:  # a spec.json edited by hand, or written for another kind
+        raise ValueError(f"a model spec of kind {spec.kind!r} without its {spec.kind} part: {spec.to_json()}")
+    return part

@@ -28,7 +28,7 @@ class TransformerShape:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    kind: str  # "mlp" | "transformer" | "custom"
+    kind: str  # a name in models.kinds.MODEL_KINDS
     input_dim: int
     dropout: float = 0.0
     hidden: tuple[int, ...] = ()  # mlp: hidden widths
@@ -65,7 +65,8 @@ class ModelSpec:
                 tuple(raw["layout"]), raw["d_model"], raw["heads"], raw["layers"], raw["mlp_hidden"]
             )
         output_dim = int(raw.get("output_dim", 1))
-        custom = CustomModel.from_json(raw["custom"], output_dim) if "custom" in raw else None
+        own = raw.get("custom")  # the custom kind's part of the JSON (models/kinds.py)
+        custom = CustomModel.from_json(own, output_dim) if own is not None else None
         return ModelSpec(
             raw["kind"],
             int(raw["input_dim"]),

@@ -14,6 +14,7 @@ from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.dataset import PreprocessResult
 from sparkml_dist.methods.base import TrainRequest, get_method
 from sparkml_dist.models.custom import ship_factory
+from sparkml_dist.models.kinds import MODEL_KINDS
 from sparkml_dist.stages.records import TrainRecord
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tracking.client import EpochLogger, RankTracker, RunHandle, tracked_run
@@ -55,7 +56,7 @@ def train(
     the run's metrics); `label` prefixes the run's progress lines (a tune trial's "trial 3")."""
     paths = OutputPaths.of(cfg)
     method = get_method(method_name or cfg.train.strategy)
-    if cfg.model.kind == "custom" and cfg.model.factory:
+    if MODEL_KINDS.get(cfg.model.kind).user_code and cfg.model.factory:
         ship_factory(spark, cfg.model.factory)
     outcome = method.run(
         TrainRequest(
