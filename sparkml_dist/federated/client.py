@@ -18,7 +18,7 @@ from sparkml_dist.federated import privacy, secure
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.models.weights import state_dict_from_bytes
-from sparkml_dist.tasks.base import Target
+from sparkml_dist.tasks.base import UNRECORDED_TARGET, Target
 from sparkml_dist.train.precision import Precision
 
 
@@ -37,7 +37,7 @@ class RoundTask:
     clip_norm: float | None
     noise_std: float  # per client: noise_multiplier x clip_norm / sqrt(sampled clients)
     time_budget_s: float  # a client still training this long after it started sends no update (late)
-    target: Target = Target("binary")  # what the label is: the task's loss
+    target: Target = UNRECORDED_TARGET  # what the label is: the task's loss
     class_weights: tuple[float, ...] | None = None
     loss_kind: str | None = None  # regression: train.loss
     publics: dict[int, bytes] | None = None  # secure aggregation: every sampled client's public key

@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass
 
 from sparkml_dist.models.spec import ModelSpec
-from sparkml_dist.tasks.base import Target
+from sparkml_dist.tasks.base import UNRECORDED_TARGET, Target
 
 
 @dataclass(frozen=True)
@@ -16,7 +16,7 @@ class ModelBundle:
     feature_pipeline_path: str | None = None
     uri: str = ""
     training_schema: dict[str, str] | None = None  # column -> "type/role" the model was trained on
-    target: Target = Target("binary")  # what the outputs mean (models logged before targets: binary)
+    target: Target = UNRECORDED_TARGET  # what the outputs mean (models logged before targets: binary)
     code_paths: tuple[str, ...] = ()  # a custom model's code, as logged with it (models.custom.ship_code)
     # the feature pipeline where Spark's executors can read it (on a cluster: a copy under the
     # output root, since feature_pipeline_path is on the driver's own disk)

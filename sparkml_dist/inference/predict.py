@@ -14,7 +14,7 @@ from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.models.weights import state_dict_from_bytes
-from sparkml_dist.tasks.base import PROBABILITY, Target
+from sparkml_dist.tasks.base import PROBABILITY, UNRECORDED_TARGET, Target
 
 
 class ModelCache:
@@ -185,7 +185,7 @@ def predict(
 
 def predict_proba(model: nn.Module, x: np.ndarray, batch_rows: int = 65536) -> np.ndarray:
     """A binary model's probability of the positive class."""
-    return predict(model, Target("binary"), x, batch_rows)[PROBABILITY]
+    return predict(model, UNRECORDED_TARGET, x, batch_rows)[PROBABILITY]
 
 
 def _as_tensor(x: np.ndarray) -> torch.Tensor:

@@ -13,7 +13,7 @@ from sparkml_dist.errors import SparkMLDistError
 from sparkml_dist.stages.evaluate import evaluate
 from sparkml_dist.stages.records import EvaluateRecord, TrainRecord
 from sparkml_dist.storage.paths import OutputPaths
-from sparkml_dist.tasks.base import Target, TaskReport
+from sparkml_dist.tasks.base import UNRECORDED_TARGET, TaskReport
 from sparkml_dist.tracking.client import RunHandle, resolve_tracking_uri
 from sparkml_dist.tracking.models import champion_version, versions_tagged
 from sparkml_dist.tracking.models import register as create_version
@@ -48,7 +48,7 @@ def register(
         earlier = versions_tagged(run.tracking_uri, name, scheduled)
         if earlier:
             return _reuse(run, name, earlier[0], scheduled["run_date"])
-    target = report.target or Target("binary")
+    target = report.target or UNRECORDED_TARGET
     current = champion_version(run.tracking_uri, name)
     champion_metrics = None
     if current is not None:  # re-score the champion on the same test rows

@@ -68,8 +68,8 @@ class Target:
 
     @staticmethod
     def from_json(raw: Mapping[str, Any] | None) -> Target:
-        if not raw:  # a model or dataset written before targets were recorded: binary
-            return Target("binary")
+        if not raw:  # a model or dataset written before targets were recorded
+            return UNRECORDED_TARGET
         return Target(
             raw["task"],
             tuple(str(c) for c in raw.get("classes", ())),
@@ -88,6 +88,11 @@ class Target:
         training rows weighs 0."""
         total, k = sum(self.counts), len(self.counts)
         return tuple(total / (k * n) if n else 0.0 for n in self.counts)
+
+
+# What a model's outputs mean where nothing recorded it: models and datasets written before
+# targets were recorded were all binary. The one default every record and reader falls back to.
+UNRECORDED_TARGET = Target("binary")
 
 
 @dataclass

@@ -20,7 +20,7 @@ from sparkml_dist.data.raw_features import RAW_FEATURES_FILE
 from sparkml_dist.errors import SparkMLDistError, StorageError
 from sparkml_dist.inference.bundle import ModelBundle
 from sparkml_dist.models.spec import ModelSpec
-from sparkml_dist.tasks.base import Target
+from sparkml_dist.tasks.base import UNRECORDED_TARGET, Target
 from sparkml_dist.tracking.client import RunHandle
 from sparkml_dist.train.records import TrainedModel
 
@@ -180,7 +180,7 @@ def save_pyfunc_model(
     files.mkdir(parents=True, exist_ok=True)
     (files / "weights.pt").write_bytes(weights)
     (files / "spec.json").write_text(json.dumps(spec.to_json()))
-    target = target or Target("binary")
+    target = target or UNRECORDED_TARGET
     (files / "target.json").write_text(json.dumps(target.to_json()))
     artifacts = {
         "weights": str(files / "weights.pt"),
@@ -383,6 +383,6 @@ def load_bundle(
         executor_pipeline_path=published,
         uri=model_uri,
         training_schema=json.loads(schema.read_text()) if schema.exists() else None,
-        target=Target.from_json(json.loads(target.read_text())) if target.exists() else Target("binary"),
+        target=Target.from_json(json.loads(target.read_text())) if target.exists() else UNRECORDED_TARGET,
         code_paths=code_paths,
     )

@@ -31,11 +31,11 @@ class TabularTorchModel(mlflow.pyfunc.PythonModel):
         from sparkml_dist.inference.device import scoring_device
         from sparkml_dist.models.factory import build_model
         from sparkml_dist.models.spec import ModelSpec
-        from sparkml_dist.tasks.base import Target
+        from sparkml_dist.tasks.base import UNRECORDED_TARGET, Target
 
         with open(context.artifacts["spec"]) as fh:
             spec = ModelSpec.from_json(json.load(fh))
-        self.target = Target("binary")
+        self.target = UNRECORDED_TARGET
         if context.artifacts.get("target"):
             with open(context.artifacts["target"]) as fh:
                 self.target = Target.from_json(json.load(fh))

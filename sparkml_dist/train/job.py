@@ -12,7 +12,7 @@ from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.loader import FrameShardLoader, ShardLoader, feature_columns
 from sparkml_dist.launch.context import PartitionData
 from sparkml_dist.models.spec import ModelSpec
-from sparkml_dist.tasks.base import Target
+from sparkml_dist.tasks.base import UNRECORDED_TARGET, Target
 from sparkml_dist.train.adapters import AdaptSpec
 from sparkml_dist.train.records import EpochRecord
 
@@ -72,7 +72,7 @@ class TrainJob:
     init_weights: bytes | None = None  # fine-tuning: the base model's state_dict (models.weights codec)
     adapt: AdaptSpec | None = None  # fine-tuning: frozen prefixes and low-rank adapters
     feature_layout: FeatureLayout | None = None  # how the splits store features (None: dense column)
-    target: Target = Target("binary")  # what the label is: the loss and the per-epoch metric follow it
+    target: Target = UNRECORDED_TARGET  # what the label is: the loss and the per-epoch metric follow it
     class_weights: tuple[float, ...] | None = None  # per class, multiplied into each row's weight
     weighted: bool = False  # the splits carry a weight per row
     frame_fed: bool = False  # train.input=dataframe: the train rows arrive with the barrier stage

@@ -15,7 +15,7 @@ from typing import Any
 
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.observe.system import SystemSample
-from sparkml_dist.tasks.base import Evaluation, Target
+from sparkml_dist.tasks.base import UNRECORDED_TARGET, Evaluation, Target
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ class TrainedModel:
     weights: bytes
     feature_pipeline: str | None  # location of the fitted Spark ML pipeline that encodes raw rows
     training_schema: Mapping[str, str]  # column -> "type/role" it was trained on
-    target: Target = Target("binary")  # what the outputs mean: task, classes or scale, threshold
+    target: Target = UNRECORDED_TARGET  # what the outputs mean: task, classes or scale, threshold
 
 
 @dataclass(frozen=True)
