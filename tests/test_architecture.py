@@ -121,11 +121,20 @@ def _model_kinds() -> set[str]:
     return set(MODEL_KINDS.names())
 
 
-@pytest.mark.parametrize("axis", ["train.strategy", "model.kind"])
+def _source_formats() -> set[str]:
+    from sparkml_dist.data.formats import SOURCE_FORMATS
+
+    return set(SOURCE_FORMATS.names())
+
+
+@pytest.mark.parametrize("axis", ["train.strategy", "model.kind", "data.format"])
 def test_an_axis_entry_is_never_compared_by_name_outside_its_own_registration(axis):
-    """`train.strategy` and `model.kind` are looked up in their registries (an entry carries its
-    capabilities), never compared by name: adding a method or a model kind touches one place."""
-    names = {"train.strategy": _method_names, "model.kind": _model_kinds}[axis]()
+    """`train.strategy`, `model.kind` and `data.format` are looked up in their registries (an
+    entry carries its capabilities), never compared by name: adding a method, a model kind or a
+    source format touches one place."""
+    names = {"train.strategy": _method_names, "model.kind": _model_kinds, "data.format": _source_formats}[
+        axis
+    ]()
     assert len(names) >= 3, "the registry's built-ins loaded"
     offenders = []
     for path in PACKAGE.rglob("*.py"):

@@ -23,6 +23,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparkml_dist.data.formats import SOURCE_FORMATS, format_of
 from sparkml_dist.errors import ConfigError
 
 INFER_ROWS = 200_000
@@ -69,15 +70,14 @@ def header_fields(names: list[str]) -> list[str]:
 
 def needs_inference(data: dict) -> bool:
     """A CSV with a header whose `data.columns` do not all carry a type and a role."""
-    from sparkml_dist.config.schema import format_of
-
     if (
         not isinstance(data, dict)
         or data.get("header") is not True
         or not isinstance(data.get("train_path"), str)
     ):
         return False
-    if format_of(data["train_path"], data.get("format")) != "csv":
+    fmt = format_of(data["train_path"], data.get("format"))
+    if fmt not in SOURCE_FORMATS or SOURCE_FORMATS.get(fmt).typed:  # a typed source names its own columns
         return False
     given = data.get("columns") or []
     return not given or not all(isinstance(c, dict) and c.get("type") and c.get("role") for c in given)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from itertools import islice
-from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import (
@@ -20,6 +18,7 @@ from pydantic_core import PydanticCustomError
 
 from sparkml_dist.config.overrides import apply_overrides
 from sparkml_dist.config.tune import TuneConfig, space_problems
+from sparkml_dist.data.formats import SOURCE_FORMATS, format_of, format_of_files_in, named_format
 from sparkml_dist.models.kinds import MODEL_KINDS
 from sparkml_dist.registry import Registry
 from sparkml_dist.tasks.base import TASKS, resolve_task
@@ -33,16 +32,6 @@ class Section(BaseModel):
 
 ColumnType = Literal["int", "double", "string", "boolean"]
 ColumnRole = Literal["numeric", "categorical", "label", "id", "ignore", "weight"]
-SourceFormat = Literal["csv", "parquet", "orc", "json", "table"]
-TYPED_FORMATS = ("parquet", "orc", "json", "table")
-_EXTENSIONS = {
-    ".csv": "csv",
-    ".parquet": "parquet",
-    ".pq": "parquet",
-    ".orc": "orc",
-    ".json": "json",
-    ".jsonl": "json",
-}
 
 
 class ColumnSpec(Section):
@@ -87,38 +76,6 @@ class LabelSpec(Section):
     strip_suffix: str = Field("", description="classification: suffix removed before matching, e.g. '.'")
 
 
-def format_of(path: str, declared: str | None) -> str:
-    """`data.format`, or the one the path's extension names, or for a local directory the one its
-    files' extensions name (Spark writes a Parquet or ORC table as a directory of part files);
-    csv when none names one."""
-    if declared:
-        return declared
-    return _named_format(path) or _format_of_files_in(path) or "csv"
-
-
-def _named_format(path: str) -> str | None:
-    # Spark reads gzip and bzip2 text files as they are: rows.json.gz is JSON lines
-    lower = path.lower().rstrip("/").removesuffix(".gz").removesuffix(".bz2")
-    for ext, fmt in _EXTENSIONS.items():
-        if lower.endswith((ext, ext + "/*")):
-            return fmt
-    return None
-
-
-def _format_of_files_in(path: str, look_at: int = 1000) -> str | None:
-    """The one format that the data files of a local directory name (None: not a local directory,
-    or its files name none or several)."""
-    if "://" in path and not path.startswith("file:"):
-        return None
-    folder = Path(path.removeprefix("file://").removeprefix("file:"))
-    if not folder.is_dir():
-        return None
-    names = (f.name for f in folder.rglob("*") if not f.name.startswith((".", "_")))
-    found = {_named_format(name) for name in islice(names, look_at)}
-    found.discard(None)
-    return found.pop() if len(found) == 1 else None
-
-
 class DataConfig(Section):
     """The input: where the rows are, their columns and how to read them, the label, the splits."""
 
@@ -133,9 +90,10 @@ class DataConfig(Section):
     score_path: str | None = Field(
         None, description="raw rows to score (format: as test_path); defaults to test_path"
     )
-    format: SourceFormat | None = Field(
+    format: str | None = Field(
         None,
-        description="csv, parquet, orc, json or table (spark.table(<path>)); "
+        description="a name in the source-format registry; built in: csv, parquet, orc, json or table "
+        "(spark.table(<path>)); "
         "default from the path's extension, or for a local "
         "directory from its files' extensions, else csv",
     )
@@ -207,13 +165,14 @@ class DataConfig(Section):
         extension or files name (a model trained on Parquet scores JSON lines as readily), else
         data.format or the training rows' format. With format table, a name without a '/' is a
         table's (`db.new_rows`, never a file), and a path is read as its own format names."""
-        if location == self.train_path or (self.format == "table" and "/" not in location):
+        by_name = self.format is not None and SOURCE_FORMATS.get(self.format).catalog
+        if location == self.train_path or (by_name and "/" not in location):
             return self.source_format
-        return _named_format(location) or _format_of_files_in(location) or self.source_format
+        return named_format(location) or format_of_files_in(location) or self.source_format
 
     @property
     def typed(self) -> bool:
-        return self.source_format in TYPED_FORMATS
+        return SOURCE_FORMATS.get(self.source_format).typed
 
     @property
     def declared_label_type(self) -> str | None:
@@ -232,6 +191,11 @@ class DataConfig(Section):
             if len(weights) == 1:
                 return {**raw, "weight_column": weights[0]}
         return raw
+
+    @field_validator("format")
+    @classmethod
+    def _registered_format(cls, fmt: str | None) -> str | None:
+        return _registered_format(fmt)
 
     @model_validator(mode="after")
     def _roles_are_consistent(self) -> DataConfig:
@@ -820,9 +784,10 @@ class StreamConfig(Section):
         description="the model to follow: default models:/<tracking.registered_model>@champion; "
         "an alias is resolved again before every micro-batch",
     )
-    format: Literal["csv", "parquet", "orc", "json"] | None = Field(
+    format: str | None = Field(
         None,
-        description="the format of the files that arrive; default: the one the files already in the input "
+        description="the format of the files that arrive (a registered format read from files: built in "
+        "csv, parquet, orc, json); default: the one the files already in the input "
         "directory name, else data.format or the training rows' format (an empty directory "
         "that JSON lines will arrive in needs format: json and source_schema)",
     )
@@ -836,6 +801,25 @@ class StreamConfig(Section):
         default_factory=dict,
         description="extra options of Spark's streaming source, e.g. {cleanSource: archive}",
     )
+
+    @field_validator("format")
+    @classmethod
+    def _a_format_of_files(cls, fmt: str | None) -> str | None:
+        if _registered_format(fmt) is not None and SOURCE_FORMATS.get(fmt).catalog:
+            raise ValueError(
+                f"stream.format {fmt} names a table, not files that arrive; stream from a directory"
+            )
+        return fmt
+
+
+def _registered_format(fmt: str | None) -> str | None:
+    if fmt is not None and fmt not in SOURCE_FORMATS:
+        raise PydanticCustomError(
+            "unknown_format",
+            "unknown format '{fmt}'; known: {known} (a new one is registered in sparkml_dist/data/formats.py)",
+            {"fmt": fmt, "known": ", ".join(SOURCE_FORMATS.names())},
+        )
+    return fmt
 
 
 class OutputConfig(Section):

@@ -27,9 +27,9 @@ from pyspark.sql import types as T
 from sparkml_dist import storage
 from sparkml_dist.config.header import header_fields, header_names
 from sparkml_dist.config.schema import ColumnSpec, DataConfig
+from sparkml_dist.data.formats import SOURCE_FORMATS
 from sparkml_dist.data.sql import ident, literal, raw_json
 from sparkml_dist.errors import ConfigError, DataError
-from sparkml_dist.registry import Registry
 from sparkml_dist.spark.compat import try_cast
 from sparkml_dist.storage.packages import PKG_SCHEME, resolve_path  # noqa: F401 - re-exported
 from sparkml_dist.tasks.base import TASKS, resolve_task
@@ -64,13 +64,11 @@ class RawRows:
     raw_line: Column
 
 
-Reader = Callable[[SparkSession, str, str, DataConfig], RawRows]
-SOURCES: Registry[Reader] = Registry("data.format")
-
-
 def read_source(spark: SparkSession, path: str, location: str, cfg: DataConfig) -> RawRows:
+    """`location`'s rows, read by its format's registered reader (`data/formats.py`): `read_csv`
+    or `read_typed` for the built-ins."""
     fmt = cfg.format_of_input(location)
-    return SOURCES.get(fmt)(spark, path, location, read_as(cfg, fmt, location))
+    return SOURCE_FORMATS.get(fmt).read(spark, path, location, read_as(cfg, fmt, location))
 
 
 def read_as(cfg: DataConfig, fmt: str, location: str) -> DataConfig:
@@ -79,7 +77,7 @@ def read_as(cfg: DataConfig, fmt: str, location: str) -> DataConfig:
     data.columns (every column, in file order, with its type) says what each position is."""
     if fmt == cfg.source_format:
         return cfg
-    if fmt == "csv" and cfg.typed:
+    if not SOURCE_FORMATS.get(fmt).typed and cfg.typed:
         raise DataError(
             f"'{location}' is CSV, but the training rows are {cfg.source_format}, so data.columns does "
             f"not list every column in file order with its type, as CSV needs. Give these rows as "
@@ -241,7 +239,11 @@ def _explain_csv(rejects: DataFrame, location: str, cfg: DataConfig) -> None:
 def read_typed(spark: SparkSession, path: str, location: str, cfg: DataConfig) -> RawRows:
     fmt = cfg.source_format
     try:
-        frame = spark.table(path) if fmt == "table" else spark.read.format(fmt).load(storage.spark_path(path))
+        frame = (
+            spark.table(path)
+            if SOURCE_FORMATS.get(fmt).catalog
+            else spark.read.format(fmt).load(storage.spark_path(path))
+        )
         _ = frame.schema  # resolving the schema is where a missing path or a wrong format fails
     except Exception as exc:  # AnalysisException: no such path or table, not that format
         raise DataError(f"cannot read {fmt} input '{location}': {root_cause(exc)}") from None
@@ -512,11 +514,6 @@ def describe_reasons(reasons: list[RejectReason]) -> str:
         example = f", e.g. {', '.join(values)}" if values else ""
         shown.append(f"{r.kind} ({r.rows:,} row{'s' if r.rows != 1 else ''}{example})")
     return "most often: " + "; then ".join(shown)
-
-
-SOURCES.register("csv", read_csv)
-for _fmt in ("parquet", "orc", "json", "table"):
-    SOURCES.register(_fmt, read_typed)
 
 
 # ---- fingerprints --------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from pyspark.sql.types import StructType
 
 from sparkml_dist import storage
 from sparkml_dist.config.schema import DataConfig, StreamConfig
+from sparkml_dist.data.formats import SOURCE_FORMATS
 from sparkml_dist.data.sources import (
     RawRows,
     csv_rows,
@@ -45,13 +46,14 @@ def read_stream(spark: SparkSession, location: str, data: DataConfig, stream: St
     reader = spark.readStream.options(**options)
     fmt = stream.format or data.format_of_input(location)
     data = read_as(data, fmt, location)
-    if fmt == "csv":
+    source = SOURCE_FORMATS.get(fmt)
+    if not source.typed:  # text read by position: the lines, parsed per micro-batch
         return StreamSource(
             _opened(lambda: reader.text(path), location),
             with_task(data, list(data.columns)),
             lambda batch: csv_rows(numbered_lines(batch, data), data),
         )
-    if fmt == "table":
+    if source.catalog:
         frame = _opened(lambda: reader.table(location), location)
     else:
         schema = _source_schema(spark, path, location, fmt, stream)
