@@ -204,11 +204,11 @@ def _first_file(location: str) -> str:
     """The file whose header names the columns: the file itself, or a directory's or glob's first."""
     import glob
 
-    from sparkml_dist.storage import local_path
+    from sparkml_dist.storage import is_remote, local_path
     from sparkml_dist.storage.packages import resolve_path
 
     path = resolve_path(location)
-    local = local_path(path) if "://" not in path or path.startswith("file:") else None
+    local = None if is_remote(path) else local_path(path)
     if local is None:
         return path
     candidates = (

@@ -81,8 +81,11 @@ def named_format(path: str) -> str | None:
 def format_of_files_in(path: str, look_at: int = 1000) -> str | None:
     """The one format that the data files of a local directory name (None: not a local directory,
     or its files name none or several)."""
-    if "://" in path and not path.startswith("file:"):
-        return None
+    if ":" in path:  # a URI: only then is the storage module (pyarrow) needed to say whose files
+        from sparkml_dist.storage import is_remote
+
+        if is_remote(path):
+            return None
     folder = Path(path.removeprefix("file://").removeprefix("file:"))
     if not folder.is_dir():
         return None

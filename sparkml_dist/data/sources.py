@@ -521,7 +521,7 @@ def describe_reasons(reasons: list[RejectReason]) -> str:
 
 def local_files(path: str) -> list[Path]:
     """The local files behind a path (file or directory); empty for remote URIs."""
-    local = storage.local_path(path) if "://" not in path or path.startswith("file:") else None
+    local = None if storage.is_remote(path) else storage.local_path(path)
     if local is None:
         return []
     p = local
@@ -538,7 +538,7 @@ def fingerprint(paths: list[str]) -> str:
     more than the job); a table's name."""
     digest = hashlib.sha256()
     for path in paths:
-        if not local_files(path) and "://" in path and not path.startswith("file:"):
+        if not local_files(path) and storage.is_remote(path):
             for entry in _remote_entries(path):
                 digest.update(f"{entry.name}:{entry.size}:{entry.mtime_ns}".encode())
             continue

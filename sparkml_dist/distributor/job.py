@@ -13,6 +13,7 @@ from typing import Any
 
 from sparkml_dist.distributor.objects import TrainCall
 from sparkml_dist.launch.context import RankContext, env_scope
+from sparkml_dist.storage import has_scheme
 
 ATTEMPT = "SPARKML_DIST_ATTEMPT"
 MAX_ATTEMPTS = "SPARKML_DIST_MAX_ATTEMPTS"
@@ -91,7 +92,7 @@ def gpu_env(ctx: RankContext, use_gpu: bool) -> dict[str, str]:
 def user_rank(ctx: RankContext, job: UserJob) -> Any:
     """The rank function of a distributor launch: the user's call in its environment; rank 0's
     return value goes back to the driver."""
-    if job.checkpoint_dir and "://" not in job.checkpoint_dir:
+    if job.checkpoint_dir and not has_scheme(job.checkpoint_dir):
         os.makedirs(job.checkpoint_dir, exist_ok=True)  # a path on this host's disk (or a shared mount)
     with env_scope({**job.env(), **partition_env(ctx), **gpu_env(ctx, job.use_gpu)}):
         result = job.call.call()

@@ -39,6 +39,7 @@ from sparkml_dist.data.ingest import ingest
 from sparkml_dist.data.sources import with_types_of
 from sparkml_dist.models.weights import state_dict_from_bytes, state_dict_to_bytes
 from sparkml_dist.stages.evaluate import evaluate
+from sparkml_dist.storage import has_scheme
 from sparkml_dist.tracking.client import RankTracker, RunHandle
 from sparkml_dist.tracking.models import load_bundle, log_model, model_version, save_pyfunc_model
 from sparkml_dist.tracking.models import register as create_version
@@ -214,7 +215,7 @@ def _held_out(spark, cfg: JobConfig, schema: Mapping[str, str]) -> Iterator[Data
 def read_delta(source: str, tracking_uri: str, limit: int) -> bytes:
     """A local file, or an MLflow artifact URI (runs:/<id>/delta.pt, mlflow-artifacts:/...), refused
     when larger than `limit` bytes before any of it is read."""
-    if "://" not in source and ":/" not in source:
+    if not has_scheme(source):
         path = Path(source)
         if not path.is_file():
             raise DeltaRejected(f"delta file {source} does not exist")

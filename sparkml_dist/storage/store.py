@@ -82,6 +82,21 @@ def _scheme_of(uri: str) -> str:
     return head.lower() if sep and len(head) > 1 and "/" not in head else ""
 
 
+def has_scheme(uri: str) -> bool:
+    """A URI (`s3://b/k`, `file:///x`, `dbfs:/x`, `runs:/<id>/x`), not a plain path."""
+    return _scheme_of(str(uri)) != ""
+
+
+def is_remote(uri: str) -> bool:
+    """Reached through a remote file system (`s3://`, `gs://`, `abfss://`, `hdfs://`, a scheme no
+    one registered), decided from the scheme alone, without connecting: a plain path, `file://`
+    and a mounted scheme (`dbfs:/` -> /dbfs) are this machine's files."""
+    scheme = _scheme_of(str(uri))
+    if scheme in ("", "file"):
+        return False
+    return scheme not in SCHEMES or SCHEMES.get(scheme).local_root is None
+
+
 def locate(uri: str) -> Location:
     """Where `uri` lives, for reading and writing from Python."""
     uri = str(uri)

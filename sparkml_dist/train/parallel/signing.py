@@ -17,6 +17,7 @@ import secrets
 from pathlib import Path
 
 from sparkml_dist.errors import SparkMLDistError
+from sparkml_dist.storage import has_scheme
 
 SIGNATURE = "SIGNATURE"
 
@@ -41,7 +42,7 @@ def checkpoint_key(checkpoint_dir: str) -> bytes:
         with os.fdopen(fd, "wb") as fh:
             fh.write(secrets.token_bytes(32))
     secret = path.read_bytes()
-    location = checkpoint_dir if "://" in checkpoint_dir else os.path.abspath(checkpoint_dir)
+    location = checkpoint_dir if has_scheme(checkpoint_dir) else os.path.abspath(checkpoint_dir)
     return hmac.new(secret, location.encode(), hashlib.sha256).digest()
 
 
