@@ -103,6 +103,36 @@ def test_the_package_has_no_import_cycles_not_even_through_function_level_import
     assert _cycles(graph) == []
 
 
+# The building blocks (lower) never import the jobs made of them (upper): a stage, the pipeline,
+# the CLI, the workflow or the tuner. A task owns its metrics; the gate above it decides with them.
+_UPPER = ("stages", "pipeline", "cli", "workflow", "tune")
+_LOWER = (
+    "config",
+    "data",
+    "inference",
+    "launch",
+    "models",
+    "observe",
+    "spark",
+    "storage",
+    "streaming",
+    "tasks",
+    "train",
+)
+
+
+def test_layers_point_one_way():
+    modules = _modules()
+    upward = []
+    for name, path in modules.items():
+        parts = name.split(".")
+        if len(parts) < 2 or parts[1] not in _LOWER:
+            continue
+        above = _UPPER + (("validation",) if parts[1] == "tasks" else ())
+        upward += [f"{name} -> {t}" for t in _imported(name, path, modules) if t.split(".")[1] in above]
+    assert upward == []
+
+
 def test_the_walker_sees_a_cycle_through_a_package_init():
     # federated.server -> stages.paths ran stages/__init__ -> stages.train -> federated.server
     graph = {"a.server": {"b", "b.paths"}, "b": {"b.train"}, "b.train": {"a.server"}, "b.paths": set()}

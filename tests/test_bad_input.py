@@ -13,8 +13,8 @@ from sparkml_dist.data.loader import ShardLoader
 from sparkml_dist.data.sources import schema_of
 from sparkml_dist.errors import DataError
 from sparkml_dist.inference.bundle import ModelBundle
+from sparkml_dist.inference.scoring import check_schema
 from sparkml_dist.models.spec import ModelSpec
-from sparkml_dist.stages.score import check_schema
 
 
 def header_config(path):

@@ -6,9 +6,9 @@ import pytest
 from sklearn import metrics as skm
 
 from sparkml_dist.tasks import Target
-from sparkml_dist.validation.binary import best_f1_threshold, binary_report
-from sparkml_dist.validation.multiclass import multiclass_report
-from sparkml_dist.validation.regression import regression_report
+from sparkml_dist.tasks.reports.binary import best_f1_threshold, binary_report
+from sparkml_dist.tasks.reports.multiclass import multiclass_report
+from sparkml_dist.tasks.reports.regression import regression_report
 
 pytestmark = pytest.mark.spark
 

@@ -14,9 +14,9 @@ from sparkml_dist.data.ingest import LABEL, ROW_ID, WEIGHT, IngestResult, ingest
 from sparkml_dist.data.labels import encode_labels, model_target
 from sparkml_dist.data.sources import common_reasons, describe_reasons, with_types_of
 from sparkml_dist.errors import SparkMLDistError
+from sparkml_dist.inference.scoring import load_pipeline
 from sparkml_dist.inference.udf import score_features
 from sparkml_dist.stages.records import EvaluateRecord, TrainRecord
-from sparkml_dist.stages.score import load_pipeline
 from sparkml_dist.storage.hadoop import atomic_dir
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tasks.base import Target, TaskReport

@@ -22,10 +22,10 @@ from sparkml_dist.data.ingest import ingest
 from sparkml_dist.data.labels import model_target
 from sparkml_dist.data.sources import schema_of, with_types_of
 from sparkml_dist.errors import ConfigError
+from sparkml_dist.inference.scoring import check_schema
 from sparkml_dist.methods.base import TrainRequest, WarmStart, get_method
 from sparkml_dist.stages.evaluate import evaluate
 from sparkml_dist.stages.preprocess import preprocess, select_rows
-from sparkml_dist.stages.score import check_schema
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tasks.base import Target
 from sparkml_dist.tracking.client import EpochLogger, RankTracker, RunHandle

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyspark import Accumulator
@@ -18,6 +17,7 @@ from sparkml_dist.data.labels import model_target
 from sparkml_dist.data.sources import schema_of, with_types_of
 from sparkml_dist.errors import DataError
 from sparkml_dist.inference.bundle import ModelBundle
+from sparkml_dist.inference.scoring import check_schema, load_pipeline
 from sparkml_dist.inference.udf import PREDICTION, score_features
 from sparkml_dist.observe.spark_cpu import executor_cpu_seconds, job_ids
 from sparkml_dist.spark.session import job_group
@@ -113,14 +113,6 @@ def _score_rows(
     )
 
 
-def load_pipeline(bundle: ModelBundle) -> ScoringPipeline:
-    """The model's feature pipeline, read from the driver's copy (compiled, nothing for executors
-    to read), or loaded where executors can read it."""
-    return ScoringPipeline.load(
-        bundle.feature_pipeline_path or bundle.pipeline_for_spark, stages_at=bundle.pipeline_for_spark
-    )
-
-
 def scored_rows(
     bundle: ModelBundle,
     pipeline: ScoringPipeline,
@@ -142,22 +134,3 @@ def scored_rows(
             PREDICTED_LABEL, F.element_at(F.array(*[F.lit(c) for c in classes]), F.col(PREDICTION) + 1)
         )
     return scored
-
-
-def check_schema(schema: Mapping[str, str], bundle: ModelBundle) -> None:
-    """The feature columns to score (`schema`: column -> "type/role") must be the ones the model
-    was trained on."""
-    if not bundle.training_schema:
-        return
-    features = ("numeric", "categorical")
-    now = {k: v for k, v in schema.items() if v.split("/")[1] in features}
-    then = {k: v for k, v in bundle.training_schema.items() if v.split("/")[1] in features}
-    if now != then:
-        missing = sorted(set(then) - set(now))
-        extra = sorted(set(now) - set(then))
-        changed = sorted(k for k in set(now) & set(then) if now[k] != then[k])
-        raise DataError(
-            f"schema drift: {bundle.uri} was trained on feature columns {sorted(then)}; the scoring "
-            f"config differs: missing {missing}, unexpected {extra}, changed type/role {changed}. "
-            f"Score with the training config's data.columns, or retrain."
-        )

@@ -80,7 +80,7 @@ def with_f1_threshold(
     from sparkml_dist.data.labels import encode_labels
     from sparkml_dist.inference.bundle import ModelBundle
     from sparkml_dist.inference.udf import score_features
-    from sparkml_dist.validation.binary import best_f1_threshold
+    from sparkml_dist.tasks.reports.binary import best_f1_threshold
 
     model = outcome.model
     bundle = ModelBundle(model.spec, model.weights, model.feature_pipeline, target=model.target)

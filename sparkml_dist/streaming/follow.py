@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from sparkml_dist.data.features import ScoringPipeline
 from sparkml_dist.errors import SparkMLDistError
 from sparkml_dist.inference.bundle import ModelBundle
-from sparkml_dist.stages.score import check_schema, load_pipeline
+from sparkml_dist.inference.scoring import check_schema, load_pipeline
 from sparkml_dist.tracking.models import load_bundle, model_version
 
 log = logging.getLogger(__name__)

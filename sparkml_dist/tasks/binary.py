@@ -135,7 +135,7 @@ class Binary(Task):
         return [(PROBABILITY, "double"), (PREDICTION, "integer")]
 
     def report(self, scored: DataFrame, target: Target, label: str, weight: str | None) -> TaskReport:
-        from sparkml_dist.validation.binary import binary_report
+        from sparkml_dist.tasks.reports.binary import binary_report  # pyspark: not while a config is read
 
         return binary_report(scored, target, label, weight)
 

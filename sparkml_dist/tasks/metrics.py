@@ -1,6 +1,6 @@
 """The tasks' metrics over counts and sums, in numpy alone: what the ranks compute each epoch from
 allreduced counts (`Task.extra_from_bins`, no Spark on a rank) and what the Spark reports
-(`sparkml_dist.validation`) compute from their aggregations."""
+(`sparkml_dist.tasks.reports`) compute from their aggregations."""
 
 from __future__ import annotations
 

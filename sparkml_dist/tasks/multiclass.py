@@ -161,7 +161,9 @@ class Multiclass(Task):
         return [(PREDICTION, "integer"), (PROBABILITY, "double"), (PROBABILITIES, "array<float>")]
 
     def report(self, scored: DataFrame, target: Target, label: str, weight: str | None) -> TaskReport:
-        from sparkml_dist.validation.multiclass import multiclass_report
+        from sparkml_dist.tasks.reports.multiclass import (
+            multiclass_report,  # pyspark: not while a config is read
+        )
 
         return multiclass_report(scored, target, label, weight)
 

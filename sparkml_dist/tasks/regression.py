@@ -126,7 +126,9 @@ class Regression(Task):
         return [(PREDICTION, "double")]
 
     def report(self, scored: DataFrame, target: Target, label: str, weight: str | None) -> TaskReport:
-        from sparkml_dist.validation.regression import regression_report
+        from sparkml_dist.tasks.reports.regression import (
+            regression_report,  # pyspark: not while a config is read
+        )
 
         return regression_report(scored, label, weight)
 

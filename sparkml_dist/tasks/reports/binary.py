@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 
 from sparkml_dist.tasks.base import PREDICTION, PROBABILITY, Target, TaskReport
 from sparkml_dist.tasks.metrics import roc_from_bins
-from sparkml_dist.validation.common import plot_module, weight_of
+from sparkml_dist.tasks.reports.common import plot_module, weight_of
 
 _EPS = 1e-7
 

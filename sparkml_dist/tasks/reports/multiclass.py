@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 
 from sparkml_dist.tasks.base import PREDICTION, PROBABILITIES, Target, TaskReport
 from sparkml_dist.tasks.metrics import class_table, macro_f1
-from sparkml_dist.validation.common import plot_module, weight_of
+from sparkml_dist.tasks.reports.common import plot_module, weight_of
 
 _EPS = 1e-7
 PLOTTED_CLASSES = 40  # a confusion matrix with more classes is a table, not a picture

@@ -8,7 +8,7 @@ from pyspark.sql import functions as F
 
 from sparkml_dist.tasks.base import PREDICTION, TaskReport
 from sparkml_dist.tasks.metrics import metrics_from_sums
-from sparkml_dist.validation.common import plot_module, weight_of
+from sparkml_dist.tasks.reports.common import plot_module, weight_of
 
 PLOT_POINTS = 5000
 
