@@ -157,15 +157,24 @@ def _source_formats() -> set[str]:
     return set(SOURCE_FORMATS.names())
 
 
-@pytest.mark.parametrize("axis", ["train.strategy", "model.kind", "data.format"])
+def _backends() -> set[str]:
+    from sparkml_dist.launch.backends import BACKENDS
+
+    return set(BACKENDS.names())
+
+
+@pytest.mark.parametrize("axis", ["train.strategy", "model.kind", "data.format", "train.backend"])
 def test_an_axis_entry_is_never_compared_by_name_outside_its_own_registration(axis):
-    """`train.strategy`, `model.kind` and `data.format` are looked up in their registries (an
-    entry carries its capabilities), never compared by name: adding a method, a model kind or a
-    source format touches one place."""
-    names = {"train.strategy": _method_names, "model.kind": _model_kinds, "data.format": _source_formats}[
-        axis
-    ]()
-    assert len(names) >= 3, "the registry's built-ins loaded"
+    """`train.strategy`, `model.kind`, `data.format` and `train.backend` are looked up in their
+    registries (an entry carries its capabilities), never compared by name: adding a method, a
+    model kind, a source format or a backend touches one place."""
+    names = {
+        "train.strategy": _method_names,
+        "model.kind": _model_kinds,
+        "data.format": _source_formats,
+        "train.backend": _backends,
+    }[axis]()
+    assert len(names) >= 2, "the registry's built-ins loaded"
     offenders = []
     for path in PACKAGE.rglob("*.py"):
         tree = ast.parse(path.read_text())

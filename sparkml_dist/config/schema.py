@@ -361,9 +361,10 @@ class TrainConfig(Section):
         description="the training method; built in: ddp, fsdp, tensor, pipeline, hybrid, "
         "async, federated (each adds its own keys below)",
     )
-    backend: Literal["torch", "horovod"] = Field(
+    backend: str = Field(
         "torch",
-        description="communication backend: torch.distributed, or Horovod AllReduce (data parallelism only)",
+        description="communication backend, a name in the backend registry: torch (torch.distributed), or "
+        "horovod (Horovod AllReduce, data parallelism only)",
     )
     num_ranks: int = Field(2, ge=1, le=1024, description="ranks in the barrier stage (one Spark task each)")
     epochs: int = Field(8, ge=1, description="passes over the training split")
@@ -444,11 +445,31 @@ class TrainConfig(Section):
         # YAML 1.1 reads a bare on/off as a boolean: `cuda_graph: on` means "on"
         return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
+    @field_validator("backend")
+    @classmethod
+    def _registered_backend(cls, name: str) -> str:
+        # the registry is the launch layer's; reading it imports neither torch nor Horovod
+        from sparkml_dist.launch.backends import backend_names
+
+        known = [f"'{n}'" for n in backend_names()]
+        if name not in backend_names():
+            raise PydanticCustomError(
+                "unknown_backend",
+                "Input should be {known} (a communication backend registered in sparkml_dist.launch.backends)",
+                {"known": ", ".join(known[:-1]) + " or " + known[-1] if len(known) > 1 else known[0]},
+            )
+        return name
+
+    @classmethod
+    def backends(cls) -> tuple[str, ...]:
+        """The backends this method runs on (ddp: every registered one)."""
+        return cls.supported_backends
+
     @model_validator(mode="after")
     def _backend_is_supported(self) -> TrainConfig:
-        if self.backend not in self.supported_backends:
+        if self.backend not in self.backends():
             raise ValueError(
-                f"train.strategy={self.strategy} runs on {' or '.join(self.supported_backends)}; Horovod "
+                f"train.strategy={self.strategy} runs on {' or '.join(self.backends())}; Horovod "
                 "does data parallelism only: set train.backend=torch or train.strategy=ddp"
             )
         if self.min_ranks is not None and (self.min_ranks > self.num_ranks or not self.elastic):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from sparkml_dist.launch.backend import DriverHandle, joining_the_group, pick_device
 from sparkml_dist.launch.context import RankContext
@@ -113,3 +114,36 @@ class HorovodBackend:
 
         if hvd.is_initialized():
             hvd.shutdown()
+
+
+def check_horovod(cfg: Any) -> None:
+    """What Horovod on CPU/Gloo cannot do with the train section (ddp's keys): refused at load."""
+    h = cfg.horovod
+    if cfg.cuda_graph == "on":
+        raise ValueError(
+            "train.cuda_graph=on: Horovod averages gradients from hooks inside backward, which a "
+            "CUDA graph cannot capture; use train.backend=torch, or train.cuda_graph=auto/off"
+        )
+    if h.compression == "bf16":
+        raise ValueError(
+            "train.horovod.compression=bf16: Horovod 0.28 has no bf16 (it refuses bf16 tensors on "
+            "Gloo and on NCCL alike); use 'fp16' or 'none' (train.precision=bf16 still trains in bf16: its "
+            "gradients are fp32, and are averaged as such)"
+        )
+    if h.reduce_op == "adasum":
+        raise ValueError(
+            "train.horovod.reduce_op=adasum needs Horovod built with MPI; this build uses Gloo only. Use 'average'"
+        )
+    if h.sync_batch_norm and cfg.device != "cuda":
+        raise ValueError(
+            "train.horovod.sync_batch_norm: Horovod's SyncBatchNorm runs on GPUs only; "
+            "set it to false or train.device=cuda"
+        )
+
+
+def horovod_launch_options(cfg: Any) -> dict[str, Any]:
+    """The launcher's Horovod options from the train section."""
+    return {
+        "cycle_time_ms": cfg.horovod.cycle_time_ms,
+        "fusion_threshold_mib": cfg.horovod.fusion_threshold_mib,
+    }

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from sparkml_dist.config.schema import Section, TrainConfig
+from sparkml_dist.launch.backends import BACKENDS, backend_names
 from sparkml_dist.methods.base import LaunchNeeds, register_method
 from sparkml_dist.methods.loop import LoopMethod
 
@@ -40,7 +41,6 @@ class DataParallelConfig(TrainConfig):
 
     elastic: ClassVar[bool] = True  # any world size: the loader cuts the rows for it
 
-    supported_backends = ("torch", "horovod")
     precisions = ("fp32", "bf16", "fp16")
     cuda_graphs = True
 
@@ -54,76 +54,40 @@ class DataParallelConfig(TrainConfig):
         "'process_group': always gloo's allreduce",
     )
 
+    @classmethod
+    def backends(cls) -> tuple[str, ...]:
+        return tuple(backend_names())  # every registered backend says how ddp places a rank on it
+
     @model_validator(mode="after")
-    def _horovod_options_are_possible(self) -> DataParallelConfig:
-        h = self.horovod
-        if self.backend == "horovod" and self.intra_host_allreduce != "shared_memory":
-            raise ValueError(
-                "train.intra_host_allreduce is an option of train.backend=torch; Horovod averages "
-                "through its own backend. Remove it or set train.backend=torch"
-            )
-        if self.backend != "horovod":
-            if h != HorovodConfig():
-                raise ValueError(
-                    "train.horovod.* is set but train.backend is not 'horovod'; set train.backend=horovod"
-                )
-            return self
-        on_gpu = self.device == "cuda"
-        if self.cuda_graph == "on":
-            raise ValueError(
-                "train.cuda_graph=on: Horovod averages gradients from hooks inside backward, which a "
-                "CUDA graph cannot capture; use train.backend=torch, or train.cuda_graph=auto/off"
-            )
-        if h.compression == "bf16":
-            raise ValueError(
-                "train.horovod.compression=bf16: Horovod 0.28 has no bf16 (it refuses bf16 tensors on "
-                "Gloo and on NCCL alike); use 'fp16' or 'none' (train.precision=bf16 still trains in bf16: its "
-                "gradients are fp32, and are averaged as such)"
-            )
-        if h.reduce_op == "adasum":
-            raise ValueError(
-                "train.horovod.reduce_op=adasum needs Horovod built with MPI; this build uses Gloo "
-                "only. Use 'average'"
-            )
-        if h.sync_batch_norm and not on_gpu:
-            raise ValueError(
-                "train.horovod.sync_batch_norm: Horovod's SyncBatchNorm runs on GPUs only; "
-                "set it to false or train.device=cuda"
-            )
+    def _the_backends_own_keys(self) -> DataParallelConfig:
+        """Another backend's options are refused (they would be ignored), then the chosen
+        backend checks what it cannot do."""
+        for name, spec in BACKENDS:
+            if name == self.backend:
+                continue
+            for key in spec.own_keys:
+                if getattr(self, key) != type(self).model_fields[key].get_default(call_default_factory=True):
+                    raise ValueError(
+                        f"train.{key} is an option of train.backend={name}, and train.backend is "
+                        f"{self.backend}: remove it or set train.backend={name}"
+                    )
+        BACKENDS.get(self.backend).check(self)
         return self
 
 
 def place_data_parallel(cfg: DataParallelConfig, world_size: int, rank: int) -> Strategy:
-    from sparkml_dist.train.strategies import DataParallel
-
-    if cfg.backend == "horovod":
-        from sparkml_dist.train.horovod_strategy import HorovodDataParallel
-
-        return HorovodDataParallel(
-            world_size, rank, cfg.horovod.compression, cfg.horovod.backward_passes_per_step
-        )
-    return DataParallel(
-        world_size,
-        rank,
-        shared_memory=cfg.intra_host_allreduce == "shared_memory",
-        cuda_graph=cfg.cuda_graph,
-        batch_size=cfg.batch_size,
-    )
+    return BACKENDS.get(cfg.backend).place_data_parallel(cfg, world_size, rank)
 
 
 class DataParallelMethod(LoopMethod):
     def needs(self, cfg: DataParallelConfig) -> LaunchNeeds:
-        if cfg.backend == "horovod":  # its backend always forks: hvd.init() cannot run twice in one process
-            return LaunchNeeds(
-                cfg.num_ranks,
-                "horovod",
-                True,
-                {
-                    "cycle_time_ms": cfg.horovod.cycle_time_ms,
-                    "fusion_threshold_mib": cfg.horovod.fusion_threshold_mib,
-                },
-            )
-        return super().needs(cfg)
+        spec = BACKENDS.get(cfg.backend)
+        return LaunchNeeds(
+            cfg.num_ranks,
+            cfg.backend,
+            self.fresh_process or spec.forks_every_launch,
+            dict(spec.launch_options(cfg)),
+        )
 
 
 DDP = register_method(

@@ -35,7 +35,7 @@ class LoopMethod(TrainMethod):
     supports_warm_start: ClassVar[bool] = True
 
     def needs(self, cfg: TrainConfig) -> LaunchNeeds:
-        return LaunchNeeds(cfg.num_ranks, "torch", self.fresh_process)
+        return LaunchNeeds(cfg.num_ranks, cfg.backend, self.fresh_process)
 
     def run(self, request: TrainRequest) -> TrainOutcome:
         if request.data is None:

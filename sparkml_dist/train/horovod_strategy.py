@@ -7,6 +7,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 from torch import nn
@@ -120,3 +121,10 @@ def _wait_quietly(handle: int) -> None:
 
     while not hvd.poll(handle):
         time.sleep(POLL_INTERVAL_S)
+
+
+def data_parallel_on_horovod(cfg: Any, world_size: int, rank: int) -> Strategy:
+    """train.strategy=ddp on train.backend=horovod (launch/backends.py)."""
+    return HorovodDataParallel(
+        world_size, rank, cfg.horovod.compression, cfg.horovod.backward_passes_per_step
+    )

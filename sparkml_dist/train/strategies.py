@@ -368,3 +368,15 @@ def timed_allreduce(clock: CommClock, bucket):  # no annotations: DDP compares t
         return fut.value()[0]
 
     return dist.all_reduce(tensor, async_op=True).get_future().then(finished)
+
+
+def data_parallel_on_torch(cfg: Any, world_size: int, rank: int) -> Strategy:
+    """train.strategy=ddp on train.backend=torch (launch/backends.py): DDP, its gradients averaged
+    through a shared-memory segment or the process group (train.intra_host_allreduce)."""
+    return DataParallel(
+        world_size,
+        rank,
+        shared_memory=cfg.intra_host_allreduce == "shared_memory",
+        cuda_graph=cfg.cuda_graph,
+        batch_size=cfg.batch_size,
+    )
