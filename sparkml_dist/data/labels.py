@@ -10,11 +10,12 @@ from dataclasses import dataclass, replace
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sparkml_dist.config.schema import DataConfig, JobConfig, task_problems
+from sparkml_dist.config.schema import DataConfig, JobConfig
 from sparkml_dist.data.ingest import LABEL, RAW_LINE, REASON, ROW_ID, SOURCE_FILE, unknown_label_reason
 from sparkml_dist.data.sql import ident, raw_json
 from sparkml_dist.errors import ConfigError, DataError
 from sparkml_dist.tasks.base import Target, get_task
+from sparkml_dist.tasks.checks import task_problems
 
 
 @dataclass

@@ -115,6 +115,8 @@ class Task(ABC):
     default_gate: tuple[str, float]  # a metric and a bound that a constant prediction cannot pass
     classifier: bool = True  # predicts classes (cross-entropy, class weights, a predicted_label column)
     thresholded: bool = False  # decides by a probability threshold (evaluate.threshold)
+    # a typed source's true/false label gives it its classes once read (no positive/negative to name)
+    boolean_classes: bool = False
 
     # ---- config -------------------------------------------------------------------------------
     def check_label(self, label: LabelSpec) -> None:  # noqa: B027 -- a hook: most tasks take any label

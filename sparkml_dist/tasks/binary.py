@@ -48,6 +48,7 @@ class Binary(Task):
     held_out_extra = ("roc_auc",)  # what an imbalanced label is tuned on: accuracy rewards the majority class
     default_gate = ("roc_auc", 0.5)
     thresholded = True
+    boolean_classes = True
 
     def check_label(self, label: LabelSpec) -> None:
         if label.positive is None or label.negative is None:
