@@ -128,7 +128,7 @@ def _contribute(spark, cfg: JobConfig, args) -> str:
 
 
 def _federated(spark, cfg: JobConfig, args) -> str:
-    from sparkml_dist.federated.server import result_lines
+    from sparkml_dist.methods.federated.server import result_lines
     from sparkml_dist.stages.train import train
     from sparkml_dist.tracking.client import tracked_run
 

@@ -9,7 +9,7 @@ from test_training import job_for
 
 from sparkml_dist.launch import TorchBackend, run_barrier
 from sparkml_dist.methods import make_job
-from sparkml_dist.train.async_ps import ParameterServer, async_rank, shard_names
+from sparkml_dist.methods.async_ps.worker import ParameterServer, async_rank, shard_names
 from sparkml_dist.train.job import Fault
 from sparkml_dist.train.loop import train_rank
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 from cryptography.exceptions import InvalidTag
 
-from sparkml_dist.federated import privacy, secure
-from sparkml_dist.federated.server import ReceivedLog, UnexpectedPayload
+from sparkml_dist.methods.federated import privacy, secure
+from sparkml_dist.methods.federated.server import ReceivedLog, UnexpectedPayload
 
 
 def masked_round(updates: list[np.ndarray], salt: bytes):
@@ -68,7 +68,7 @@ def test_an_update_too_large_for_the_ring_names_the_fix():
 
 
 def test_a_client_that_drops_out_after_the_key_exchange_fails_the_round_with_its_reason():
-    from sparkml_dist.federated.server import FederatedRoundError, _check_every_keyed_client_answered
+    from sparkml_dist.methods.federated.server import FederatedRoundError, _check_every_keyed_client_answered
 
     publics = {0: b"a", 3: b"b", 5: b"c"}
     _check_every_keyed_client_answered(publics, [{"client": c} for c in publics], 2)
@@ -229,8 +229,8 @@ def test_a_rerun_after_the_driver_died_resumes_at_the_next_round(spark, make_adu
     Running the job again resumes at round 2 with the saved model, records and client sampler, and
     ends where an uninterrupted run ends; the round checkpoints are removed once it finishes."""
     from sparkml_dist import storage
-    from sparkml_dist.federated.checkpoints import rounds_dir
-    from sparkml_dist.federated.server import run_federated
+    from sparkml_dist.methods.federated.checkpoints import rounds_dir
+    from sparkml_dist.methods.federated.server import run_federated
 
     cfg = make_adult_config(
         "federated.client_column=occupation", "federated.rounds=3", "federated.client_fraction=0.6"
@@ -272,7 +272,12 @@ def test_clients_and_the_drivers_test_rows_hold_a_wide_category_compactly(spark,
     from sparkml_dist.data.labels import encode_labels, fit_target
     from sparkml_dist.data.loader import features_to_numpy
     from sparkml_dist.data.sources import schema_of
-    from sparkml_dist.federated.server import HeldOut, _test_arrays, client_partitions, evaluate_arrays
+    from sparkml_dist.methods.federated.server import (
+        HeldOut,
+        _test_arrays,
+        client_partitions,
+        evaluate_arrays,
+    )
     from sparkml_dist.models.factory import build_model, model_spec
 
     rng = np.random.default_rng(3)

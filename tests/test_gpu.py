@@ -193,7 +193,7 @@ RANK_MODULES = [
     "sparkml_dist.train.parallel.mesh",
     "sparkml_dist.train.parallel.pipeline",
     "sparkml_dist.train.horovod_strategy",
-    "sparkml_dist.train.async_ps",
+    "sparkml_dist.methods.async_ps.worker",
     "sparkml_dist.data.loader",
     "sparkml_dist.models.factory",
     "sparkml_dist.inference.predict",
@@ -307,7 +307,7 @@ def test_a_federated_client_trains_in_the_runs_precision(precision):
     """train.precision reaches the federated clients (CPU: fp32 or bf16 autocast): a round's update
     moves the weights, and a bf16 client's update points where its fp32 twin's does (AdamW's
     normalised steps make elementwise tolerances meaningless; the direction is what matters)."""
-    from sparkml_dist.federated.client import RoundTask, _train_locally
+    from sparkml_dist.methods.federated.client import RoundTask, _train_locally
     from sparkml_dist.models.factory import build_model
     from sparkml_dist.models.weights import state_dict_to_bytes
     from sparkml_dist.tasks.base import Target

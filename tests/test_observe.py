@@ -7,9 +7,9 @@ import math
 import time
 
 import pytest
+from rank_jobs import loop_job
 
 from sparkml_dist.launch.context import RankContext
-from sparkml_dist.methods import loop_job
 from sparkml_dist.observe.energy import EnergyMeter, RaplCounters
 from sparkml_dist.observe.steps import CommClock, StepTimes
 from sparkml_dist.observe.system import SystemSampler

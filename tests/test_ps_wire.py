@@ -8,8 +8,14 @@ import psutil
 import pytest
 import torch
 
-from sparkml_dist.train.async_ps import ParameterServer
-from sparkml_dist.train.ps_wire import ServerConnection, ServerEndpoint, WireError, layout_of, send_frame
+from sparkml_dist.methods.async_ps.wire import (
+    ServerConnection,
+    ServerEndpoint,
+    WireError,
+    layout_of,
+    send_frame,
+)
+from sparkml_dist.methods.async_ps.worker import ParameterServer
 
 SECRET = b"p" * 32
 

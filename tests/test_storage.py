@@ -123,11 +123,11 @@ def test_preprocess_and_training_under_a_file_uri_root(spark, tmp_path):
     """output.root given as file:// : Spark writes the splits there and the ranks, the manifest
     and the records are read back through the store."""
     from conftest import ADULT_CONFIG
+    from rank_jobs import loop_job
     from test_training import ONE_RANK
 
     from sparkml_dist.config import load_config
     from sparkml_dist.data.generate import adult_like, write_csv
-    from sparkml_dist.methods import loop_job
     from sparkml_dist.stages import preprocess
     from sparkml_dist.train.loop import train_rank
 

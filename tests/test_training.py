@@ -1,10 +1,10 @@
 """Training: 2 real ranks in a barrier stage on the real Adult Parquet; and 1 rank without Spark."""
 
 import pytest
+from rank_jobs import loop_job
 
 from sparkml_dist.launch import TorchBackend, run_barrier
 from sparkml_dist.launch.context import RankContext
-from sparkml_dist.methods import loop_job
 from sparkml_dist.train.checkpoint import list_checkpoints, load_latest
 from sparkml_dist.train.loop import train_rank
 

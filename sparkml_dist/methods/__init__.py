@@ -16,7 +16,7 @@ from sparkml_dist.methods.base import (
     method_names,
     register_method,
 )
-from sparkml_dist.methods.loop import LoopMethod, loop_job, make_job
+from sparkml_dist.methods.loop import LoopMethod, make_job
 
 __all__ = [
     "LaunchNeeds",
@@ -25,7 +25,6 @@ __all__ = [
     "TrainRequest",
     "WarmStart",
     "get_method",
-    "loop_job",
     "make_job",
     "method_names",
     "register_method",

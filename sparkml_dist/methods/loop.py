@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from sparkml_dist.config.schema import JobConfig, TrainConfig
 from sparkml_dist.errors import ConfigError
-from sparkml_dist.methods.base import LaunchNeeds, TrainMethod, TrainRequest, WarmStart, get_method
+from sparkml_dist.methods.base import LaunchNeeds, TrainMethod, TrainRequest, WarmStart
 from sparkml_dist.train.records import TrainedModel, TrainOutcome
 
 # Heavy modules (torch, Spark) are imported where a method runs, not where it is registered:
@@ -156,28 +156,3 @@ def training_frame(spark: SparkSession, job: TrainJob):
     files = sorted({group.file for group in job.train_groups})
     paths = [storage.spark_path(storage.join(job.data_root, f)) for f in files]
     return spark.read.parquet(*paths).select(*job.training_columns())
-
-
-def loop_job(
-    cfg: JobConfig,
-    data: PreprocessResult,
-    checkpoint_dir: str,
-    sink: EpochSink | None = None,
-    warm_start: WarmStart | None = None,
-) -> TrainJob:
-    """The rank loop's payload, placed by `cfg.train.strategy`'s method."""
-    return make_job(
-        cfg,
-        data,
-        checkpoint_dir,
-        placement=loop_method(cfg.train.strategy).placement,
-        sink=sink,
-        warm_start=warm_start,
-    )
-
-
-def loop_method(name: str) -> LoopMethod:
-    method = get_method(name)
-    if not isinstance(method, LoopMethod):
-        raise ConfigError(f"train.strategy={name} does not run in the rank loop (it has its own program)")
-    return method

@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch import nn
 
 from sparkml_dist.launch.context import RankContext
+from sparkml_dist.methods.async_ps.wire import ServerConnection, ServerEndpoint, layout_of
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.weights import state_dict_to_bytes
 from sparkml_dist.observe.monitor import RankMonitor
@@ -38,7 +39,6 @@ from sparkml_dist.train.feed import HostFeed
 from sparkml_dist.train.job import TrainJob
 from sparkml_dist.train.loop import evaluate
 from sparkml_dist.train.precision import Precision
-from sparkml_dist.train.ps_wire import ServerConnection, ServerEndpoint, layout_of
 from sparkml_dist.train.records import EpochRecord, Evaluation, RankResult, RankStats, RankThroughput
 from sparkml_dist.train.strategies import Strategy, local_param_bytes
 

@@ -31,8 +31,9 @@ from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.loader import feature_columns, stored_features
 from sparkml_dist.data.sources import schema_of, with_types_of
 from sparkml_dist.errors import ConfigError
-from sparkml_dist.federated import secure
-from sparkml_dist.federated.checkpoints import (
+from sparkml_dist.inference.predict import network_outputs
+from sparkml_dist.methods.federated import secure
+from sparkml_dist.methods.federated.checkpoints import (
     RoundsDone,
     clear_rounds,
     fingerprint,
@@ -40,9 +41,8 @@ from sparkml_dist.federated.checkpoints import (
     rounds_dir,
     save_round,
 )
-from sparkml_dist.federated.client import RoundTask, client_update, public_key
-from sparkml_dist.federated.privacy import RoundNoise, effective_multiplier, epsilon
-from sparkml_dist.inference.predict import network_outputs
+from sparkml_dist.methods.federated.client import RoundTask, client_update, public_key
+from sparkml_dist.methods.federated.privacy import RoundNoise, effective_multiplier, epsilon
 from sparkml_dist.models.custom import check_custom_model, task_spec
 from sparkml_dist.models.factory import build_model, model_spec
 from sparkml_dist.models.spec import ModelSpec

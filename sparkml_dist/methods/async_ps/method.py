@@ -1,18 +1,18 @@
-"""train.strategy=async: parameter servers and asynchronous SGD (train/ps_wire.py). Ranks
+"""train.strategy=async: parameter servers and asynchronous SGD (`wire.py`). Ranks
 0..servers-1 hold the parameters; the others pull, compute and push without waiting for each
 other, so a slow worker only makes its own updates staler. It is its own rank program
-(`train.async_ps.async_rank`), launched in the same barrier stage and relaunched like the loop."""
+(`worker.async_rank`), launched in the same barrier stage and relaunched like the loop."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
-from pydantic import Field, model_validator
 
-from sparkml_dist.config.schema import Section, TrainConfig
+from sparkml_dist.config.schema import TrainConfig
 from sparkml_dist.errors import ConfigError
+from sparkml_dist.methods.async_ps.config import AsyncConfig
 from sparkml_dist.methods.base import LaunchNeeds, TrainMethod, TrainRequest, register_method
 from sparkml_dist.methods.loop import make_job
 from sparkml_dist.train.records import EpochRecord, RankResult, TrainedModel, TrainOutcome
@@ -21,41 +21,12 @@ if TYPE_CHECKING:
     from sparkml_dist.launch.relaunch import Launched
 
 
-class AsyncOptions(Section):
-    servers: int = Field(
-        1, ge=1, description="ranks 0..servers-1 hold the parameters (sharded by name); the rest are workers"
-    )
-    max_staleness: int = Field(
-        4, ge=0, description="an update computed on parameters this many versions old or older is stale"
-    )
-    stale_policy: Literal["drop", "downweight"] = Field(
-        "drop", description="drop a too-stale update, or scale it by 1/(1+staleness)"
-    )
-
-
-class AsyncConfig(TrainConfig):
-    dataframe_input: ClassVar[bool] = False
-    strategy: Literal["async"] = Field("async", description="parameter servers and asynchronous SGD")
-    async_ps: AsyncOptions = Field(
-        default_factory=AsyncOptions, description="servers and the staleness policy"
-    )
-
-    @model_validator(mode="after")
-    def _has_workers(self) -> AsyncConfig:
-        if self.num_ranks <= self.async_ps.servers:
-            raise ValueError(
-                f"train.strategy=async needs workers: train.num_ranks ({self.num_ranks}) must exceed "
-                f"train.async_ps.servers ({self.async_ps.servers})"
-            )
-        return self
-
-
 @dataclass(frozen=True)
 class ParameterServerMethod(TrainMethod):
     name: str = "async"
     config: type[TrainConfig] = AsyncConfig
     summary: str = (
-        "parameter servers + asynchronous SGD (`train/ps_wire.py`): workers never wait for each other; "
+        "parameter servers + asynchronous SGD (`methods/async_ps/wire.py`): workers never wait for each other; "
         "stale updates dropped or down-weighted and counted"
     )
 
@@ -64,7 +35,7 @@ class ParameterServerMethod(TrainMethod):
 
     def run(self, request: TrainRequest) -> TrainOutcome:
         from sparkml_dist.launch.relaunch import run_with_relaunch
-        from sparkml_dist.train.async_ps import async_rank
+        from sparkml_dist.methods.async_ps.worker import async_rank
 
         if request.data is None:
             raise ConfigError("train.strategy=async trains on the preprocessed splits: run preprocess first")

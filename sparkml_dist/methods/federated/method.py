@@ -1,7 +1,7 @@
 """train.strategy=federated: federated learning over Spark partitions, one client per value of
 `federated.client_column`. A driver-side algorithm (not a barrier stage): each round the driver
 broadcasts the global weights, sampled clients train inside their own partitions and only
-parameter-shaped updates come back (`sparkml_dist.federated`). Options: the `federated` section."""
+parameter-shaped updates come back (`sparkml_dist.methods.federated`). Options: the `federated` section."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from sparkml_dist.methods.base import LaunchNeeds, TrainMethod, TrainRequest, re
 from sparkml_dist.train.records import RankStats, TrainedModel, TrainOutcome
 
 if TYPE_CHECKING:
-    from sparkml_dist.federated.server import FederatedResult
+    from sparkml_dist.methods.federated.server import FederatedResult
 
 
 class FederatedTrainConfig(TrainConfig):
@@ -46,7 +46,7 @@ class FederatedMethod(TrainMethod):
 
     def run(self, request: TrainRequest, slow_clients: dict[str, float] | None = None) -> TrainOutcome:
         """`slow_clients` (tests): client value -> seconds of delay per batch."""
-        from sparkml_dist.federated.server import run_federated
+        from sparkml_dist.methods.federated.server import run_federated
 
         return outcome_of(run_federated(request.spark, request.cfg, request.sink, slow_clients), request.cfg)
 

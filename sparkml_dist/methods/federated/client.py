@@ -14,7 +14,7 @@ import torch
 
 from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.loader import batch_input
-from sparkml_dist.federated import privacy, secure
+from sparkml_dist.methods.federated import privacy, secure
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.models.weights import state_dict_from_bytes
