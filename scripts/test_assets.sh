@@ -17,9 +17,11 @@ if ! ls "$wheels/pyspark-${oldest_pyspark#pyspark==}-"*.whl >/dev/null 2>&1; the
   step "caching a $oldest_pyspark wheel for tests/test_install.py in $wheels (once; its sdist is ~320 MB)"
   "${pip[@]}" wheel -q --no-deps -w "$wheels" "$oldest_pyspark" || fail "pip wheel $oldest_pyspark"
 fi
+# The archive's JVM and Airflow's pip (one core) run side by side: setup is shorter by the shorter of the two.
 step "dumping the Spark class archive the tests' JVMs share (log: $venv/spark-class-archive.log)"
-"$venv/bin/python" scripts/spark_class_archive.py "$venv/spark-classes.jsa" >"$venv/spark-class-archive.log" 2>&1 \
-  || fail "no Spark class archive (see $venv/spark-class-archive.log)"
+"$venv/bin/python" scripts/spark_class_archive.py "$venv/spark-classes.jsa" >"$venv/spark-class-archive.log" 2>&1 &
+archive=$!
+trap 'kill "$archive" 2>/dev/null || true' EXIT  # a failed step below leaves no JVM behind
 airflow=$venv/airflow
 if [[ ! -x $airflow/bin/airflow ]] || ! cmp -s requirements/airflow-constraints.txt "$airflow/constraints.txt"; then
   step "installing Apache Airflow 3.2.2 in $airflow with requirements/airflow-constraints.txt"
@@ -29,3 +31,4 @@ if [[ ! -x $airflow/bin/airflow ]] || ! cmp -s requirements/airflow-constraints.
     -c requirements/airflow-constraints.txt apache-airflow==3.2.2 || fail "pip install apache-airflow==3.2.2"
   cp requirements/airflow-constraints.txt "$airflow/constraints.txt"
 fi
+wait "$archive" || fail "no Spark class archive (see $venv/spark-class-archive.log)"

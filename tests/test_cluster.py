@@ -9,11 +9,12 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from sparkml_dist.services.spark_cluster import start_cluster
+from sparkml_dist.services.spark_cluster import StandaloneCluster, start_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +35,7 @@ def package_zip(tmp_path_factory):
     return shutil.make_archive(str(out), "zip", ROOT, "sparkml_dist")
 
 
-def submit(cluster, package_zip, job, tmp_path, *overrides, env_extra=None):
+def submit(cluster, package_zip, job, tmp_path, *overrides, env_extra=None, output_root=None, store=None):
     spark_submit = Path(sys.executable).parent / "spark-submit"
     cmd = [
         str(spark_submit),
@@ -52,9 +53,9 @@ def submit(cluster, package_zip, job, tmp_path, *overrides, env_extra=None):
         "--config",
         str(ROOT / "conf/adult.yaml"),
         "--set",
-        f"output.root={tmp_path / 'out'}",
+        f"output.root={output_root or tmp_path / 'out'}",
         "--set",
-        f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        f"tracking.tracking_uri=sqlite:///{store or tmp_path / 'mlflow.db'}",
         *[a for o in overrides for a in ("--set", o)],
     ]
     env = {
@@ -67,14 +68,6 @@ def submit(cluster, package_zip, job, tmp_path, *overrides, env_extra=None):
     assert out.returncode == 0, out.stderr[-4000:]
     assert f"master {cluster.master_url}" in out.stderr, "the job ran on the cluster, not a local fallback"
     return out.stdout
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory, cluster, package_zip):
-    """The preprocess job's output, for the train jobs below."""
-    cwd = tmp_path_factory.mktemp("cluster-run")
-    submit(cluster, package_zip, "jobs/preprocess.py", cwd)
-    return cwd
 
 
 START = ".venv/bin/python -m sparkml_dist.services.spark_cluster start --workers 2 --dir /tmp/spark-cluster"
@@ -98,25 +91,50 @@ def run_as_written(command: str, cwd: Path, timeout: int = 900) -> subprocess.Co
     )
 
 
-def test_the_readme_cluster_recipe_as_written(tmp_path):
-    """Its commands, flags and profile exactly, in a directory like a fresh clone's."""
+@dataclass
+class ReadmeRun:
+    """The README's recipe, run once for the file: its cluster stays up for the jobs below, which
+    train over its preprocessed splits and track into its store."""
+
+    cwd: Path
+    started: subprocess.CompletedProcess
+    packed: subprocess.CompletedProcess
+    done: subprocess.CompletedProcess
+    cluster: StandaloneCluster
+
+
+@pytest.fixture(scope="module")
+def readme_run(tmp_path_factory):
+    """Its commands, flags and profile exactly, in a directory like a fresh clone's; stopped, as
+    written, when the file's tests are done (the stop's own checks fail the file's teardown)."""
+    cwd = tmp_path_factory.mktemp("readme-cluster")
     for name in ("conf", ".venv", "jobs", "sparkml_dist"):
-        (tmp_path / name).symlink_to(ROOT / name)
-    started = run_as_written(START, tmp_path, timeout=120)
+        (cwd / name).symlink_to(ROOT / name)
+    started = run_as_written(START, cwd, timeout=120)
     try:
         assert started.returncode == 0, started.stderr[-3000:]
-        assert "master spark://127.0.0.1:7077 (UI http://127.0.0.1:8080), 2 workers ALIVE" in started.stdout
-        assert run_as_written(PACK, tmp_path).returncode == 0
-        done = run_as_written(SUBMIT, tmp_path)
-        assert done.returncode == 0, done.stderr[-4000:]
-        assert "master spark://127.0.0.1:7077" in done.stderr, (
-            "the job ran on the cluster, not a local fallback"
+        packed = run_as_written(PACK, cwd)
+        done = run_as_written(SUBMIT, cwd)
+        cluster = StandaloneCluster(
+            Path("/tmp/spark-cluster"), "spark://127.0.0.1:7077", "http://127.0.0.1:8080", 2
         )
+        yield ReadmeRun(cwd, started, packed, done, cluster)
     finally:
-        stopped = run_as_written(STOP, tmp_path, timeout=120)
-    assert stopped.returncode == 0 and not list(Path("/tmp/spark-cluster/pids").glob("*.pid"))
+        stopped = run_as_written(STOP, cwd, timeout=120)
+        assert stopped.returncode == 0 and not list(Path("/tmp/spark-cluster/pids").glob("*.pid"))
+
+
+def test_the_readme_cluster_recipe_as_written(readme_run):
+    assert (
+        "master spark://127.0.0.1:7077 (UI http://127.0.0.1:8080), 2 workers ALIVE"
+        in readme_run.started.stdout
+    )
+    assert readme_run.packed.returncode == 0, readme_run.packed.stderr[-3000:]
+    done = readme_run.done
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "master spark://127.0.0.1:7077" in done.stderr, "the job ran on the cluster, not a local fallback"
     assert "=== sparkml_dist pipeline summary ===" in done.stdout
-    summary = json.loads((tmp_path / "output" / "adult" / "summary.json").read_text())
+    summary = json.loads((readme_run.cwd / "output" / "adult" / "summary.json").read_text())
     assert summary["test_metrics"]["accuracy"] >= 0.84
     assert summary["rows"]["scored"] + summary["rows"]["score_rejected"] == 16282
 
@@ -191,15 +209,23 @@ def test_an_application_without_the_clusters_secret_is_refused(cluster, tmp_path
 
 
 @pytest.mark.parametrize("backend", ["torch", "horovod"])
-def test_two_rank_training_one_rank_per_executor(cluster, package_zip, workdir, backend):
+def test_two_rank_training_one_rank_per_executor(readme_run, package_zip, backend):
+    """Over the README run's preprocessed splits (its output root and store), on its cluster."""
     stdout = submit(
-        cluster, package_zip, "jobs/train.py", workdir, "train.epochs=2", f"train.backend={backend}"
+        readme_run.cluster,
+        package_zip,
+        "jobs/train.py",
+        readme_run.cwd,
+        "train.epochs=2",
+        f"train.backend={backend}",
+        output_root=readme_run.cwd / "output" / "adult",
+        store=readme_run.cwd / "mlflow.db",
     )
     assert "ranks in step: True" in stdout
     assert "rows per rank [14692, 14692]" in stdout
 
 
-def test_custom_model_shipped_only_by_the_job(cluster, package_zip, tmp_path):
+def test_custom_model_shipped_only_by_the_job(readme_run, package_zip, tmp_path):
     """The factory's package exists only in a directory on the driver's PYTHONPATH: the executors
     (whose workers started without it) train, and score, with the copy the job ships."""
     package = f"shipped_nets_{os.getpid()}"
@@ -208,7 +234,7 @@ def test_custom_model_shipped_only_by_the_job(cluster, package_zip, tmp_path):
     (source / "__init__.py").write_text("")
     shutil.copy(ROOT / "tests" / "user_code" / "nets.py", source / "nets.py")
     stdout = submit(
-        cluster,
+        readme_run.cluster,
         package_zip,
         "jobs/pipeline.py",
         tmp_path,
