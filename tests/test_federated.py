@@ -109,6 +109,30 @@ def test_the_driver_refuses_anything_but_parameter_shaped_updates():
         log.check({"client": 3, "samples": 5, "masked": np.zeros(7, np.uint64)})
 
 
+@pytest.mark.spark
+def test_a_round_runs_one_task_per_sampled_client_and_no_other(spark):
+    """A task for a client that is not sampled would leave its rows unread, and pyspark starts a
+    new Python worker (which imports torch again) after such a task: a round ran 3-4x slower."""
+    from sparkml_dist.methods.federated.server import _on_clients
+
+    sc = spark.sparkContext
+    clients = sc.parallelize(range(40), 8)  # 8 clients of 5 rows
+    sc.setJobGroup("federated-round", "one round")
+    try:
+        out = _on_clients(
+            spark, clients, (1, 5, 6), lambda index, rows, task: (index, len(list(rows)), task), "t"
+        )
+    finally:
+        for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
+            sc.setLocalProperty(key, None)
+    assert out == [(1, 5, "t"), (5, 5, "t"), (6, 5, "t")], "each sampled client's rows, in sampled order"
+    tracker = sc.statusTracker()
+    stages = [
+        s for job in tracker.getJobIdsForGroup("federated-round") for s in tracker.getJobInfo(job).stageIds
+    ]
+    assert sum(tracker.getStageInfo(s).numTasks for s in stages) == 3
+
+
 def centralized_accuracy(adult_prep, tmp_path, epochs: int) -> float:
     """The same MLP trained on all rows in one process, scored on the same test rows."""
 
