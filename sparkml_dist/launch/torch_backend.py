@@ -35,6 +35,7 @@ class TorchBackend:
         return DriverHandle()  # the store lives in rank 0's task (launch.rendezvous)
 
     def preload(self) -> None:
+        import torch._dynamo  # noqa: F401 -- torch's optimizers import it when the first is made: 1.3 s
         import torch.distributed  # noqa: F401
 
     def rendezvous_gateway(self, ctx: RankContext) -> tuple[str, int]:
