@@ -35,7 +35,9 @@ class TorchBackend:
         return DriverHandle()  # the store lives in rank 0's task (launch.rendezvous)
 
     def preload(self) -> None:
-        import torch._dynamo  # noqa: F401 -- torch's optimizers import it when the first is made: 1.3 s
+        # torch's optimizers import torch._dynamo when the first is made (1.3 s): here, before the
+        # rendezvous, and kept by a reused worker and inherited by a forked rank
+        import torch._dynamo
         import torch.distributed  # noqa: F401
 
     def rendezvous_gateway(self, ctx: RankContext) -> tuple[str, int]:
