@@ -115,9 +115,9 @@ def readme_run(tmp_path_factory):
         assert started.returncode == 0, started.stderr[-3000:]
         packed = run_as_written(PACK, cwd)
         done = run_as_written(SUBMIT, cwd)
-        cluster = StandaloneCluster(
-            Path("/tmp/spark-cluster"), "spark://127.0.0.1:7077", "http://127.0.0.1:8080", 2
-        )
+        where = Path("/tmp/spark-cluster")  # START's --dir, where it records the addresses it bound
+        bound = json.loads((where / "cluster.json").read_text())
+        cluster = StandaloneCluster(where, bound["master"], bound["web"], 2)
         yield ReadmeRun(cwd, started, packed, done, cluster)
     finally:
         stopped = run_as_written(STOP, cwd, timeout=120)

@@ -65,9 +65,9 @@ class HorovodBackend:
         return RendezvousHandle(driver_host, secret, ports)
 
     def preload(self) -> None:
-        # torch only: Horovod itself is imported in the forked child that calls hvd.init(). And
-        # what torch's optimizers import when the first is made (1.3 s): here, the Python worker
-        # keeps it for every rank it forks, instead of each child importing it again
+        # not Horovod, which the forked child that calls hvd.init() imports; torch and the
+        # torch._dynamo its optimizers import when the first is made (1.3 s): the Python worker
+        # keeps them for every rank it forks, instead of each child importing them again
         import torch._dynamo  # noqa: F401
 
     def rendezvous_gateway(self, ctx: RankContext) -> tuple[str, int]:
