@@ -43,10 +43,12 @@ test:
 	@$(MAKE) --no-print-directory lint
 	@scripts/within_budget.sh tests $(TEST_BUDGET) $(PYTEST) --durations=20
 
-# Lint and format (pyproject.toml's [tool.ruff]): `ruff format .` fixes what the second line finds.
+# Lint, format and types (pyproject.toml's [tool.ruff] and [tool.mypy]): `ruff format .` fixes what
+# the second line finds.
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 test-fast: test-setup
 	$(PYTEST) -m "not slow"

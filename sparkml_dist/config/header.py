@@ -22,6 +22,7 @@ import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 from sparkml_dist.data.formats import SOURCE_FORMATS, format_of
 from sparkml_dist.errors import ConfigError
@@ -68,8 +69,9 @@ def header_fields(names: list[str]) -> list[str]:
     return fields
 
 
-def needs_inference(data: dict) -> bool:
-    """A CSV with a header whose `data.columns` do not all carry a type and a role."""
+def needs_inference(data: object) -> TypeGuard[dict]:
+    """A CSV with a header whose `data.columns` do not all carry a type and a role (`data` is the
+    config's raw data section, which may be missing or not a mapping)."""
     if (
         not isinstance(data, dict)
         or data.get("header") is not True
@@ -235,7 +237,7 @@ def _open(source: str):
         loc = locate(source)
         if loc.is_local:
             return open(loc.path, encoding="utf-8", errors="replace", newline="")
-        return io.TextIOWrapper(loc.fs.open_input_stream(loc.path), encoding="utf-8", errors="replace")
+        return io.TextIOWrapper(loc.remote.open_input_stream(loc.path), encoding="utf-8", errors="replace")
     except (OSError, ValueError) as exc:
         raise ConfigError(
             f"data.train_path: cannot read the header of {source} ({exc}); list data.columns instead"

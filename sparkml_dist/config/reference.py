@@ -34,7 +34,7 @@ def config_reference() -> str:
         if name == "train":
             lines += _train_section()
             continue
-        section = _model_of(field.annotation)
+        section = _section_model(name, field.annotation)
         lines += [f"## `{name}`", "", *_doc_lines(section), *_table(name, section)]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -46,7 +46,7 @@ def all_keys() -> set[str]:
         key
         for name, field in JobConfig.model_fields.items()
         if name != "train"
-        for key, _, _ in _walk(name, _model_of(field.annotation), None)
+        for key, _, _ in _walk(name, _section_model(name, field.annotation), None)
     }
     keys.update(key for key, _, _ in _walk("train", TrainConfig, None))
     for _, method in TRAIN_METHODS:
@@ -114,6 +114,14 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _section_model(name: str, annotation: Any) -> type[BaseModel]:
+    """The model class of a top-level section (every section of JobConfig is one)."""
+    model = _model_of(annotation)
+    if model is None:
+        raise TypeError(f"JobConfig.{name} is not a section model")
+    return model
+
+
 def _type(annotation: Any) -> str:
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is Literal:
@@ -144,7 +152,7 @@ def _bounds(field: FieldInfo) -> str:
 
 def _default(field: FieldInfo) -> str:
     if field.default_factory is not None:
-        value = field.default_factory()
+        value = field.get_default(call_default_factory=True, validated_data={})
     elif field.default is PydanticUndefined:
         return "**required**"
     else:

@@ -14,11 +14,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from sparkml_dist.config.overrides import apply_overrides
 from sparkml_dist.config.tune import TuneConfig, space_problems
 from sparkml_dist.data.formats import SOURCE_FORMATS, format_of, format_of_files_in, named_format
+from sparkml_dist.launch.backend import DEFAULT_BACKEND  # light: names only, no torch
 from sparkml_dist.models.kinds import MODEL_KINDS
 from sparkml_dist.registry import Registry
 from sparkml_dist.tasks.base import TASKS, resolve_task
@@ -55,6 +56,15 @@ class ColumnSpec(Section):
         "weight: data.weight_column"
     )
 
+    @property
+    def given_type(self) -> ColumnType:
+        """`type`, where the caller needs one: a CSV column's (required) or a typed source's cast."""
+        if self.type is None:
+            raise ValueError(
+                f"data.columns: '{self.name}' has no type; give it one (int, double, string, boolean)"
+            )
+        return self.type
+
 
 class LabelSpec(Section):
     """The label column and what kind of target it is."""
@@ -75,6 +85,14 @@ class LabelSpec(Section):
         "value in the training rows, sorted); other values are rejected",
     )
     strip_suffix: str = Field("", description="classification: suffix removed before matching, e.g. '.'")
+
+    @property
+    def resolved_task(self) -> str:
+        """`task` once decided: at load, or for a typed source once its label's type is read
+        (data/sources.py::with_task)."""
+        if self.task is None:
+            raise ValueError(f"data.label.task of '{self.column}' is not decided yet: read the source first")
+        return self.task
 
 
 class DataConfig(Section):
@@ -344,7 +362,7 @@ class TrainConfig(Section):
     see `sparkml_dist.methods`)."""
 
     # backends this method runs on; a method that also runs on Horovod widens it
-    supported_backends: ClassVar[tuple[str, ...]] = ("torch",)
+    supported_backends: ClassVar[tuple[str, ...]] = (DEFAULT_BACKEND,)
     # can each rank take its own share of rows from the barrier stage (train.input=dataframe)?
     # Not where ranks of one model-parallel group must read the same rows.
     dataframe_input: ClassVar[bool] = True
@@ -363,7 +381,7 @@ class TrainConfig(Section):
         "async, federated (each adds its own keys below)",
     )
     backend: str = Field(
-        "torch",
+        DEFAULT_BACKEND,
         description="communication backend, a name in the backend registry: torch (torch.distributed), or "
         "horovod (Horovod AllReduce, data parallelism only)",
     )
@@ -554,6 +572,7 @@ def _train_section(value: Any) -> TrainConfig:
 def _error(loc: tuple[str, ...], value: Any, error: Exception) -> ValidationError:
     """A validation error at `loc` (under the field being validated, or from the top when raised by
     the whole config's validator), so the message names the key."""
+    line: InitErrorDetails
     if isinstance(error, PydanticCustomError):
         line = {
             "type": PydanticCustomError(error.type, error.message_template, error.context),
@@ -827,7 +846,8 @@ class StreamConfig(Section):
     @field_validator("format")
     @classmethod
     def _a_format_of_files(cls, fmt: str | None) -> str | None:
-        if _registered_format(fmt) is not None and SOURCE_FORMATS.get(fmt).catalog:
+        registered = _registered_format(fmt)
+        if registered is not None and SOURCE_FORMATS.get(registered).catalog:
             raise ValueError(
                 f"stream.format {fmt} names a table, not files that arrive; stream from a directory"
             )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.ml import Pipeline, PipelineModel
 from pyspark.ml.feature import (
@@ -40,6 +41,7 @@ from sparkml_dist.data.raw_features import (
     RawFeatures,
 )
 from sparkml_dist.data.sql import double, ident
+from sparkml_dist.spark.rows import only_row
 
 FEATURES = "features"
 _VECTOR = "_features_vec"
@@ -171,6 +173,7 @@ class ScoringPipeline:
         """See `scoring_frame`."""
         if self.compiled is not None:
             return self.compiled.frame(rows, with_label=with_label, extra=extra), self.compiled.layout
+        assert self.model is not None  # exactly one of the two is set
         return to_feature_frame(self.model, rows, with_label=with_label, extra=extra), None
 
 
@@ -201,7 +204,9 @@ def raw_features(model: PipelineModel) -> RawFeatures | None:
     for scoring raw rows without Spark), in the assembler's order; None when the pipeline is not
     one `build_feature_pipeline` made."""
     kinds = [type(s) for s in model.stages]
-    stages = {type(s): s for s in model.stages if kinds.count(type(s)) == 1}  # each fitted stage once
+    stages: dict[type, Any] = {
+        type(s): s for s in model.stages if kinds.count(type(s)) == 1
+    }  # each fitted stage once
     assembler = model.stages[-1]
     if not isinstance(assembler, VectorAssembler):
         return None
@@ -225,24 +230,21 @@ def raw_features(model: PipelineModel) -> RawFeatures | None:
 def _numeric_slots(imputer: ImputerModel, scaler: StandardScalerModel | None) -> list[NumericSlot]:
     """The fitted vectors fetched once: a 784-pixel input would otherwise make thousands of JVM
     calls (data/sql.py)."""
-    surrogates = imputer.surrogateDF.first().asDict()
-    means, stds = (scaler.mean.toArray(), scaler.std.toArray()) if scaler is not None else (None, None)
-    slots = []
-    for i, (source, out) in enumerate(zip(imputer.getInputCols(), imputer.getOutputCols())):
-        if scaler is None:
-            slots.append(NumericSlot(out, source, float(surrogates[source])))
-        else:
-            std = float(stds[i])
-            slots.append(
-                NumericSlot(
-                    f"{source}__scaled",
-                    source,
-                    float(surrogates[source]),
-                    float(means[i]),
-                    0.0 if std == 0 else 1.0 / std,
-                )
-            )
-    return slots
+    surrogates = only_row(imputer.surrogateDF).asDict()
+    columns = list(zip(imputer.getInputCols(), imputer.getOutputCols()))
+    if scaler is None:
+        return [NumericSlot(out, source, float(surrogates[source])) for source, out in columns]
+    means, stds = scaler.mean.toArray(), scaler.std.toArray()
+    return [
+        NumericSlot(
+            f"{source}__scaled",
+            source,
+            float(surrogates[source]),
+            float(means[i]),
+            0.0 if float(stds[i]) == 0 else 1.0 / float(stds[i]),
+        )
+        for i, (source, _) in enumerate(columns)
+    ]
 
 
 def _category_slot(stages: dict, part: str) -> CategorySlot | None:
@@ -264,7 +266,7 @@ def _numeric_sql(slot: NumericSlot) -> Column:
     """Imputer then StandardScaler, as Spark ML computes them, as SQL text (data/sql.py)."""
     x = f"CAST({ident(slot.source)} AS DOUBLE)"
     value = f"(CASE WHEN {x} IS NULL OR isnan({x}) THEN {double(slot.surrogate)} ELSE {x} END)"
-    if slot.mean is not None:
+    if slot.mean is not None and slot.inv_std is not None:
         value = f"(({value} - {double(slot.mean)}) * {double(slot.inv_std)})"
     return F.expr(f"CAST({value} AS FLOAT) AS {ident(slot.name)}")
 

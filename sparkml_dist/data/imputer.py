@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from pyspark.ml import Estimator
 from pyspark.ml.feature import Imputer, ImputerModel, StandardScaler, StandardScalerModel
@@ -32,6 +33,7 @@ from pyspark.sql import types as T
 
 from sparkml_dist.data.sql import ident
 from sparkml_dist.errors import DataError
+from sparkml_dist.spark.rows import only_row
 
 __all__ = ["ColumnMoments", "ImputedScaler", "OnePassImputer", "numeric_moments"]
 
@@ -114,7 +116,7 @@ class ImputedScaler(Estimator):
             # are not the surrogate, so only the scaler's own pass is exact (ingest makes numbers double)
             return self.scaler.fit(dataset)
         context = dataset.sparkSession.sparkContext
-        jvm = context._jvm
+        jvm: Any = context._jvm  # py4j: untyped
         means, stds = zip(*(self.box.moments[n].imputed() for n in self.names))
 
         def vector(values: tuple[float, ...]):
@@ -145,7 +147,7 @@ def numeric_moments(rows: DataFrame, names: list[str], imputer: Imputer) -> dict
             f"or NaN): there is nothing to impute from; give them role ignore in data.columns"
         )
     if median and not narrow:
-        surrogates = imputer.fit(rows).surrogateDF.first().asDict()  # Spark's own quantile pass
+        surrogates = only_row(imputer.fit(rows).surrogateDF).asDict()  # Spark's own quantile pass
         moments = {n: replace(m, surrogate=surrogates[n]) for n, m in moments.items()}
     return moments
 
@@ -165,7 +167,7 @@ def _sql_moments(rows: DataFrame, names: list[str], median_error: float | None) 
         aggregates += [f"count({p})", f"avg({p})", f"var_samp({p})"]
         if median_error is not None:
             aggregates.append(f"percentile_approx({p}, 0.5, {round(1 / median_error)})")
-    row = rows.selectExpr(*aggregates).first()
+    row = only_row(rows.selectExpr(*aggregates))
     moments = {}
     for i, name in enumerate(names):
         k, mean, variance, *median = row[1 + per_column * i : 1 + per_column * (i + 1)]
@@ -182,9 +184,9 @@ def _summarized_moments(rows: DataFrame, names: list[str]) -> dict[str, ColumnMo
         return {name: ColumnMoments(0, 0, math.nan, math.nan, math.nan) for name in names}
     as_doubles = ", ".join(f"coalesce(CAST({ident(n)} AS DOUBLE), double('NaN'))" for n in names)
     vector = array_to_vector(F.expr(f"array({as_doubles})"))
-    summary = rows.select(Summarizer.metrics("count", "mean", "variance").summary(vector).alias("s")).first()[
-        "s"
-    ]
+    summary = only_row(
+        rows.select(Summarizer.metrics("count", "mean", "variance").summary(vector).alias("s"))
+    )["s"]
     n = int(summary["count"])
     means, variances = summary["mean"].toArray().tolist(), summary["variance"].toArray().tolist()
     moments = {name: ColumnMoments(n, n, m, v, m) for name, m, v in zip(names, means, variances)}
@@ -197,7 +199,8 @@ def _summarized_moments(rows: DataFrame, names: list[str]) -> dict[str, ColumnMo
 def _java_imputer_model(spark: SparkSession, uid: str, names: list[str], surrogates: list[float]):
     """The JVM ImputerModel Spark's own fit makes, built with the constructor this Spark has."""
     context = spark.sparkContext
-    model_class = context._jvm.org.apache.spark.ml.feature.ImputerModel
+    jvm: Any = context._jvm  # py4j: untyped
+    model_class = jvm.org.apache.spark.ml.feature.ImputerModel
     if _has_names_and_surrogates_constructor(context):  # Spark 4's (uid, column names, surrogates)
         return model_class(
             uid, _java_array(context, "String", names), _java_array(context, "double", surrogates)

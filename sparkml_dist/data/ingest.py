@@ -22,6 +22,7 @@ from sparkml_dist.data.dataset import LABEL
 from sparkml_dist.data.sources import RAW_LINE, ROW_ID, SOURCE_FILE, RawRows, read_source, resolve_path
 from sparkml_dist.data.sql import ident
 from sparkml_dist.errors import DataError
+from sparkml_dist.spark.rows import only_row
 from sparkml_dist.tasks.base import Target, get_task
 
 WEIGHT = "weight"
@@ -75,7 +76,7 @@ class IngestResult:
 
     @property
     def task(self) -> str:
-        return self.data.label.task
+        return self.data.label.resolved_task
 
 
 def ingest(
@@ -138,7 +139,7 @@ def split_checked(checked: DataFrame, data: DataConfig) -> IngestResult:
     names = checked.columns[:-3]  # by position: checked_rows puts its three after the typed columns
     rejects = checked.where(bad).select(SOURCE_FILE, ROW_ID, RAW_LINE, REASON)
     accepted = checked.where(~bad).select(*names)
-    counts = checked.agg(F.count(F.lit(1)).alias("n"), F.count(F.col(REASON)).alias("bad")).first()
+    counts = only_row(checked.agg(F.count(F.lit(1)).alias("n"), F.count(F.col(REASON)).alias("bad")))
     result = IngestResult(
         accepted, rejects, counts["n"], counts["n"] - counts["bad"], counts["bad"], data, checked
     )
@@ -162,7 +163,7 @@ def _reject_reason(raw: RawRows, data: DataConfig, require_label: bool, target: 
     for c in data.columns:
         if c.role == "label":
             if require_label:
-                task = get_task(data.label.task)
+                task = get_task(data.label.resolved_task)
                 problem = task.label_problem(data.label, F.col(c.name))
                 problems.append(problem)
                 if (
@@ -209,7 +210,9 @@ def _typed_columns(data: DataConfig, with_label: bool) -> list[Column]:
     ]
     cols = [F.col(ROW_ID), *[F.expr(f) for f in features]]  # SQL text: one JVM call a column (data/sql.py)
     if with_label:
-        cols.append(get_task(data.label.task).label_value(data.label, F.col(data.label.column)).alias(LABEL))
+        cols.append(
+            get_task(data.label.resolved_task).label_value(data.label, F.col(data.label.column)).alias(LABEL)
+        )
         if data.weight_column:
             cols.append(F.col(data.weight_column).cast("double").alias(WEIGHT))
     return cols

@@ -46,7 +46,7 @@ def check_task(cfg: JobConfig, data: DataConfig) -> None:
     """What the config asks of the task the source's label decided (a typed source's label type
     is only known once read): the same checks as at load, naming the keys."""
     problems = task_problems(
-        cfg.model_copy(update={"data": data}), data.label.task
+        cfg.model_copy(update={"data": data}), data.label.resolved_task
     )  # the label as the source resolved it
     if problems:
         raise ConfigError("; ".join(f"{'.'.join(loc)}: {message}" for loc, message in problems))
@@ -54,7 +54,7 @@ def check_task(cfg: JobConfig, data: DataConfig) -> None:
 
 def fit_target(cfg: JobConfig, data: DataConfig, rows: DataFrame) -> Target:
     try:
-        target = get_task(data.label.task).fit(data.label, rows, LABEL)
+        target = get_task(data.label.resolved_task).fit(data.label, rows, LABEL)
     except ValueError as exc:
         raise DataError(str(exc)) from None
     threshold = cfg.evaluate.threshold

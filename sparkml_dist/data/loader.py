@@ -130,6 +130,7 @@ class ShardLoader:
         # decode the next buffer while this one is consumed (pyarrow releases the GIL)
         pending = self._pool.submit(self._read, groups[0]) if groups else None
         for index in range(len(groups)):
+            assert pending is not None  # submitted for every group
             x, y = pending.result()
             pending = self._pool.submit(self._read, groups[index + 1]) if index + 1 < len(groups) else None
             yield x, y, (rng.permutation(len(x)) if self.shuffle else None)
@@ -288,21 +289,26 @@ class FrameShardLoader:
         self._y: np.ndarray | None = None
 
     def prepare(self) -> None:
-        if self._x is not None:
-            return
+        self._arrays()
+
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The share's features and (label, weight) rows, decoded on first use."""
+        if self._x is not None and self._y is not None:
+            return self._x, self._y
         if not self.path:
             raise DataError(f"rank {self.rank} was dealt no training rows; use fewer ranks than rows")
         table = pa.ipc.open_file(pa.memory_map(self.path)).read_all()
-        self._x = stored_features(table, self.layout, where=f"rank {self.rank}'s share of the training split")
-        self._y = np.ones((table.num_rows, 2), np.float32)
-        self._y[:, 0] = table.column("label").to_numpy()
+        x = stored_features(table, self.layout, where=f"rank {self.rank}'s share of the training split")
+        y = np.ones((table.num_rows, 2), np.float32)
+        y[:, 0] = table.column("label").to_numpy()
         if self.weighted:
-            self._y[:, 1] = table.column("weight").to_numpy()
+            y[:, 1] = table.column("weight").to_numpy()
+        self._x, self._y = x, y
+        return x, y
 
     @property
     def num_rows(self) -> int:
-        self.prepare()
-        return len(self._x)
+        return len(self._arrays()[0])
 
     @property
     def num_batches(self) -> int:
@@ -312,12 +318,11 @@ class FrameShardLoader:
     def feature_dim(self) -> int:
         if self.layout is not None:
             return self.layout.dim
-        self.prepare()
-        return self._x.shape[1]
+        return self._arrays()[0].shape[1]
 
     def epoch(self, epoch: int, skip_batches: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        self.prepare()
-        rows = len(self._x)
+        x, y = self._arrays()
+        rows = len(x)
         order = (
             np.random.default_rng([self.seed, epoch, self.rank]).permutation(rows) if self.shuffle else None
         )
@@ -329,7 +334,7 @@ class FrameShardLoader:
                 if order is None
                 else order[start : start + self.batch_size]
             )
-            yield (batch_input(self._x[take], self.layout) if self.dense else self._x[take]), self._y[take]
+            yield (batch_input(x[take], self.layout) if self.dense else x[take]), y[take]
 
     @property
     def batch_width(self) -> int:

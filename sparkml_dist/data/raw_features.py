@@ -131,7 +131,7 @@ def _numeric(values, slot: NumericSlot) -> np.ndarray:
             f"for a missing value (imputed as in training)"
         )
     x = np.where(np.isnan(x), slot.surrogate, x)
-    if slot.mean is not None:
+    if slot.mean is not None and slot.inv_std is not None:
         x = (x - slot.mean) * slot.inv_std
     return x.astype(np.float32)
 

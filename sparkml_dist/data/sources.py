@@ -141,7 +141,7 @@ def csv_rows(lines: DataFrame, cfg: DataConfig) -> RawRows:
         if c.role == "label":  # the task reads the raw text
             typed.append(raw[c.name].alias(c.name))
             continue
-        typed.append(try_cast(raw[c.name], _CASTS[c.type]).alias(c.name))
+        typed.append(try_cast(raw[c.name], _CASTS[c.given_type]).alias(c.name))
         if c.type != "string":
             problems.append(_parse_problem(c, raw[c.name]))
     # the problems read the parse result: evaluated on `parsed`, carried as one column
@@ -162,7 +162,7 @@ def csv_rows(lines: DataFrame, cfg: DataConfig) -> RawRows:
 
 
 def _parse_problem(c: ColumnSpec, raw: Column) -> Column:
-    cast = try_cast(raw, _CASTS[c.type])
+    cast = try_cast(raw, _CASTS[c.given_type])
     message = _not_read_as_type(c, raw, cast)
     if c.type == "double" and c.role != "weight":
         not_finite = cast.isNotNull() & (F.isnan(cast) | (F.abs(cast) == float("inf")))
@@ -200,11 +200,11 @@ def check_header(spark: SparkSession, path: str, cfg: DataConfig) -> None:
     accepted: CSV columns are positional). A repeated or empty name in the header is the column
     name `header_names` makes of it."""
     files = local_files(path)
-    headers = (
-        {str(f): f.open().readline() for f in files}
-        if files
-        else {path: spark.read.text(storage.spark_path(path)).first()["value"]}
-    )
+    if files:
+        headers = {str(f): f.open().readline() for f in files}
+    else:
+        first = spark.read.text(storage.spark_path(path)).first()
+        headers = {path: first["value"] if first is not None else ""}  # empty: no header, refused below
     expected = [c.name for c in cfg.columns]
     for name, line in headers.items():
         got = header_names(line.strip().split(cfg.delimiter))
@@ -313,7 +313,9 @@ def _not_read_as_type(c: ColumnSpec, source: Column, typed: Column, source_type:
         unread = unread | (typed.isNotNull() & (source.cast("double") != typed.cast("double")))
     return F.when(
         unread,
-        F.concat(F.lit(f"column '{c.name}': '"), source.cast("string"), F.lit(f"' is not {_KINDS[c.type]}")),
+        F.concat(
+            F.lit(f"column '{c.name}': '"), source.cast("string"), F.lit(f"' is not {_KINDS[c.given_type]}")
+        ),
     )
 
 
@@ -427,7 +429,7 @@ def _typed(c: ColumnSpec, source_type: str | None) -> str:
     """The column as SQL text: as the source has it, or cast to the configured type."""
     if c.role == "label" or c.type == source_type:
         return ident(c.name)
-    return f"try_cast({ident(c.name)} AS {_CASTS[c.type].upper()}) AS {ident(c.name)}"
+    return f"try_cast({ident(c.name)} AS {_CASTS[c.given_type].upper()}) AS {ident(c.name)}"
 
 
 def _not_finite(names: list[str]) -> Column:

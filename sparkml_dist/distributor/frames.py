@@ -81,12 +81,13 @@ class PartitionLoader:
 
         path, rows_per_rank = _partition_from_env()
         self.rank = int(os.environ.get("RANK", 0))
-        self.table = pa.ipc.open_file(pa.memory_map(path)).read_all() if path else None
-        if self.table is None or self.table.num_rows == 0:
+        table = pa.ipc.open_file(pa.memory_map(path)).read_all() if path else None
+        if table is None or table.num_rows == 0:
             raise DataError(
                 f"rank {self.rank} got no rows of the DataFrame (shares per rank: {rows_per_rank}); "
                 f"use fewer processes than rows"
             )
+        self.table = table
         names = self.table.column_names
         missing = [c for c in [*(features or []), *([label] if label else [])] if c not in names]
         if missing:

@@ -41,7 +41,9 @@ def run_local(job: UserJob, num_processes: int, visible_gpus: list[str] | None =
         job_file = Path(work) / "job.pkl"
         job_file.write_bytes(cloudpickle.dumps(job))
         port = store.port
-        tails = [collections.deque(maxlen=TAIL_LINES) for _ in range(num_processes)]
+        tails: list[collections.deque[str]] = [
+            collections.deque(maxlen=TAIL_LINES) for _ in range(num_processes)
+        ]
         gpus = {} if visible_gpus is None else {"CUDA_VISIBLE_DEVICES": ",".join(visible_gpus)}
         procs = [
             _start(job, job_file, work, rank, num_processes, port, gpus) for rank in range(num_processes)

@@ -27,6 +27,16 @@ class ModelBundle:
         return self.executor_pipeline_path or self.feature_pipeline_path
 
     @property
+    def spark_pipeline(self) -> str:
+        """`pipeline_for_spark`, for what encodes raw rows with it (scoring, fine-tuning)."""
+        if self.pipeline_for_spark is None:
+            raise ValueError(
+                f"model {self.uri or '(in memory)'} carries no feature pipeline, so it cannot encode raw "
+                f"rows; use a model that sparkml_dist registered (it logs the pipeline with the weights)"
+            )
+        return self.pipeline_for_spark
+
+    @property
     def key(self) -> str:
         """Identifies the weights, so executors can cache one model per process per key."""
         return hashlib.sha256(self.weights).hexdigest()[:16]

@@ -17,7 +17,7 @@ def load_pipeline(bundle: ModelBundle) -> ScoringPipeline:
     """The model's feature pipeline, read from the driver's copy (compiled, nothing for executors
     to read), or loaded where executors can read it."""
     return ScoringPipeline.load(
-        bundle.feature_pipeline_path or bundle.pipeline_for_spark, stages_at=bundle.pipeline_for_spark
+        bundle.feature_pipeline_path or bundle.spark_pipeline, stages_at=bundle.pipeline_for_spark
     )
 
 

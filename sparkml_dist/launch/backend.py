@@ -12,6 +12,9 @@ from sparkml_dist.errors import RendezvousError
 from sparkml_dist.launch.context import RankContext
 from sparkml_dist.launch.ports import PortRange
 
+# train.backend's default: the one every method runs on (its entry is in launch.backends)
+DEFAULT_BACKEND = "torch"
+
 
 class DriverHandle:
     """Driver-side state of a backend for one launch; `extra` is passed to every rank."""
@@ -24,12 +27,20 @@ class DriverHandle:
 
 
 class Backend(Protocol):
-    name: str
-    # run each rank in a forked child of the Spark Python worker (a fresh process per launch)
-    needs_fresh_process: bool
-    # rank 0's task hosts torch's rendezvous store (MASTER_ADDR/PORT) behind a gateway; else the
-    # driver hosts the backend's rendezvous (behind a gateway of its own, `driver_start`)
-    hosts_store: bool
+    # read-only properties: a backend may declare them as class attributes or set them in __init__
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def needs_fresh_process(self) -> bool:
+        """Run each rank in a forked child of the Spark Python worker (a fresh process per launch)."""
+        ...
+
+    @property
+    def hosts_store(self) -> bool:
+        """Rank 0's task hosts torch's rendezvous store (MASTER_ADDR/PORT) behind a gateway; else
+        the driver hosts the backend's rendezvous (behind a gateway of its own, `driver_start`)."""
+        ...
 
     def driver_start(
         self, num_ranks: int, driver_host: str, secret: bytes, ports: PortRange | None = None

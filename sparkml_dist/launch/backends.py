@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sparkml_dist.launch.backend import Backend
+from sparkml_dist.launch.backend import DEFAULT_BACKEND, Backend
 from sparkml_dist.launch.horovod_backend import HorovodBackend, check_horovod, horovod_launch_options
 from sparkml_dist.launch.torch_backend import TorchBackend
 from sparkml_dist.registry import Registry
@@ -81,9 +81,6 @@ BACKENDS.register(
         launch_options=horovod_launch_options,
     ),
 )
-
-# train.backend's default: the one every method runs on
-DEFAULT_BACKEND = "torch"
 
 
 def get_backend(name: str, device: str = "auto", timeout_s: int = 300, **options) -> Backend:

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 # its source, run with `python -I -c`: read through the package loader, so that a package
 # shipped to the executors as a zip (--py-files) works as well as an installed one
-_SOURCE = pkgutil.get_data("sparkml_dist.launch", "gateway_process.py").decode()
+_SOURCE = (pkgutil.get_data("sparkml_dist.launch", "gateway_process.py") or b"").decode()
 START_TIMEOUT_S = 30.0
 
 
@@ -67,9 +67,12 @@ class _Relay:
             stdout=subprocess.PIPE,
             text=True,
         )
+        # both pipes exist: asked for above (the asserts tell the type checker)
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self._to_helper, self._from_helper = self.process.stdin, self.process.stdout
         try:
-            self.process.stdin.write(secret.hex() + "\n")  # never on the command line or in the environment
-            self.process.stdin.flush()
+            self._to_helper.write(secret.hex() + "\n")  # never on the command line or in the environment
+            self._to_helper.flush()
             self.port = self._read_port()
         except BaseException:
             self.close()
@@ -78,7 +81,7 @@ class _Relay:
 
     def _read_port(self) -> int:
         found: list[str] = []
-        reader = threading.Thread(target=lambda: found.append(self.process.stdout.readline()), daemon=True)
+        reader = threading.Thread(target=lambda: found.append(self._from_helper.readline()), daemon=True)
         reader.start()
         reader.join(START_TIMEOUT_S)
         line = found[0] if found else ""
@@ -91,14 +94,14 @@ class _Relay:
         return int(line.split()[1])
 
     def _watch(self) -> None:
-        for line in self.process.stdout:
+        for line in self._from_helper:
             if line.startswith("REFUSED "):
                 log.warning("%s", line[len("REFUSED ") :].strip())
                 self.refused += 1  # after the log line: whoever waits on the count sees the line
 
     def close(self) -> None:
         try:
-            self.process.stdin.close()  # the helper exits when its stdin ends
+            self._to_helper.close()  # the helper exits when its stdin ends
         except OSError:
             pass
         try:
@@ -106,7 +109,7 @@ class _Relay:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        self.process.stdout.close()
+        self._from_helper.close()
 
 
 class StoreGateway(_Relay):

@@ -172,7 +172,7 @@ def _launch(
         coordinator.address,
         dict(handle.extra),
         relay.address if relay else None,
-        echo=not (relay and spark.sparkContext.master.startswith("local")),
+        echo=not (relay and str(spark.sparkContext.master).startswith("local")),
         secret=secret,
     )
     log.info("launching %d ranks (backend %s) in a barrier stage", num_ranks, backend.name)

@@ -25,7 +25,7 @@ class BoundStore:
         listener = bound_listener(host, max(128, 4 * world_size))
         try:
             self.host, self.port = host, listener.getsockname()[1]
-            self.store = dist.TCPStore(
+            self.store: dist.TCPStore | None = dist.TCPStore(
                 host,
                 self.port,
                 world_size,

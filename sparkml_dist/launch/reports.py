@@ -9,6 +9,7 @@ import re
 import traceback
 
 from sparkml_dist.errors import RankReport, is_retryable
+from sparkml_dist.launch.isolation import ChildRankError
 
 _START, _END = "SPARKML_DIST_RANK_REPORT[", "]END_REPORT"
 _PATTERN = re.compile(re.escape(_START) + r"([A-Za-z0-9+/=]+)" + re.escape(_END))
@@ -35,14 +36,14 @@ class RankReportError(RuntimeError):
 
 
 def encode_failure(rank: int, host: str, exc: BaseException, tail_lines) -> RankReportError:
-    forked = hasattr(exc, "exc_type")  # launch.isolation.ChildRankError: the child's own type and text
+    forked = exc if isinstance(exc, ChildRankError) else None  # a forked rank's: the child's type and text
     report = RankReport(
         rank=rank,
         host=host,
-        exc_type=exc.exc_type if forked else type(exc).__name__,
-        message=(exc.child_message if forked else str(exc))[:2000],
+        exc_type=forked.exc_type if forked else type(exc).__name__,
+        message=(forked.child_message if forked else str(exc))[:2000],
         traceback=(
-            getattr(exc, "child_traceback", None)
+            (forked.child_traceback if forked else None)
             or "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         )[-4000:],
         output_tail="\n".join(list(tail_lines)[-20:])[-4000:],

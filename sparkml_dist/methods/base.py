@@ -8,9 +8,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from sparkml_dist.config.schema import TRAIN_METHODS, JobConfig, TrainConfig
+from sparkml_dist.launch.backend import DEFAULT_BACKEND
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.tasks.base import Target
 from sparkml_dist.train.records import TrainOutcome
@@ -31,7 +32,7 @@ class LaunchNeeds:
     `ranks=0`: the method starts no barrier stage (it runs on the driver and ordinary Spark tasks)."""
 
     ranks: int
-    backend: str = "torch"
+    backend: str = DEFAULT_BACKEND
     fresh_process: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -68,16 +69,21 @@ class TrainRequest:
     label: str = ""  # names the run in its progress lines where several train at once ("trial 3")
 
 
-class TrainMethod(ABC):
+# a method's own config class: the `train` section is validated as it when the method is chosen,
+# so the method's `needs` and its placement are only ever called with one
+MethodConfig = TypeVar("MethodConfig", bound=TrainConfig)
+
+
+class TrainMethod(ABC, Generic[MethodConfig]):
     """A training method. Subclasses are frozen dataclasses (or plain classes) with these attributes."""
 
     name: str
-    config: type[TrainConfig]
+    config: type[MethodConfig]
     summary: str = ""  # one line: what it is and when to use it
     supports_warm_start: ClassVar[bool] = False  # can start from a registered model (fine-tuning)
 
     @abstractmethod
-    def needs(self, cfg: TrainConfig) -> LaunchNeeds:
+    def needs(self, cfg: MethodConfig) -> LaunchNeeds:
         """What it asks of the launcher for this config."""
 
     @abstractmethod
@@ -85,7 +91,7 @@ class TrainMethod(ABC):
         """Train and return the outcome; raise the library's typed errors."""
 
 
-def register_method(method: TrainMethod, *, replace: bool = False) -> TrainMethod:
+def register_method(method: TrainMethod[Any], *, replace: bool = False) -> TrainMethod[Any]:
     """Make `method` selectable as `train.strategy=<method.name>`. Its config class must subclass
     TrainConfig and declare `strategy: Literal["<name>"] = "<name>"`."""
     if not (isinstance(method.config, type) and issubclass(method.config, TrainConfig)):
@@ -96,12 +102,14 @@ def register_method(method: TrainMethod, *, replace: bool = False) -> TrainMetho
             f"training method {method.name!r}: its config class {method.config.__name__} must declare "
             f"strategy: Literal[{method.name!r}] = {method.name!r} (it says {declared!r})"
         )
-    return TRAIN_METHODS.register(method.name, method, replace=replace)
+    TRAIN_METHODS.register(method.name, method, replace=replace)
+    return method
 
 
-def get_method(name: str) -> TrainMethod:
+def get_method(name: str) -> TrainMethod[Any]:
     """The method registered as `train.strategy=<name>` (ConfigError listing the known ones if none)."""
-    return TRAIN_METHODS.get(name)  # type: ignore[return-value]
+    # the registry is typed by what the schema needs of an entry; register_method admits only TrainMethods
+    return cast("TrainMethod[Any]", TRAIN_METHODS.get(name))
 
 
 def method_names() -> list[str]:

@@ -79,7 +79,7 @@ def place_data_parallel(cfg: DataParallelConfig, world_size: int, rank: int) -> 
     return BACKENDS.get(cfg.backend).place_data_parallel(cfg, world_size, rank)
 
 
-class DataParallelMethod(LoopMethod):
+class DataParallelMethod(LoopMethod[DataParallelConfig]):
     def needs(self, cfg: DataParallelConfig) -> LaunchNeeds:
         spec = BACKENDS.get(cfg.backend)
         return LaunchNeeds(

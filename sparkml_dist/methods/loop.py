@@ -4,12 +4,13 @@ The loop is launched in one barrier stage and relaunched from the last checkpoin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
-from sparkml_dist.config.schema import JobConfig, TrainConfig
+from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.errors import ConfigError
-from sparkml_dist.methods.base import LaunchNeeds, TrainMethod, TrainRequest, WarmStart
+from sparkml_dist.methods.base import LaunchNeeds, MethodConfig, TrainMethod, TrainRequest, WarmStart
 from sparkml_dist.train.records import TrainedModel, TrainOutcome
 
 # Heavy modules (torch, Spark) are imported where a method runs, not where it is registered:
@@ -21,20 +22,22 @@ if TYPE_CHECKING:
     from sparkml_dist.launch.relaunch import Launched
     from sparkml_dist.train.job import EpochSink, Placement, TrainJob
     from sparkml_dist.train.records import RankResult
+    from sparkml_dist.train.strategies import Strategy
 
 
 @dataclass(frozen=True)
-class LoopMethod(TrainMethod):
+class LoopMethod(TrainMethod[MethodConfig]):
     name: str
-    config: type[TrainConfig]
-    placement: Placement  # module-level (cfg, world, rank) -> Strategy: it travels to the ranks
+    config: type[MethodConfig]
+    # module-level (cfg, world, rank) -> Strategy: it travels to the ranks
+    placement: Callable[[MethodConfig, int, int], Strategy]
     summary: str = ""
     # fork a fresh process per rank: DTensor / DCP keep process-wide caches keyed by the mesh's
     # shape, which a reused Spark worker would hit when it now holds another rank
     fresh_process: bool = True
     supports_warm_start: ClassVar[bool] = True
 
-    def needs(self, cfg: TrainConfig) -> LaunchNeeds:
+    def needs(self, cfg: MethodConfig) -> LaunchNeeds:
         return LaunchNeeds(cfg.num_ranks, cfg.backend, self.fresh_process)
 
     def run(self, request: TrainRequest) -> TrainOutcome:
@@ -56,7 +59,7 @@ class LoopMethod(TrainMethod):
         chief = launched.results[0]
         model = TrainedModel(
             job.model_spec,
-            chief.weights,
+            chief.chief_weights,
             warm.feature_pipeline if warm else request.data.feature_pipeline,
             warm.training_schema if warm else request.data.manifest.schema,
             job.target,
@@ -77,7 +80,7 @@ class LoopMethod(TrainMethod):
         from sparkml_dist.train.loop import train_rank
 
         cfg = job.train
-        needs = self.needs(cfg)
+        needs = self.needs(cast(MethodConfig, cfg))  # the train section is validated as this method's config
         frame = training_frame(spark, job) if job.frame_fed else None
         return run_with_relaunch(
             spark,

@@ -39,7 +39,8 @@ class TabularMLP(nn.Module):
     def activation_floats_per_row(self) -> int:
         """The widest tensor a row becomes in the forward pass (the input included), in floats:
         what scoring sizes its forward chunks by (`inference/predict.py::forward_rows`)."""
-        return max([self.net[0].in_features, *(m.out_features for m in self.net if isinstance(m, nn.Linear))])
+        linears = [m for m in self.net if isinstance(m, nn.Linear)]
+        return max([linears[0].in_features, *(m.out_features for m in linears)])
 
 
 def model_spec(

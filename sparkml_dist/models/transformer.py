@@ -9,6 +9,8 @@ live in a ModuleDict so a pipeline stage keeps only its own blocks under the sam
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -18,7 +20,7 @@ def token_layout(feature_names: list[str]) -> list[int]:
     """Token index of every slot: a one-hot block (`<col>__onehot_<value>`) is one token, every
     other slot (a scaled numeric, a category index) is its own token."""
     tokens: dict[str, int] = {}
-    layout = []
+    layout: list[int] = []
     for name in feature_names:
         key = name.split("__onehot_", 1)[0] if "__onehot_" in name else f"slot:{len(layout)}"
         layout.append(tokens.setdefault(key, len(tokens)))
@@ -76,6 +78,12 @@ class TokenEmbedding(nn.Module):
     one-slot token) it needs no [B, slots, d] intermediate, which for categories with thousands of
     values (nycflights13's flight and tail numbers: 7,492 slots in all; batch 256, d 32) is 245 MB
     a step."""
+
+    # buffers (register_buffer): declared for the type checker, which reads attributes from __init__
+    token_ids: torch.Tensor
+    single_tokens: torch.Tensor
+    single_slots: torch.Tensor
+    block_tokens: torch.Tensor
 
     def __init__(self, layout: list[int], d_model: int):
         super().__init__()
@@ -164,7 +172,7 @@ class TabularTransformer(nn.Module):
         """The widest tensor a row becomes in the forward pass, in floats: its input, or its tokens
         times the widest of the model width, the MLP's hidden width and the attention scores (one
         per head and token pair). What scoring sizes its forward chunks by (`inference/predict.py::forward_rows`)."""
-        block = next(iter(self.blocks.values()), None)
+        block = cast("Block | None", next(iter(self.blocks.values()), None))  # the ModuleDict holds Blocks
         if self.embed is None or block is None:
             return 0  # a pipeline stage: not scored on its own
         tokens = int(self.embed.token_ids.numel())

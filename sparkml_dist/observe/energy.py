@@ -63,7 +63,7 @@ class RaplCounters:
         return bool(self.zones) and all(v is not None for v in self._last)
 
     def _raw(self) -> list[int | None]:
-        out = []
+        out: list[int | None] = []
         for zone in self.zones:
             try:
                 out.append(int((zone / "energy_uj").read_text()))

@@ -8,6 +8,9 @@ the newer version's semantics: a 3.5 path that behaved differently would train o
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
@@ -17,6 +20,8 @@ def try_cast(column: Column, type_name: str) -> Column:
     not an int). pyspark 4 has `Column.try_cast`; 3.5 has only the SQL function (since 3.2), so
     the column's own SQL text goes through it (classic sessions: a 3.5 Connect column has no
     JVM expression to read)."""
-    if hasattr(Column, "try_cast"):
-        return column.try_cast(type_name)
-    return F.expr(f"try_cast({column._jc.expr().sql()} AS {type_name.upper()})")
+    column_try_cast: Callable[[Column, str], Column] | None = getattr(Column, "try_cast", None)
+    if column_try_cast is not None:
+        return column_try_cast(column, type_name)
+    java_column: Any = column._jc  # py4j: untyped
+    return F.expr(f"try_cast({java_column.expr().sql()} AS {type_name.upper()})")

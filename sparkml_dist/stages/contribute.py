@@ -190,7 +190,8 @@ def _check(spark, cfg: JobConfig, run: RunHandle, bundle, blob: bytes, verdict: 
 
 def _coarse_change(cfg: JobConfig, bundle, verdict: Verdict) -> str:
     metric = cfg.tracking.gate.metric or bundle.target.kind.default_gate[0]
-    return f"{metric} change on held-out rows about {verdict.metric_after - verdict.metric_before:+.2f}"
+    change = (verdict.metric_after or 0.0) - (verdict.metric_before or 0.0)  # both set once it regressed
+    return f"{metric} change on held-out rows about {change:+.2f}"
 
 
 @contextmanager

@@ -68,7 +68,7 @@ def finetune(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> FinetuneRes
     log.info("fine-tuning %s (version %s) on %s", base_uri, parent_version or "-", ft.where or "all rows")
 
     out = OutputPaths.of(cfg).under("finetune")
-    fitted = PipelineModel.load(storage.spark_path(bundle.pipeline_for_spark))
+    fitted = PipelineModel.load(storage.spark_path(bundle.spark_pipeline))
     # the new rows are encoded the way the base model saw its own: its pipeline, its classes or scale
     prep = preprocess(
         spark,

@@ -40,6 +40,7 @@ from sparkml_dist.data.sources import (
     with_types_of,
 )
 from sparkml_dist.errors import DataError
+from sparkml_dist.spark.rows import only_row
 from sparkml_dist.spark.session import job_phase
 from sparkml_dist.storage.hadoop import atomic_dir
 from sparkml_dist.storage.paths import OutputPaths
@@ -210,7 +211,7 @@ def _encode(
         frames = {name: compiled.frame(df, extra=extra) for name, df in rows.items()}
         return _Encoded(frames, compiled.layout, compiled.layout.dim)
     frames = {name: to_feature_frame(pipeline, df, extra=extra) for name, df in rows.items()}
-    return _Encoded(frames, None, frames["train"].select(F.size(FEATURES)).first()[0])
+    return _Encoded(frames, None, only_row(frames["train"].select(F.size(FEATURES)), "the training split")[0])
 
 
 def select_rows(rows: DataFrame, where: str | None, label_column: str | None = None) -> DataFrame:

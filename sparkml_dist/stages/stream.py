@@ -193,7 +193,8 @@ def _run_until_done(query: StreamingQuery, stop: threading.Event | None) -> str:
     """Wait for the query; on `stop`, let the micro-batch in progress finish, then stop it."""
     while True:
         try:
-            if query.awaitTermination(0.5):
+            # seconds; pyspark's hint says int, its code takes any number (it sends int(timeout * 1000) ms)
+            if query.awaitTermination(0.5):  # type: ignore[arg-type]
                 return "the input is drained (available_now)"
         except Exception as exc:
             raise SparkMLDistError(f"the stream failed: {_first_cause(exc)}") from None

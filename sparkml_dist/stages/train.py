@@ -92,7 +92,7 @@ def with_f1_threshold(
         )
         weighted = rows.data.weight_column is not None
         extra = (WEIGHT,) if weighted else ()
-        features, layout = ScoringPipeline.load(model.feature_pipeline).frame(
+        features, layout = ScoringPipeline.load(bundle.spark_pipeline).frame(
             val, with_label=True, extra=extra
         )
         scored = score_features(

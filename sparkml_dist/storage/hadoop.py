@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from typing import Any
 from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
@@ -30,7 +31,7 @@ class HadoopFS:
     """The few FileSystem calls we need, resolved per path."""
 
     def __init__(self, spark: SparkSession):
-        self._jvm = spark.sparkContext._jvm
+        self._jvm: Any = spark.sparkContext._jvm  # py4j: untyped
         self._conf = spark.sparkContext._jsc.hadoopConfiguration()
 
     def _fs(self, path: str):

@@ -71,6 +71,13 @@ class Location:
     def is_local(self) -> bool:
         return self.fs is None
 
+    @property
+    def remote(self) -> pafs.FileSystem:
+        """The file system of a location that is not local (callers check `is_local` first)."""
+        if self.fs is None:
+            raise StorageError(f"{self.uri}: a local path, read through os, not a remote file system")
+        return self.fs
+
 
 def register_scheme(scheme: Scheme, *, replace: bool = False) -> Scheme:
     return SCHEMES.register(scheme.name, scheme, replace=replace)
@@ -107,6 +114,8 @@ def locate(uri: str) -> Location:
     if entry.local_root is not None:
         rest = uri.split(":", 1)[1].lstrip("/")
         return Location(uri, None, str(Path(entry.local_root) / rest))
+    if entry.filesystem is None:
+        raise StorageError(f"{uri}: storage scheme '{scheme}' names neither a file system nor a local root")
     fs, path = entry.filesystem(uri)
     return Location(uri, fs, path.rstrip("/"), entry.atomic_rename)
 
@@ -195,14 +204,14 @@ def exists(uri: str) -> bool:
     loc = locate(uri)
     if loc.is_local:
         return os.path.exists(loc.path)
-    return loc.fs.get_file_info(loc.path).type != pafs.FileType.NotFound
+    return loc.remote.get_file_info(loc.path).type != pafs.FileType.NotFound
 
 
 def is_dir(uri: str) -> bool:
     loc = locate(uri)
     if loc.is_local:
         return os.path.isdir(loc.path)
-    return loc.fs.get_file_info(loc.path).type == pafs.FileType.Directory
+    return loc.remote.get_file_info(loc.path).type == pafs.FileType.Directory
 
 
 @dataclass(frozen=True)
@@ -227,7 +236,7 @@ def list_dir(uri: str) -> list[Entry]:
             st = e.stat()
             entries.append(Entry(join(uri, e.name), e.name, e.is_dir(), st.st_size, st.st_mtime_ns))
         return sorted(entries, key=lambda e: e.name)
-    infos = loc.fs.get_file_info(pafs.FileSelector(loc.path, allow_not_found=True))
+    infos = loc.remote.get_file_info(pafs.FileSelector(loc.path, allow_not_found=True))
     out = []
     for info in infos:
         if info.base_name.startswith(HIDDEN_PREFIXES):
@@ -254,7 +263,7 @@ def read_bytes(uri: str) -> bytes:
     try:
         if loc.is_local:
             return Path(loc.path).read_bytes()
-        with loc.fs.open_input_stream(loc.path) as fh:
+        with loc.remote.open_input_stream(loc.path) as fh:
             return fh.read()
     except FileNotFoundError:
         raise
@@ -276,7 +285,7 @@ def open_input(uri: str):
     """A random-access file for `uri` (what pyarrow.parquet.ParquetFile reads): a local path as
     is (pyarrow maps it), a remote one as the file system's input file."""
     loc = locate(uri)
-    return loc.path if loc.is_local else loc.fs.open_input_file(loc.path)
+    return loc.path if loc.is_local else loc.remote.open_input_file(loc.path)
 
 
 # ---- writes ----------------------------------------------------------------------------------
@@ -313,17 +322,17 @@ def _local_atomic(path: Path) -> Iterator[IO[bytes]]:
 def _put(loc: Location, data: bytes) -> None:
     parent = loc.path.rsplit("/", 1)[0] if "/" in loc.path else ""
     if parent:
-        loc.fs.create_dir(parent, recursive=True)
+        loc.remote.create_dir(parent, recursive=True)
     if not loc.atomic_rename:  # an object store: one upload is visible whole or not at all
-        with loc.fs.open_output_stream(loc.path) as out:
+        with loc.remote.open_output_stream(loc.path) as out:
             out.write(data)
         return
     tmp = f"{parent}/.{loc.path.rsplit('/', 1)[-1]}.{os.getpid()}.tmp" if parent else f".{loc.path}.tmp"
-    with loc.fs.open_output_stream(tmp) as out:
+    with loc.remote.open_output_stream(tmp) as out:
         out.write(data)
-    if loc.fs.get_file_info(loc.path).type != pafs.FileType.NotFound:
-        loc.fs.delete_file(loc.path)  # HDFS renames do not replace
-    loc.fs.move(tmp, loc.path)
+    if loc.remote.get_file_info(loc.path).type != pafs.FileType.NotFound:
+        loc.remote.delete_file(loc.path)  # HDFS renames do not replace
+    loc.remote.move(tmp, loc.path)
 
 
 def write_bytes(uri: str, data: bytes) -> str:
@@ -345,7 +354,7 @@ def makedirs(uri: str) -> None:
     if loc.is_local:
         os.makedirs(loc.path, exist_ok=True)
     else:
-        loc.fs.create_dir(loc.path, recursive=True)
+        loc.remote.create_dir(loc.path, recursive=True)
 
 
 def delete(uri: str) -> None:
@@ -358,11 +367,11 @@ def delete(uri: str) -> None:
         else:
             p.unlink(missing_ok=True)
         return
-    info = loc.fs.get_file_info(loc.path)
+    info = loc.remote.get_file_info(loc.path)
     if info.type == pafs.FileType.Directory:
-        loc.fs.delete_dir(loc.path)
+        loc.remote.delete_dir(loc.path)
     elif info.type == pafs.FileType.File:
-        loc.fs.delete_file(loc.path)
+        loc.remote.delete_file(loc.path)
 
 
 @contextmanager
@@ -386,14 +395,14 @@ def _download(uri: str, target: Path) -> None:
     target.mkdir(parents=True, exist_ok=True)
     loc = locate(uri)
     base = loc.path.strip("/")
-    for info in loc.fs.get_file_info(pafs.FileSelector(loc.path, recursive=True)):
+    for info in loc.remote.get_file_info(pafs.FileSelector(loc.path, recursive=True)):
         rel = info.path.strip("/")[len(base) :].lstrip("/")  # some file systems root paths at "/"
         dest = target / rel
         if info.type == pafs.FileType.Directory:
             dest.mkdir(parents=True, exist_ok=True)
         else:
             dest.parent.mkdir(parents=True, exist_ok=True)
-            with loc.fs.open_input_stream(info.path) as fh:
+            with loc.remote.open_input_stream(info.path) as fh:
                 dest.write_bytes(fh.read())
 
 

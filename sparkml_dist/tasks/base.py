@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from sparkml_dist.registry import Registry
 
@@ -107,7 +107,7 @@ class TaskReport:
 
 class Task(ABC):
     name: str
-    metrics: Mapping[str, Direction]  # every metric `report` returns, and which way is better
+    metrics: ClassVar[Mapping[str, Direction]]  # every metric `report` returns, and which way is better
     held_out_metric: str  # the metric the ranks compute on the validation split each epoch
     held_out_extra: tuple[
         str, ...
@@ -178,7 +178,7 @@ class Task(ABC):
         """Metrics as Spark aggregations over scored rows (`label` encoded, the prediction columns)."""
 
     def held_out(
-        self, target: Target, loss_sum: float, metric_sum: float, weight_sum: float, rows: str = "val"
+        self, target: Target, loss_sum: float, metric_sum: float, weight_sum: float, rows: EvalRows = "val"
     ) -> Evaluation:
         """The per-epoch result on held-out `rows` from the summed (weighted) loss and metric."""
         n = max(weight_sum, 1e-12)

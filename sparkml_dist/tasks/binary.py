@@ -77,7 +77,9 @@ class Binary(Task):
 
     def fit(self, label: LabelSpec, labels: DataFrame, column: str) -> Target:
 
-        counts = dict(labels.groupBy(column).count().select(column, "count").collect())
+        if label.negative is None or label.positive is None:  # tasks/checks.py refuses such a config
+            raise ValueError("a binary label needs data.label.positive and data.label.negative")
+        counts: dict[str, int] = dict(labels.groupBy(column).count().select(column, "count").collect())
         classes = (label.negative, label.positive)
         return Target(self.name, classes, counts=tuple(int(counts.get(c, 0)) for c in classes))
 

@@ -11,6 +11,8 @@ from torch import nn
 
 
 class TargetLoss(nn.Module):
+    class_weights: torch.Tensor  # a buffer (register_buffer), declared for the type checker
+
     def __init__(self, class_weights: tuple[float, ...] | None = None):
         super().__init__()
         self.register_buffer(

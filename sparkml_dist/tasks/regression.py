@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from sparkml_dist.tasks.base import PREDICTION, Evaluation, Target, Task, TaskReport, register_task
+from sparkml_dist.tasks.base import PREDICTION, EvalRows, Evaluation, Target, Task, TaskReport, register_task
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -60,7 +60,9 @@ class Regression(Task):
     def fit(self, label: LabelSpec, labels: DataFrame, column: str) -> Target:
         from pyspark.sql import functions as F
 
-        row = labels.agg(F.avg(column).alias("mean"), F.stddev_pop(column).alias("std")).first()
+        from sparkml_dist.spark.rows import only_row
+
+        row = only_row(labels.agg(F.avg(column).alias("mean"), F.stddev_pop(column).alias("std")))
         std = float(row["std"] or 0.0)
         return Target(self.name, mean=float(row["mean"] or 0.0), std=std if std > 0 else 1.0)
 
@@ -85,8 +87,8 @@ class Regression(Task):
         return torch.stack([(loss * weight).sum(), (squared_error * weight).sum(), weight.sum()])
 
     def held_out(
-        self, target: Target, loss_sum: float, metric_sum: float, weight_sum: float, rows: str = "val"
-    ):
+        self, target: Target, loss_sum: float, metric_sum: float, weight_sum: float, rows: EvalRows = "val"
+    ) -> Evaluation:
         n = max(weight_sum, 1e-12)
         return Evaluation(rows, loss=loss_sum / n, metric="rmse", value=(metric_sum / n) ** 0.5)
 

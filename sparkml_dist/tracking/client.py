@@ -162,12 +162,13 @@ class RankTracker:
         self.handle = handle
         self.rank = rank
         self._client = handle.client() if handle else None
+        self._run_id = handle.run_id if handle else ""
 
     def connect(self) -> None:
         """Open the store's connection now rather than at the first log."""
         if self._client is not None:
             try:
-                self._client.get_run(self.handle.run_id)
+                self._client.get_run(self._run_id)
             except Exception as exc:
                 log.warning("rank %d: MLflow store not reachable yet: %s", self.rank, exc)
 
@@ -193,9 +194,11 @@ class RankTracker:
             self._log_batch(batch[i : i + 1000])
 
     def _log_batch(self, batch) -> None:
+        if self._client is None:
+            return
         for attempt in range(5):
             try:
-                self._client.log_batch(self.handle.run_id, metrics=batch)
+                self._client.log_batch(self._run_id, metrics=batch)
                 return
             except Exception as exc:
                 if attempt == 4:

@@ -117,9 +117,10 @@ def _signature(target: Target, raw: list[dict] | None, training_schema: Mapping[
     one, and rows as `pd.read_csv` returns them hold either. The model's own reading
     (`RawFeatures.dense`) then names the column and the value it cannot use."""
     from mlflow.models import ModelSignature
-    from mlflow.types.schema import AnyType, Array, ColSpec, Schema
+    from mlflow.types.schema import AnyType, Array, ColSpec, Schema, TensorSpec
 
     columns = target.kind.output_columns(target)
+    inputs: list[ColSpec | TensorSpec]
     if raw is None:
         columns = columns[:1] if target.kind.thresholded else columns
         inputs = [ColSpec(Array("float"), "features")]
@@ -134,7 +135,7 @@ def _signature(target: Target, raw: list[dict] | None, training_schema: Mapping[
             ColSpec("string" if source in text else AnyType(), source)
             for source in dict.fromkeys(slot["source"] for slot in raw)
         ]
-    outputs = [
+    outputs: list[ColSpec | TensorSpec] = [
         ColSpec(
             Array("float") if kind.startswith("array") else "integer" if kind == "integer" else "double", name
         )

@@ -18,20 +18,15 @@ _ROWS = {"val": "validation", "test": "test"}
 def loss_curves(records: Sequence[EpochRecord], path: Path, unit: str = "epoch") -> Path:
     """Train and held-out loss, and held-out accuracy, per epoch (or federated round)."""
     epochs = [r.epoch + 1 for r in records]
-    evaluated = [r for r in records if r.evaluation is not None]
-    rows = _ROWS[evaluated[0].evaluation.rows] if evaluated else "held-out"
+    evaluated = [(r.epoch + 1, r.evaluation) for r in records if r.evaluation is not None]
+    rows = _ROWS[evaluated[0][1].rows] if evaluated else "held-out"
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))
-    metric = evaluated[0].evaluation.metric if evaluated else "metric"
+    metric = evaluated[0][1].metric if evaluated else "metric"
     ax1.plot(epochs, [r.train_loss for r in records], marker="o", label="train")
-    ax1.plot([r.epoch + 1 for r in evaluated], [r.evaluation.loss for r in evaluated], marker="o", label=rows)
+    ax1.plot([n for n, _ in evaluated], [e.loss for _, e in evaluated], marker="o", label=rows)
     ax1.set(xlabel=unit, ylabel="loss", title="Loss")
     ax1.legend()
-    ax2.plot(
-        [r.epoch + 1 for r in evaluated],
-        [r.evaluation.value for r in evaluated],
-        marker="o",
-        color="tab:green",
-    )
+    ax2.plot([n for n, _ in evaluated], [e.value for _, e in evaluated], marker="o", color="tab:green")
     ax2.set(xlabel=unit, ylabel=metric, title=f"{rows.capitalize()} {metric}")
     return _save(fig, path)
 

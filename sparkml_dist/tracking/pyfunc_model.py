@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING
 
-import mlflow.pyfunc
 import numpy as np
 import pandas as pd
+from mlflow.pyfunc import PythonModel
+
+if TYPE_CHECKING:
+    from sparkml_dist.data.raw_features import RawFeatures
 
 
-class TabularTorchModel(mlflow.pyfunc.PythonModel):
+class TabularTorchModel(PythonModel):
     """`predict` takes raw rows, a pandas DataFrame with the source columns, when the model was
     logged with its feature pipeline (`raw_features`), and returns the task's prediction columns
     (binary: probability and prediction; multiclass: prediction, probability, probabilities;
@@ -39,7 +43,7 @@ class TabularTorchModel(mlflow.pyfunc.PythonModel):
         if context.artifacts.get("target"):
             with open(context.artifacts["target"]) as fh:
                 self.target = Target.from_json(json.load(fh))
-        self.raw = None
+        self.raw: RawFeatures | None = None
         if context.artifacts.get("raw_features"):
             with open(context.artifacts["raw_features"]) as fh:
                 self.raw = RawFeatures.from_json(json.load(fh))
@@ -55,7 +59,7 @@ class TabularTorchModel(mlflow.pyfunc.PythonModel):
     def predict(self, context, model_input: pd.DataFrame, params=None):
         from sparkml_dist.inference.predict import predict, predict_proba
 
-        x = self._raw_matrix(model_input) if self.raw is not None else _features_matrix(model_input)
+        x = _raw_matrix(self.raw, model_input) if self.raw is not None else _features_matrix(model_input)
         if self.raw is None and self.target.kind.thresholded:  # the features signature: the probability alone
             return predict_proba(self.model, x)
         out = pd.DataFrame(
@@ -65,15 +69,16 @@ class TabularTorchModel(mlflow.pyfunc.PythonModel):
             out["predicted_label"] = [self.target.classes[i] for i in out["prediction"]]
         return out
 
-    def _raw_matrix(self, rows) -> np.ndarray:
-        from mlflow.exceptions import MlflowException
 
-        from sparkml_dist.data.raw_features import RawRowError
+def _raw_matrix(raw: RawFeatures, rows: pd.DataFrame) -> np.ndarray:
+    from mlflow.exceptions import MlflowException
 
-        try:
-            return self.raw.dense(rows)
-        except RawRowError as exc:  # the scoring server answers 400 with this message
-            raise MlflowException.invalid_parameter_value(f"cannot score these rows: {exc}") from None
+    from sparkml_dist.data.raw_features import RawRowError
+
+    try:
+        return raw.dense(rows)
+    except RawRowError as exc:  # the scoring server answers 400 with this message
+        raise MlflowException.invalid_parameter_value(f"cannot score these rows: {exc}") from None
 
 
 def _features_matrix(model_input) -> np.ndarray:

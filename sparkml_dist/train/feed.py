@@ -37,7 +37,8 @@ class BatchSource(Protocol):
     @property
     def num_batches(self) -> int: ...
 
-    def epoch(self, epoch: int, skip_batches: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]: ...
+    # labels are None only where the rows have no label column (scoring's reads, never training's)
+    def epoch(self, epoch: int, skip_batches: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray | None]]: ...
 
 
 class HostFeed:
@@ -46,6 +47,8 @@ class HostFeed:
 
     def epoch(self, epoch: int, skip_batches: int = 0) -> Iterator[Batch]:
         for x, y in self.loader.epoch(epoch, skip_batches=skip_batches):
+            if y is None:
+                raise ValueError("a training feed reads labelled rows; these have no label column")
             yield torch.from_numpy(x), torch.from_numpy(y)
 
     def zeros(self) -> Batch:
@@ -128,8 +131,9 @@ class CudaFeed:
             ready.put(_END)
 
     def _copy(self, slot: int, x: np.ndarray, y: np.ndarray, order: np.ndarray | None):
-        if self.copied[slot] is not None:
-            self.copied[slot].synchronize()  # this pinned buffer's last copy to the device is done
+        previous = self.copied[slot]
+        if previous is not None:
+            previous.synchronize()  # this pinned buffer's last copy to the device is done
         rows = len(x)
         held = self.ring[slot]
         if held is None or len(held[0]) < rows:

@@ -89,6 +89,7 @@ class GraphedStep:
             self._capture(loss_fn)
             if self.eager:  # `auto` and the capture failed: this step eagerly too
                 return self._eager_forward_backward(loss_fn)
+        assert self.forward_backward is not None and self.static_loss is not None  # set by _capture
         self.forward_backward.replay()
         return self.static_loss
 

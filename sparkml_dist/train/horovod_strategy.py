@@ -40,7 +40,7 @@ class HorovodDataParallel(Strategy):
         self.broadcast_state(model, optimizer)
         return model, optimizer
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+    def optimizer_step(self, optimizer: Any) -> None:  # horovod's DistributedOptimizer: untyped
         timed = self.comm_clock.blocking() if self.comm_clock is not None else contextlib.nullcontext()
         with timed:  # the wait for backward's allreduces, timed apart
             for handle, _ in list(optimizer._handles.values()):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sparkml_dist.config.schema import ObserveConfig, TrainConfig
 from sparkml_dist.data.dataset import RowGroup
@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 
 # How a method places the model on the ranks: (its train config, world size, rank) -> Strategy.
 # A module-level function, so that it travels to the ranks by reference.
-Placement = Callable[[TrainConfig, int, int], "Strategy"]
+# (the method's own config, world size, rank) -> the rank's Strategy; the `train` section is
+# validated as that method's config class, so a placement may ask for its subclass of TrainConfig
+Placement = Callable[[Any, int, int], "Strategy"]
 
 
 class OpenSink(Protocol):
@@ -36,7 +38,8 @@ class EpochSink(Protocol):
     A sink whose `may_stop` is true may answer True (a pruned tuning trial): every rank then ends
     training after that epoch, with the epochs done so far."""
 
-    may_stop: bool
+    @property
+    def may_stop(self) -> bool: ...
 
     def __call__(self, record: EpochRecord) -> bool | None: ...
 

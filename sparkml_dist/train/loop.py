@@ -21,7 +21,6 @@ import torch
 from torch import nn
 
 from sparkml_dist.data.expand import DeviceExpander
-from sparkml_dist.data.loader import ShardLoader
 from sparkml_dist.errors import ConfigError
 from sparkml_dist.launch.backend import pick_device
 from sparkml_dist.launch.context import RankContext
@@ -36,7 +35,7 @@ from sparkml_dist.tasks.base import Target
 from sparkml_dist.train.adapters import apply_adapters, merge_adapters, trainable
 from sparkml_dist.train.checkpoint import load_latest, save_checkpoint
 from sparkml_dist.train.faults import inject
-from sparkml_dist.train.feed import CudaFeed, HostFeed, make_feed
+from sparkml_dist.train.feed import BatchSource, CudaFeed, HostFeed, make_feed
 from sparkml_dist.train.job import TrainJob
 from sparkml_dist.train.parallel.checkpoint import load_sharded, save_sharded
 from sparkml_dist.train.precision import Precision, matmul_precision
@@ -114,6 +113,8 @@ def place(job: TrainJob, ctx: RankContext, device: torch.device) -> Strategy:
     collectives go, the forward's precision, how compact rows become dense on a GPU and, with
     the step breakdown on, the clock its communication reports to."""
     cfg = job.train
+    if job.placement is None:
+        raise ValueError(f"train.strategy={cfg.strategy}: its rank program places the model itself")
     strategy = job.placement(cfg, ctx.world_size, ctx.rank)
     strategy.bind_device(device)
     try:
@@ -262,7 +263,7 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
         merge_adapters(strategy.unwrap(model))  # the exported model has the base model's names
     weights = strategy.full_state_dict(model)  # a collective under the model-parallel strategies
     pace = [r for h in history[-1:] for r in h.per_rank if r.rank == ctx.rank]
-    stats = RankStats(
+    rank_stats = RankStats(
         rank=ctx.rank,
         samples=train_loader.num_rows,
         steps=steps_per_epoch * cfg.epochs,
@@ -272,7 +273,7 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
         param_checksum=parameter_checksum(strategy.unwrap(model)) if strategy.replicated else None,
     )
     return RankResult(
-        stats=stats,
+        stats=rank_stats,
         records=tuple(history),
         weights=state_dict_to_bytes(weights) if ctx.is_chief else None,
         full_checksum=parameter_checksum_of(weights) if ctx.is_chief else None,
@@ -351,12 +352,12 @@ def param_groups(params: list[torch.Tensor]) -> list:
     return [{"params": sharded}, {"params": plain}]
 
 
-def _steps_per_epoch(strategy: Strategy, loader: ShardLoader) -> int:
+def _steps_per_epoch(strategy: Strategy, loader: BatchSource) -> int:
     """Ranks in lockstep all run the longest shard's count (the shorter ones idle-step)."""
     return strategy.allreduce_max(loader.num_batches) if strategy.needs_lockstep else loader.num_batches
 
 
-def _shards_differ(strategy: Strategy, loader: ShardLoader) -> bool:
+def _shards_differ(strategy: Strategy, loader: BatchSource) -> bool:
     """Whether some rank has fewer batches an epoch than another (a collective: every rank calls it)."""
     return strategy.allreduce_max(loader.num_batches) != -strategy.allreduce_max(-loader.num_batches)
 

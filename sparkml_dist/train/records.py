@@ -55,6 +55,13 @@ class EpochRecord:
     energy_method: str = ""  # how the ranks' joules were had: observe.energy (nvml, rapl, estimate)
 
     @property
+    def evaluated(self) -> Evaluation:
+        """The held-out result of a method that evaluates every epoch (raises where none was made)."""
+        if self.evaluation is None:
+            raise ValueError(f"epoch {self.epoch + 1} has no held-out evaluation")
+        return self.evaluation
+
+    @property
     def joules(self) -> float:
         """Every rank's energy this epoch (nan where a rank did not measure it)."""
         return sum(r.joules for r in self.per_rank) if self.per_rank else math.nan
@@ -138,6 +145,13 @@ class RankResult:
     pace: RankThroughput | None = None
     system: tuple[SystemSample, ...] = ()
     energy_method: str = ""
+
+    @property
+    def chief_weights(self) -> bytes:
+        """Rank 0's full state_dict: the trained model (only rank 0's result carries it)."""
+        if self.weights is None:
+            raise RuntimeError(f"rank {self.stats.rank}'s result carries no weights; rank 0's does")
+        return self.weights
 
 
 @dataclass(frozen=True)

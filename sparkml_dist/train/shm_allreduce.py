@@ -22,9 +22,13 @@ import platform
 import secrets
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
+
+if TYPE_CHECKING:
+    from sparkml_dist.observe.steps import CommClock
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +62,9 @@ class SharedMemoryAllreduce:
         self._flags = torch.frombuffer(segment, dtype=torch.int64, count=world_size, offset=_FLAGS_AT)
         self._generation = 0
         self._views: dict[tuple, torch.Tensor] = {}
-        self.clock = None  # a CommClock (observe.steps) that times each bucket's exposed wait
+        self.clock: CommClock | None = (
+            None  # a CommClock (observe.steps) that times each bucket's exposed wait
+        )
 
     @classmethod
     def connect(
@@ -73,20 +79,21 @@ class SharedMemoryAllreduce:
         created = _create_segment(size) if rank == 0 and here else None
         offer = [None if created is None else (created[0], created[1])]
         dist.broadcast_object_list(offer, src=0)
+        segment: mmap.mmap | None
         if created:
             segment = created[2]
         else:
             segment = _open_segment(*offer[0], size) if offer[0] and here else None
-        everyone = [None] * world_size
+        everyone: list[int | None] = [None] * world_size
         dist.all_gather_object(everyone, os.getpid() if segment is not None else None)
         if rank == 0 and created:
             os.unlink(created[0])  # every rank that could open it has; the mappings outlive the name
-        if any(pid is None for pid in everyone):
+        if segment is None or any(pid is None for pid in everyone):
             if segment is not None:
                 segment.close()
             log.info("DDP ranks do not share /dev/shm: gradients are averaged by the process group")
             return None
-        peers = [pid for r, pid in enumerate(everyone) if r != rank]
+        peers = [pid for r, pid in enumerate(everyone) if r != rank and pid is not None]
         visible = all(_alive(pid) for pid in peers)  # not in another pid namespace
         return cls(segment, rank, world_size, slot_bytes, peers if visible else [])
 
@@ -227,7 +234,8 @@ def _open_segment(path: str, token: bytes, size: int) -> mmap.mmap | None:
 
 def _process_group_timeout_s() -> float:
     try:
-        return dist.group.WORLD._get_backend(torch.device("cpu")).options._timeout.total_seconds()
+        world: Any = dist.group.WORLD  # private API, guarded: the default below where it moved
+        return world._get_backend(torch.device("cpu")).options._timeout.total_seconds()
     except Exception:
         return dist.default_pg_timeout.total_seconds()
 

@@ -10,7 +10,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -18,6 +18,13 @@ from torch import nn
 from sparkml_dist.errors import ConfigError
 from sparkml_dist.observe.steps import CommClock
 from sparkml_dist.train.precision import Precision
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
+    from torch.nn.parallel import DistributedDataParallel
+
+    from sparkml_dist.data.expand import DeviceExpander
+    from sparkml_dist.train.graphed import GraphedStep
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +79,7 @@ class Strategy:
         self.collective_device = CPU
         # set by the loop before wrap(): compact rows -> the dense batch, on the device; a strategy
         # that `takes_compact_input` runs it inside its step (a captured graph), others get dense rows
-        self.expand: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self.expand: DeviceExpander | None = None
         # set by the loop on the steps the breakdown times on a GPU: collectives the strategy
         # issues itself wait for the device around them (else their time is the launch's)
         self.sync_timing = False
@@ -186,7 +193,7 @@ class Strategy:
 
     @staticmethod
     def unwrap(model: nn.Module) -> nn.Module:
-        return model.module if hasattr(model, "module") else model
+        return cast(nn.Module, model.module) if hasattr(model, "module") else model
 
 
 class SharedBatch:
@@ -205,7 +212,7 @@ def local_param_bytes(model: nn.Module) -> int:
     """Bytes of parameters this rank holds (a DTensor counts its local shard only)."""
     total = 0
     for p in model.parameters():
-        local = p.to_local() if is_sharded(p) else p
+        local = cast("DTensor", p).to_local() if is_sharded(p) else p
         total += local.numel() * local.element_size()
     return total
 
@@ -231,7 +238,7 @@ class DataParallel(Strategy):
         self.gradient_path = "none" if world_size == 1 else "process group"  # how gradients were averaged
         self.cuda_graph = cuda_graph
         self.batch_size = batch_size
-        self.graph = None  # a train.graphed.GraphedStep once wrap() captured the step
+        self.graph: GraphedStep | None = None  # once wrap() captured the step
 
     def wrap(
         self, model: nn.Module, optimizer_factory: OptimizerFactory
@@ -282,6 +289,10 @@ class DataParallel(Strategy):
                 for tensor in [*model.parameters(), *model.buffers()]:
                     dist.broadcast(tensor, src=0)
             self.gradient_path = "flat allreduce between CUDA graphs"
+        if self.expand is None:
+            raise RuntimeError(
+                "the loop sets Strategy.expand before wrap() captures a step that takes compact rows"
+            )
         optimizer = optimizer_factory(model.parameters(), fused=True, capturable=True)
         self.precision.cache_casts = False
         self.graph = GraphedStep(
@@ -350,7 +361,7 @@ class DataParallel(Strategy):
         # ranks with one batch fewer shadow the others' allreduces; only where shards differ,
         # since DDP's join costs an allreduce of its own every step (about 7% of a compute-bound step here)
         if self.world_size > 1 and self.uneven_shards and self.graph is None:
-            return model.join()
+            return cast("DistributedDataParallel", model).join()
         return contextlib.nullcontext()
 
 

@@ -8,10 +8,14 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sparkml_dist.tracking.client import EpochLogger
 from sparkml_dist.train.records import EpochRecord
 from sparkml_dist.tune.study import StudyRef
+
+if TYPE_CHECKING:
+    import optuna
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +44,7 @@ class TrialSink:
 
 @dataclass
 class TrialReporter:
-    trial: object  # optuna.trial.Trial
+    trial: optuna.trial.Trial
     metric: str
 
     def report(self, record: EpochRecord) -> bool:

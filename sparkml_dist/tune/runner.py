@@ -266,8 +266,9 @@ def _finish(
     from sparkml_dist.stages.register import register
 
     best = _best(study)
-    if best is None:
+    if best is None or best.value is None:
         raise SparkMLDistError(f"tune: study {ref.name} has no complete trial to register")
+    best_value = float(best.value)
     # with one trial at a time Optuna runs them on this thread: its job group is a trial's
     spark.sparkContext.setJobGroup("tune", f"tune: the best trial ({best.number}) evaluated and registered")
     model_uri = best.user_attrs["model_uri"]
@@ -279,7 +280,7 @@ def _finish(
         ("tune.best_model", model_uri),
     ):
         client.set_tag(parent.run_id, key, str(value))
-    client.log_metric(parent.run_id, f"best_{metric}", float(best.value))
+    client.log_metric(parent.run_id, f"best_{metric}", best_value)
     plots = _log_plots(cfg, parent, study)
     with ingest(
         spark, cfg.data.test_path, with_types_of(cfg.data, schema), key="data.test_path"
@@ -297,7 +298,7 @@ def _finish(
         ref.direction,
         states,
         best.number,
-        float(best.value),
+        best_value,
         dict(best.params),
         model_uri,
         report.metrics,

@@ -27,7 +27,7 @@ def _suggest_one(trial: optuna.Trial, key: str, param: ParamSpace) -> Any:
     if param.int is not None:
         return trial.suggest_int(key, *param.int, step=int(param.step or 1), log=param.log)
     # Optuna's categorical choices must be plain scalars: a list value travels as its JSON text
-    encoded = [json.dumps(c) for c in param.choice]
+    encoded = [json.dumps(c) for c in param.choice or ()]  # the one kind left: validated at load
     return json.loads(trial.suggest_categorical(key, encoded))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass
+from typing import Literal
 
 from sparkml_dist import storage
 from sparkml_dist.config.schema import JobConfig
@@ -22,7 +23,7 @@ class StudyRef:
 
     storage_url: str
     name: str
-    direction: str  # "maximize" | "minimize"
+    direction: Literal["maximize", "minimize"]
     pruner: str
     pruner_startup_trials: int
 
@@ -40,6 +41,7 @@ def study_ref(cfg: JobConfig, task: Task) -> tuple[StudyRef, str]:
     """The study for `cfg` and the epoch-record metric it optimises (e.g. val_accuracy)."""
     tune = cfg.tune
     metric = tune.metric or task.held_out_metric
+    direction: Literal["maximize", "minimize"]
     if metric == "loss":
         direction = "minimize"
     elif metric in (task.held_out_metric, *task.held_out_extra):

@@ -31,7 +31,8 @@ class ParameterServerMethod(TrainMethod):
     )
 
     def needs(self, cfg: TrainConfig) -> LaunchNeeds:
-        return LaunchNeeds(cfg.num_ranks, "torch", fresh_process=False)  # gloo and plain sockets, as ddp
+        # gloo and plain sockets, as ddp (AsyncConfig's only backend: torch)
+        return LaunchNeeds(cfg.num_ranks, cfg.backend, fresh_process=False)
 
     def run(self, request: TrainRequest) -> TrainOutcome:
         from sparkml_dist.launch.relaunch import run_with_relaunch
@@ -57,7 +58,7 @@ class ParameterServerMethod(TrainMethod):
         chief = launched.results[0]
         model = TrainedModel(
             job.model_spec,
-            chief.weights,
+            chief.chief_weights,
             request.data.feature_pipeline,
             request.data.manifest.schema,
             job.target,

@@ -24,6 +24,7 @@ import os
 import socket
 import struct
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -85,7 +86,7 @@ def send_frame(sock: socket.socket, header: dict, tensors: Tensors | None = None
     sock.sendall(_LENGTH.pack(len(encoded)) + encoded)
     for t in tensors.values():
         if t.numel():
-            sock.sendall(t.reshape(-1).view(torch.uint8).numpy())
+            sock.sendall(t.reshape(-1).view(torch.uint8).numpy().data)
 
 
 def recv_frame(sock: socket.socket, holds: Layout) -> tuple[dict, Tensors]:
@@ -162,6 +163,7 @@ class ServerEndpoint:
         conn.settimeout(HANDSHAKE_TIMEOUT_S)
         nonce = os.urandom(NONCE_BYTES)
         conn.sendall(nonce)
+        answer: bytes | bytearray
         try:
             answer = _recv_exactly(conn, NONCE_BYTES + PROOF_BYTES)
         except (OSError, WireError):
@@ -253,5 +255,5 @@ class ServerConnection:
         self.sock.close()
 
 
-def layout_of(tensors: Tensors) -> Layout:
+def layout_of(tensors: Mapping[str, torch.Tensor]) -> Layout:
     return {k: (t.dtype, tuple(t.shape)) for k, t in tensors.items()}

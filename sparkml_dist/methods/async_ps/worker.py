@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -28,6 +29,7 @@ import torch.distributed as dist
 from torch import nn
 
 from sparkml_dist.launch.context import RankContext
+from sparkml_dist.methods.async_ps.config import AsyncConfig
 from sparkml_dist.methods.async_ps.wire import ServerConnection, ServerEndpoint, layout_of
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.weights import state_dict_to_bytes
@@ -97,9 +99,16 @@ def shard_names(names: list[str], servers: int) -> list[list[str]]:
     return [names[s::servers] for s in range(servers)]
 
 
+def async_config(job: TrainJob) -> AsyncConfig:
+    """The job's train section, which train.strategy=async validated as an AsyncConfig."""
+    if not isinstance(job.train, AsyncConfig):
+        raise TypeError(f"the async rank program runs train.strategy=async, not {job.train.strategy}")
+    return job.train
+
+
 def async_rank(ctx: RankContext, job: TrainJob) -> RankResult:
     """The rank function for train.strategy=async (the process group is already up: gloo)."""
-    cfg = job.train
+    cfg = async_config(job)
     servers = cfg.async_ps.servers
     torch.set_num_threads(cfg.threads_per_rank or 1)
     torch.manual_seed(cfg.seed)
@@ -141,7 +150,7 @@ def _epoch_end(
     ctx: RankContext, job: TrainJob, model: nn.Module, params: dict | None, epoch: int | None
 ) -> None:
     """Every rank: the servers' shards gathered into `model`; rank 0 (a server) checkpoints `epoch`."""
-    shards = [None] * ctx.world_size
+    shards: list[dict | None] = [None] * ctx.world_size
     dist.all_gather_object(shards, params)
     model.load_state_dict({k: v for shard in shards if shard for k, v in shard.items()}, strict=False)
     if ctx.rank == 0 and epoch is not None and job.checkpoint_dir:
@@ -151,7 +160,7 @@ def _epoch_end(
 
 def _server_addresses(address: tuple[str, int] | None) -> list[tuple[str, int]]:
     """Every rank: the servers' listening addresses, in server order (a meeting point as well)."""
-    gathered = [None] * dist.get_world_size()
+    gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, address)
     return [tuple(a) for a in gathered if a is not None]
 
@@ -159,7 +168,7 @@ def _server_addresses(address: tuple[str, int] | None) -> list[tuple[str, int]]:
 def _serve(
     ctx: RankContext, job: TrainJob, model: nn.Module, names: list[str], start_epoch: int
 ) -> RankResult:
-    cfg = job.train
+    cfg = async_config(job)
     state = dict(model.named_parameters())
     server = ParameterServer(
         {n: state[n] for n in names},
@@ -228,7 +237,7 @@ def _work_connected(
 ) -> RankResult:
     """Pull, compute, push, step after step; `times` gets each step's breakdown: data, the pull and
     the push (comm, timed as such), forward+backward (compute); the servers run the optimizer."""
-    cfg = job.train
+    cfg = async_config(job)
     servers = cfg.async_ps.servers
     worker, workers = ctx.rank - servers, ctx.world_size - servers
     loader = job.loader("train", worker, workers, cfg.batch_size, cfg.seed)
@@ -260,7 +269,8 @@ def _work_connected(
             loss.backward()
             push_start = time.perf_counter()
             for s, connection in enumerate(connections):
-                connection.send_push({k: params[k].grad for k in shards[s]}, seen[s])
+                # backward() just gave every parameter its gradient
+                connection.send_push({k: cast(torch.Tensor, params[k].grad) for k in shards[s]}, seen[s])
             for connection in connections:
                 connection.recv_push()
             pushed = time.perf_counter()

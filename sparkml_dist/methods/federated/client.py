@@ -75,8 +75,9 @@ def client_update(index: int, rows: Iterable, task: RoundTask) -> dict[str, Any]
     delta, late, loss = _train_locally(index, x, y, global_state, task)
     norm = float(torch.sqrt(sum((d.double() ** 2).sum() for d in delta.values())))
     clipped = task.clip_norm is not None and norm > task.clip_norm
-    if clipped:
-        delta = {k: d * (task.clip_norm / norm) for k, d in delta.items()}
+    if task.clip_norm is not None and clipped:
+        scale = task.clip_norm / norm
+        delta = {k: d * scale for k, d in delta.items()}
     if task.noise_std and not late:  # local Gaussian noise on the clipped update, from the OS CSPRNG
         delta = {k: d + privacy.gaussian(tuple(d.shape), task.noise_std) for k, d in delta.items()}
     samples = 0 if late else len(x)
@@ -91,7 +92,7 @@ def client_update(index: int, rows: Iterable, task: RoundTask) -> dict[str, Any]
         "clipped": clipped,
         "loss": loss,
     }
-    if task.publics is None:
+    if task.publics is None or task.sealed is None:  # both set, or neither: secure aggregation
         return {**payload, "update": update}
     # a late client still sends its masks, so that the others' cancel
     key = secure.unseal(task.sealed[index], secure.rows_digest(x, y), task.round_salt)

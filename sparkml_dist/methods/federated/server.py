@@ -13,7 +13,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -125,10 +125,10 @@ class FederatedResult:
     @property
     def score(self) -> float:
         """The final round's held-out metric on the driver's test rows (accuracy, or rmse)."""
-        return self.records[-1].evaluation.value
+        return self.records[-1].evaluated.value
 
 
-RoundSink = Callable[[EpochRecord], None]
+RoundSink = Callable[[EpochRecord], object]  # an EpochSink: what it answers is not asked
 
 
 def run_federated(
@@ -218,12 +218,13 @@ def _run_rounds(
         samples = int(stats.pop("samples"))
         if fed.noise_multiplier > 0:  # what the rounds so far spent, this one included
             stats["dp_epsilon"] = spent_epsilon([*(r.counters for r in records), stats], fed.dp_delta)
+        e = evaluate_arrays(spec, state, test, target)
         record = EpochRecord(
             round_index,
             stats.pop("train_loss"),
             samples,
             samples / max(time.perf_counter() - started, 1e-9),
-            evaluate_arrays(spec, state, test, target),
+            e,
             counters=stats,
         )
         records.append(record)
@@ -233,7 +234,7 @@ def _run_rounds(
                 round_index + 1,
                 state,
                 tuple(records),
-                rng.bit_generator.state,
+                dict(rng.bit_generator.state),
                 received.payloads,
                 received.largest_value,
             ),
@@ -241,7 +242,6 @@ def _run_rounds(
         )
         if sink is not None:
             sink(record)
-        e = record.evaluation
         log.info(
             "round %d/%d: %d clients, %d late, %d clipped, test %s %.4f",
             round_index + 1,
@@ -255,7 +255,7 @@ def _run_rounds(
     return state, records, received
 
 
-def spent_epsilon(rounds: list[dict[str, float]], delta: float) -> float:
+def spent_epsilon(rounds: Sequence[Mapping[str, float]], delta: float) -> float:
     """(epsilon, delta)-DP of the released rounds (skipped rounds release nothing)."""
     return epsilon(
         [RoundNoise(r["dp_sample_rate"], r["dp_noise_multiplier"]) for r in rounds if "dp_sample_rate" in r],
@@ -466,13 +466,16 @@ def evaluate_arrays(
     model.eval()
     outputs = torch.from_numpy(network_outputs(model, test.x, batch_rows, test.layout))
     sums = target.kind.held_out_sums(target, outputs, torch.tensor(test.y))
-    return target.kind.held_out(target, *(float(v) for v in sums), rows="test")
+    loss_sum, metric_sum, weight_sum = (float(v) for v in sums)
+    return target.kind.held_out(target, loss_sum, metric_sum, weight_sum, rows="test")
 
 
 def result_lines(result: FederatedResult, cfg: JobConfig, model_uri: str) -> str:
     fed = cfg.federated
     sizes = sorted(result.clients.values())
-    last = result.records[-1]
+    last = result.records[-1].evaluated
+    counters = result.records[-1].counters
+    payloads = result.received.payloads if result.received is not None else 0
     return "\n".join(
         [
             "=== sparkml_dist federated ===",
@@ -480,20 +483,19 @@ def result_lines(result: FederatedResult, cfg: JobConfig, model_uri: str) -> str
             f"{fed.client_fraction:.0%} sampled per round",
             f"algorithm      : {fed.algorithm}, {fed.rounds} rounds x {fed.local_epochs} local epoch(s), "
             f"clip {fed.clip_norm}, noise multiplier {fed.noise_multiplier}, secure aggregation {fed.secure_aggregation}",
-            f"test {last.evaluation.metric:10s}: "
-            + " ".join(f"{r.evaluation.value:.4f}" for r in result.records),
+            f"test {last.metric:10s}: " + " ".join(f"{r.evaluated.value:.4f}" for r in result.records),
             *(
                 [
-                    f"privacy        : ({last.counters['dp_epsilon']:.2f}, {fed.dp_delta:g})-DP at the client level "
+                    f"privacy        : ({counters['dp_epsilon']:.2f}, {fed.dp_delta:g})-DP at the client level "
                     f"(Opacus RDP accountant)"
                 ]
-                if "dp_epsilon" in last.counters
+                if "dp_epsilon" in counters
                 else []
             ),
             f"late / skipped : {int(sum(r.counters['late'] for r in result.records))} client-rounds late, "
             f"{int(sum(r.counters['skipped'] for r in result.records))} rounds skipped",
-            f"driver received: {result.received.payloads} payloads, every update shaped like the model's parameters",
-            f"final          : test {last.evaluation.metric} {last.evaluation.value:.4f}, loss {last.evaluation.loss:.4f}",
+            f"driver received: {payloads} payloads, every update shaped like the model's parameters",
+            f"final          : test {last.metric} {last.value:.4f}, loss {last.loss:.4f}",
             f"model          : {model_uri}",
         ]
     )

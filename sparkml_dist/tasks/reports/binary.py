@@ -8,6 +8,7 @@ import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from sparkml_dist.spark.rows import only_row
 from sparkml_dist.tasks.base import PREDICTION, PROBABILITY, Target, TaskReport
 from sparkml_dist.tasks.metrics import roc_from_bins
 from sparkml_dist.tasks.reports.common import plot_module, weight_of
@@ -21,15 +22,17 @@ def binary_report(
     y, p, yhat = F.col(label).cast("double"), F.col(PROBABILITY), F.col(PREDICTION).cast("double")
     w = weight_of(weight)
     clipped = F.least(F.greatest(p, F.lit(_EPS)), F.lit(1 - _EPS))
-    row = scored.agg(
-        F.count(F.lit(1)).alias("n"),
-        F.sum(w).alias("w"),
-        F.sum(w * y * yhat).alias("tp"),
-        F.sum(w * (1 - y) * yhat).alias("fp"),
-        F.sum(w * y * (1 - yhat)).alias("fn"),
-        F.sum(w * (1 - y) * (1 - yhat)).alias("tn"),
-        F.sum(-w * (y * F.log(clipped) + (1 - y) * F.log(1 - clipped))).alias("log_loss"),
-    ).first()
+    row = only_row(
+        scored.agg(
+            F.count(F.lit(1)).alias("n"),
+            F.sum(w).alias("w"),
+            F.sum(w * y * yhat).alias("tp"),
+            F.sum(w * (1 - y) * yhat).alias("fp"),
+            F.sum(w * y * (1 - yhat)).alias("fn"),
+            F.sum(w * (1 - y) * (1 - yhat)).alias("tn"),
+            F.sum(-w * (y * F.log(clipped) + (1 - y) * F.log(1 - clipped))).alias("log_loss"),
+        )
+    )
     n, total = int(row["n"] or 0), float(row["w"] or 0.0)
     tp, fp, fn, tn = (float(row[k] or 0.0) for k in ("tp", "fp", "fn", "tn"))
     precision = tp / (tp + fp) if tp + fp else 0.0

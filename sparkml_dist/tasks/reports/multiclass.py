@@ -8,6 +8,7 @@ import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from sparkml_dist.spark.rows import only_row
 from sparkml_dist.tasks.base import PREDICTION, PROBABILITIES, Target, TaskReport
 from sparkml_dist.tasks.metrics import class_table, macro_f1
 from sparkml_dist.tasks.reports.common import plot_module, weight_of
@@ -33,7 +34,7 @@ def multiclass_report(
         matrix[c["y"], c["p"]] += c["w"]
         rows += c["n"]
     true_p = F.greatest(F.try_element_at(F.col(PROBABILITIES), y + 1), F.lit(_EPS))
-    log_loss = scored.agg((F.sum(-w * F.log(true_p)) / F.sum(w)).alias("ll")).first()["ll"]
+    log_loss = only_row(scored.agg((F.sum(-w * F.log(true_p)) / F.sum(w)).alias("ll")))["ll"]
     per_class = class_table(matrix, target.classes)
     total = matrix.sum()
     metrics = {

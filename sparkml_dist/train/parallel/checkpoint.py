@@ -31,7 +31,7 @@ from sparkml_dist.train.parallel.signing import sign, verify
 META = "meta.pt"
 
 
-def _local_dir(directory: str) -> Path:
+def _local_dir(directory: str | Path) -> Path:
     """DCP writes every rank's shards as files: the directory must be on a local or mounted file
     system (the same mount on every host)."""
     path = storage.local_path(str(directory))
@@ -121,9 +121,11 @@ def load_sharded(
     latest = _local_dir(found[-1])
     verify(latest, key)
     model_state, optim_state = get_state_dict(model, optimizer, options=_OPTIONS)
-    state = {"model": model_state, "optim": optim_state}
-    dcp.load(state, checkpoint_id=str(latest), planner=_SkipEmptyShards())
+    dcp.load(
+        {"model": model_state, "optim": optim_state}, checkpoint_id=str(latest), planner=_SkipEmptyShards()
+    )
+    # dcp.load filled both dicts in place
     set_state_dict(
-        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=_OPTIONS
+        model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state, options=_OPTIONS
     )
     return torch.load(latest / META, map_location="cpu", weights_only=True)

@@ -3,10 +3,15 @@ and their 2-D hybrid. Parameters become DTensors; checkpoints are sharded (DCP).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import torch
 from torch import nn
 
 from sparkml_dist.train.strategies import OptimizerFactory, SharedBatch, Strategy
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
 
 
 def _device_type(model: nn.Module) -> str:
@@ -22,10 +27,11 @@ def even_shard_dim(mesh_size: int):
     def place(param: torch.Tensor):
         # decided from the global shape, so every rank picks the same dim even when tensor
         # parallelism left the local shards uneven (a 15-row table as 8 + 7 rows)
-        split = {}
+        split: dict[int, int] = {}
         for mesh_dim, placement in enumerate(getattr(param, "placements", ())):
             if isinstance(placement, Shard):
-                split[placement.dim] = split.get(placement.dim, 1) * param.device_mesh.size(mesh_dim)
+                mesh = cast("DTensor", param).device_mesh  # it has placements: a DTensor
+                split[placement.dim] = split.get(placement.dim, 1) * mesh.size(mesh_dim)
         for dim, size in enumerate(param.shape):
             if size % (mesh_size * split.get(dim, 1)) == 0:
                 return Shard(dim)
@@ -55,10 +61,10 @@ def tensor_parallel_plan(model: nn.Module) -> dict:
     """Megatron-style: q/k/v and fc1 column-wise, attention out and fc2 row-wise (one allreduce
     per attention and per MLP), the token table row-wise."""
     from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
 
-    plan = {"embed.tokens": RowwiseParallel(input_layouts=Replicate())}
-    for name in model.blocks:
+    plan: dict[str, ParallelStyle] = {"embed.tokens": RowwiseParallel(input_layouts=Replicate())}
+    for name in cast(nn.ModuleDict, model.blocks):
         plan.update({f"blocks.{name}.attn.{p}": ColwiseParallel() for p in ("q", "k", "v")})
         plan[f"blocks.{name}.attn.out"] = RowwiseParallel()
         plan[f"blocks.{name}.mlp.fc1"] = ColwiseParallel()

@@ -10,11 +10,19 @@ weighted mean loss, as in data-parallel training.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, cast
+
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from sparkml_dist.train.strategies import OptimizerFactory, SharedBatch, Strategy
+
+if TYPE_CHECKING:
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle
+
+    from sparkml_dist.models.transformer import TabularTransformer
 
 
 class PipelineParallel(SharedBatch, Strategy):
@@ -27,8 +35,8 @@ class PipelineParallel(SharedBatch, Strategy):
         self.microbatches = microbatches
         self.schedule_name = schedule
         self.batch_size = batch_size
-        self.schedule = None  # made at the first step, with the task's loss
-        self.stage = None
+        self.schedule: PipelineScheduleSingle | None = None  # made at the first step, with the task's loss
+        self.stage: PipelineStage | None = None
         self.hidden = (0, 0)  # (tokens, width) of the activations sent between stages
 
     @property
@@ -44,14 +52,18 @@ class PipelineParallel(SharedBatch, Strategy):
     ) -> tuple[nn.Module, torch.optim.Optimizer]:
         from torch.distributed.pipelining import PipelineStage
 
-        self.hidden = (model.embed.token_ids.numel(), model.embed.values.shape[1])
-        model = model.keep_stage(self.rank, self.world_size)
+        transformer = cast("TabularTransformer", model)  # the only kind that `cuts_into_layers`
+        if transformer.embed is None:
+            raise ValueError("pipeline parallelism cuts a whole transformer; this one is a stage already")
+        self.hidden = (transformer.embed.token_ids.numel(), transformer.embed.values.shape[1])
+        model = transformer.keep_stage(self.rank, self.world_size)
         device = next(model.parameters()).device
         self.stage = PipelineStage(model, self.rank, self.world_size, device)
         return model, optimizer_factory(model.parameters())
 
-    def _schedule(self, loss_fn: nn.Module):
+    def _schedule(self, loss_fn: Any):  # a tasks.losses.TargetLoss: its weighted_sum
         if self.schedule is None:
+            assert self.stage is not None  # wrap() made it
             from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
 
             schedule_class = ScheduleGPipe if self.schedule_name == "gpipe" else Schedule1F1B
@@ -92,9 +104,9 @@ class PipelineParallel(SharedBatch, Strategy):
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """Each stage's weights, gathered on rank 0 (a collective)."""
         mine = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        parts = [None] * self.world_size if self.rank == 0 else None
+        parts: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
         dist.gather_object(mine, parts, dst=0)
-        return {k: v for part in parts for k, v in part.items()} if self.rank == 0 else {}
+        return {k: v for part in parts for k, v in part.items()} if parts is not None else {}
 
     def _pad(self, t: torch.Tensor) -> torch.Tensor:
         missing = self.batch_size - len(t)
