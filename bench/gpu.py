@@ -529,7 +529,7 @@ COLLECTIVES = (
 
 class CollectiveDevices:
     """Records the device of every tensor handed to torch.distributed's collectives while it is
-    active (in this process): what `Strategy.collective_device` promises is checked against it."""
+    active (in this process): what `Parallelism.collective_device` promises is checked against it."""
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, str]] = []

@@ -2,7 +2,7 @@
 allreduce 1 MiB and 64 MiB tensors with Horovod's timeline on, two ways in one job, alternated in
 blocks: waited for by
 Horovod's own `synchronize` (a `yield` spin), and by polling with a sleep as the training strategy
-waits (`train/horovod_strategy.py::_wait_quietly`). Each way and size repeats one name, as the
+waits (`train/horovod_parallel.py::_wait_quietly`). Each way and size repeats one name, as the
 strategy's reductions do. The timeline's phases are averaged per way and size: negotiation (until
 every rank has submitted the tensor), waiting for the next background cycle, the Gloo allreduce
 itself, and the rest of the operation (fusion-buffer copies).
@@ -30,7 +30,7 @@ def timeline_rank(ctx, path: str) -> None:
     import horovod.torch as hvd
     import torch
 
-    from sparkml_dist.train.horovod_strategy import _wait_quietly
+    from sparkml_dist.train.horovod_parallel import _wait_quietly
 
     torch.set_num_threads(1)
     hvd.start_timeline(path, mark_cycles=False)

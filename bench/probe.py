@@ -3,7 +3,7 @@ it: the loss per step (for equivalence with one process), per-step time, bytes t
 peak memory and parameter bytes held. Used by bench/parallel.py and by the tests (equivalence,
 memory).
 
-Data: a fixed global batch per step, split across the strategy's data shards exactly as the
+Data: a fixed global batch per step, split across the parallelism's data shards exactly as the
 loader would, so N ranks and one process see the same samples per step.
 """
 
@@ -21,7 +21,7 @@ from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.tasks.losses import BinaryLoss
 from sparkml_dist.train.parallel.pipeline import PipelineParallel
-from sparkml_dist.train.strategies import Strategy, local_param_bytes
+from sparkml_dist.train.parallelism import Parallelism, local_param_bytes
 
 
 @dataclass(frozen=True)
@@ -71,9 +71,9 @@ def reference_losses(probe: Probe) -> list[float]:
     torch.manual_seed(probe.seed)
     model = build_model(probe.model_spec)
     optimizer = torch.optim.AdamW(model.parameters(), lr=probe.lr)
-    strategy, loss_fn, losses = Strategy(1), BinaryLoss(), []
+    parallelism, loss_fn, losses = Parallelism(1), BinaryLoss(), []
     for x, y in synthetic_batches(probe.model_spec, probe.steps, probe.global_batch, probe.seed):
-        losses.append(float(strategy.train_step(model, x, y, loss_fn, 1)))
+        losses.append(float(parallelism.train_step(model, x, y, loss_fn, 1)))
         optimizer.step()
         optimizer.zero_grad()
     return losses
@@ -82,7 +82,7 @@ def reference_losses(probe: Probe) -> list[float]:
 def placement_config(probe: Probe, world: int):
     """The method's own train config for this probe (its options, this world size)."""
     options = {
-        "strategy": probe.strategy,
+        "parallelism": probe.strategy,
         "num_ranks": world,
         "batch_size": probe.global_batch // _data_world(probe, world),
     }
@@ -99,22 +99,22 @@ def probe_rank(ctx, probe: Probe) -> ProbeResult:
     torch.set_num_threads(probe.threads)
     torch.manual_seed(probe.seed)
     method = get_method(probe.strategy)
-    strategy = method.placement(placement_config(probe, ctx.world_size), ctx.world_size, ctx.rank)
+    parallelism = method.placement(placement_config(probe, ctx.world_size), ctx.world_size, ctx.rank)
     model = build_model(probe.model_spec)  # the same initial weights as the reference
     full_bytes = local_param_bytes(model)
-    model, optimizer = strategy.wrap(model, lambda params: torch.optim.AdamW(params, lr=probe.lr))
+    model, optimizer = parallelism.wrap(model, lambda params: torch.optim.AdamW(params, lr=probe.lr))
     loss_fn = BinaryLoss()
     losses, times, sent = [], [], []
     _reset_peak_rss()
     for x, y in synthetic_batches(probe.model_spec, probe.steps, probe.global_batch, probe.seed):
-        xs, ys = _my_slice(x, strategy), _my_slice(y, strategy)
+        xs, ys = _my_slice(x, parallelism), _my_slice(y, parallelism)
         wchar, t0 = _bytes_written(), time.perf_counter()
-        loss = strategy.train_step(model, xs, ys, loss_fn, 1)
+        loss = parallelism.train_step(model, xs, ys, loss_fn, 1)
         optimizer.step()
         optimizer.zero_grad()
         times.append(time.perf_counter() - t0)
         sent.append(_bytes_written() - wchar)
-        losses.append(_global_mean_loss(strategy, loss, len(xs)))
+        losses.append(_global_mean_loss(parallelism, loss, len(xs)))
     return ProbeResult(
         ctx.rank,
         losses,
@@ -124,7 +124,7 @@ def probe_rank(ctx, probe: Probe) -> ProbeResult:
         local_param_bytes(model),
         full_bytes,
         _optimizer_state_bytes(optimizer) + local_param_bytes(model),
-        _stage_compute_s(strategy, model, probe) if isinstance(strategy, PipelineParallel) else None,
+        _stage_compute_s(parallelism, model, probe) if isinstance(parallelism, PipelineParallel) else None,
     )
 
 
@@ -132,17 +132,21 @@ def _data_world(probe: Probe, world: int) -> int:
     return {"tensor": 1, "pipeline": 1, "hybrid": world // probe.tensor_parallel}.get(probe.strategy, world)
 
 
-def _my_slice(t: torch.Tensor, strategy: Strategy) -> torch.Tensor:
+def _my_slice(t: torch.Tensor, parallelism: Parallelism) -> torch.Tensor:
     n = len(t)
     return t[
-        n * strategy.data_rank // strategy.data_world : n * (strategy.data_rank + 1) // strategy.data_world
+        n * parallelism.data_rank // parallelism.data_world : n
+        * (parallelism.data_rank + 1)
+        // parallelism.data_world
     ]
 
 
-def _global_mean_loss(strategy: Strategy, loss: torch.Tensor | None, rows: int) -> float:
-    share = strategy.metric_share if loss is not None else 0.0
+def _global_mean_loss(parallelism: Parallelism, loss: torch.Tensor | None, rows: int) -> float:
+    share = parallelism.metric_share if loss is not None else 0.0
     value = float(loss) if loss is not None else 0.0
-    totals = strategy.allreduce_sum(torch.tensor([value * rows * share, rows * share], dtype=torch.float64))
+    totals = parallelism.allreduce_sum(
+        torch.tensor([value * rows * share, rows * share], dtype=torch.float64)
+    )
     return float(totals[0] / totals[1])
 
 
@@ -156,11 +160,11 @@ def _optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     return total
 
 
-def _stage_compute_s(strategy, model: nn.Module, probe: Probe) -> float:
+def _stage_compute_s(parallelism, model: nn.Module, probe: Probe) -> float:
     """One micro-batch's forward + backward through this stage alone (no communication)."""
     mb = probe.global_batch // probe.microbatches
     spec = probe.model_spec
-    if strategy.rank == 0:
+    if parallelism.rank == 0:
         inputs = torch.randn(mb, spec.input_dim)
     else:
         inputs = torch.randn(mb, spec.transformer.tokens, spec.transformer.d_model, requires_grad=True)

@@ -27,8 +27,8 @@ _EXPORTS: dict[str, str] = {
     "load_config": "sparkml_dist.config.loader",
     "parse_config": "sparkml_dist.config.loader",
     "JobConfig": "sparkml_dist.config.schema",
-    "TrainConfig": "sparkml_dist.config.schema",
-    "Section": "sparkml_dist.config.schema",
+    "TrainConfig": "sparkml_dist.config.train",
+    "Section": "sparkml_dist.config.section",
     # Spark
     "build_session": "sparkml_dist.spark.session",
     # stages and the pipeline
@@ -56,6 +56,8 @@ _EXPORTS: dict[str, str] = {
     "run_barrier": "sparkml_dist.launch.launcher",
     "run_with_relaunch": "sparkml_dist.launch.relaunch",
     "get_backend": "sparkml_dist.launch.backends",
+    "register_backend": "sparkml_dist.launch.backends",
+    "BackendSpec": "sparkml_dist.launch.backends",
     "RankContext": "sparkml_dist.launch.context",
     # your own torch code on the ranks (a drop-in for pyspark's TorchDistributor)
     "TorchDistributor": "sparkml_dist.distributor.api",
@@ -71,7 +73,7 @@ _EXPORTS: dict[str, str] = {
     "register_method": "sparkml_dist.methods.base",
     "get_method": "sparkml_dist.methods.base",
     "LoopMethod": "sparkml_dist.methods.loop",
-    "Strategy": "sparkml_dist.train.strategies",
+    "Parallelism": "sparkml_dist.train.parallelism",
     "TrainOutcome": "sparkml_dist.train.records",
     "EpochRecord": "sparkml_dist.train.records",
     "Evaluation": "sparkml_dist.train.records",
@@ -79,6 +81,11 @@ _EXPORTS: dict[str, str] = {
     "RankResult": "sparkml_dist.train.records",
     "TrainedModel": "sparkml_dist.train.records",
     "ModelSpec": "sparkml_dist.models.spec",
+    # model kinds and input sources
+    "register_model_kind": "sparkml_dist.models.kinds",
+    "ModelKind": "sparkml_dist.models.kinds",
+    "register_source_format": "sparkml_dist.data.formats",
+    "SourceFormat": "sparkml_dist.data.formats",
     # tasks
     "Task": "sparkml_dist.tasks.base",
     "Target": "sparkml_dist.tasks.base",

@@ -18,10 +18,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sparkml_dist.config.header import init_config
 from sparkml_dist.config.loader import load_config
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.errors import SparkMLDistError
 from sparkml_dist.launch.context import env_scope
+from sparkml_dist.spark.session import build_session, driver_jvm_exit
+from sparkml_dist.tracking.client import check_tracking_store, tracked_run
 
 log = logging.getLogger("sparkml_dist.cli")
 
@@ -34,6 +37,7 @@ class Command:
 
 
 def _preprocess(spark, cfg: JobConfig, args) -> str:
+    # pyspark, matplotlib: a subcommand imports what it runs
     from sparkml_dist.stages.preprocess import preprocess
 
     prep = preprocess(spark, cfg)
@@ -43,6 +47,7 @@ def _preprocess(spark, cfg: JobConfig, args) -> str:
 
 
 def _train(spark, cfg: JobConfig, args) -> str:
+    # pyspark, matplotlib: a subcommand imports what it runs
     from sparkml_dist.stages.train import train_preprocessed
 
     result = train_preprocessed(spark, cfg)
@@ -56,12 +61,14 @@ def _train(spark, cfg: JobConfig, args) -> str:
 
 
 def _evaluate(spark, cfg: JobConfig, args) -> str:
+    # pyspark, matplotlib: a subcommand imports what it runs
     from sparkml_dist.stages.evaluate import evaluate_trained
 
     return "evaluate: " + json.dumps(evaluate_trained(spark, cfg, args.model_uri).metrics, indent=1)
 
 
 def _register(spark, cfg: JobConfig, args) -> str:
+    # pyspark, matplotlib: a subcommand imports what it runs
     from sparkml_dist.stages.register import register_evaluated
 
     decision = register_evaluated(spark, cfg, args.model_uri)
@@ -69,7 +76,7 @@ def _register(spark, cfg: JobConfig, args) -> str:
 
 
 def _score(spark, cfg: JobConfig, args) -> str:
-    from sparkml_dist.stages.score import score
+    from sparkml_dist.stages.score import score  # pyspark, matplotlib: a subcommand imports what it runs
 
     result = score(spark, cfg, args.model_uri, args.input, args.output)
     energy = f"; {result.energy_text()}" if result.energy_text() else ""
@@ -80,7 +87,7 @@ def _score(spark, cfg: JobConfig, args) -> str:
 
 
 def _stream(spark, cfg: JobConfig, args) -> str:
-    from sparkml_dist.stages.stream import stream
+    from sparkml_dist.stages.stream import stream  # pyspark, matplotlib: a subcommand imports what it runs
 
     if not args.input:
         raise SparkMLDistError("stream: give the directory new files arrive in with --input DIR")
@@ -102,22 +109,22 @@ def _stream(spark, cfg: JobConfig, args) -> str:
 
 
 def _pipeline(spark, cfg: JobConfig, args) -> str:
+    # pyspark, matplotlib: a subcommand imports what it runs
     from sparkml_dist.pipeline import format_summary, run_pipeline
 
     return format_summary(run_pipeline(spark, cfg))
 
 
 def _finetune(spark, cfg: JobConfig, args) -> str:
+    # pyspark, torch: a subcommand imports what it runs
     from sparkml_dist.stages.finetune import finetune, result_lines
-    from sparkml_dist.tracking.client import tracked_run
 
     with tracked_run(cfg.tracking, "finetune", cfg.flat_params()) as run:
         return result_lines(finetune(spark, cfg, run))
 
 
 def _contribute(spark, cfg: JobConfig, args) -> str:
-    from sparkml_dist.stages.contribute import contribute
-    from sparkml_dist.tracking.client import tracked_run
+    from sparkml_dist.stages.contribute import contribute  # pyspark, torch: a subcommand imports what it runs
 
     if not args.delta:
         raise SparkMLDistError("contribute: give the delta with --delta <file or runs:/... URI>")
@@ -128,9 +135,9 @@ def _contribute(spark, cfg: JobConfig, args) -> str:
 
 
 def _federated(spark, cfg: JobConfig, args) -> str:
+    # pyspark: a subcommand imports what it runs
     from sparkml_dist.methods.federated.server import result_lines
     from sparkml_dist.stages.train import train
-    from sparkml_dist.tracking.client import tracked_run
 
     with tracked_run(cfg.tracking, "federated", cfg.flat_params()) as run:
         result = train(spark, cfg, None, run, method_name="federated")
@@ -138,6 +145,7 @@ def _federated(spark, cfg: JobConfig, args) -> str:
 
 
 def _tune(spark, cfg: JobConfig, args) -> str:
+    # pyspark, pyarrow: a subcommand imports what it runs
     from sparkml_dist.tune.runner import result_lines, run_tune
 
     return result_lines(run_tune(spark, cfg))
@@ -236,7 +244,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.run_date:
             cfg = scoped_to_run_date(cfg, args.run_date)
         check_environment(cfg)
-        from sparkml_dist.spark.session import build_session
 
         with env_scope(_quiet_mlflow()):  # before the session: local executors inherit it
             spark = build_session(cfg.spark)
@@ -259,8 +266,7 @@ def check_environment(cfg: JobConfig) -> None:
     """What can be checked before any work, so a job does not fail minutes in (or after MLflow's
     minutes of retries) for a reason known at the start: the output root is writable and the
     tracking store answers."""
-    from sparkml_dist.storage import check_writable
-    from sparkml_dist.tracking.client import check_tracking_store
+    from sparkml_dist.storage import check_writable  # pyarrow: a subcommand imports what it runs
 
     check_writable(cfg.output.root, "output.root")
     check_tracking_store(cfg.tracking)
@@ -272,7 +278,6 @@ def _lost_driver(exc: BaseException, stage: str) -> str | None:
     error, or a plain Py4JError ("An error occurred while calling ...") when py4j gave up on
     the call itself; pyspark may wrap any of them. So the whole chain is read, and the JVM's
     exit status decides."""
-    from sparkml_dist.spark.session import driver_jvm_exit
 
     cause = _connection_failure(exc)
     if cause is None:
@@ -315,7 +320,6 @@ def _first_line(exc: BaseException) -> str:
 def _init(argv: list[str]) -> int:
     """`sparkml-dist init --data PATH --label COLUMN`: print a complete config for a CSV with a
     header (no Spark: the header and pandas' type inference over the first rows)."""
-    from sparkml_dist.config.header import init_config
 
     parser = argparse.ArgumentParser(
         prog="sparkml-dist init",

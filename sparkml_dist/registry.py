@@ -9,12 +9,22 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Iterator
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
 
 from sparkml_dist.errors import ConfigError
 
 T = TypeVar("T")
+
+
+def resolve(reference: str) -> Callable[..., Any]:
+    """The function a registry entry names as 'module:function', imported where it is called:
+    an entry stays light (reading a config imports neither torch nor pyspark), and any process
+    (a rank, an executor, a served model) finds the function by its module."""
+    module, sep, function = reference.partition(":")
+    if not sep or not module or not function:
+        raise ConfigError(f"{reference!r}: a registry entry names a function as 'module:function'")
+    return getattr(importlib.import_module(module), function)
 
 
 class Registry(Generic[T]):

@@ -133,6 +133,122 @@ def test_layers_point_one_way():
     assert upward == []
 
 
+# Libraries slow enough to import (or absent where the light paths run: a config read, the CLI's
+# help, a serving environment without pyspark) that the package imports them only where used.
+_HEAVY = {
+    "numpy",
+    "torch",
+    "pyspark",
+    "mlflow",
+    "optuna",
+    "matplotlib",
+    "horovod",
+    "opacus",
+    "pandas",
+    "pyarrow",
+}
+
+
+def _top_level_imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """What a module imports when it is imported: module-level statements (class bodies and
+    try/if blocks included; function bodies and `if TYPE_CHECKING:` not)."""
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_nodes(tree)
+    found: set[str] = set()
+
+    def visit(statements: list[ast.stmt]) -> None:
+        for node in statements:
+            if id(node) in skip or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.update(_import_targets(node, modules))
+            for block in ("body", "orelse", "finalbody"):
+                visit([n for n in getattr(node, block, []) if isinstance(n, ast.stmt)])
+            for handler in getattr(node, "handlers", []):
+                visit(handler.body)
+
+    visit(tree.body)
+    return found
+
+
+def _import_targets(node: ast.ImportFrom, modules: dict[str, Path]) -> set[str]:
+    return {
+        f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else str(node.module)
+        for a in node.names
+    }
+
+
+def _runs(target: str, modules: dict[str, Path]) -> list[str]:
+    """The package modules an import of `target` runs: it and every parent package's __init__."""
+    parts = target.split(".")
+    return [m for m in (".".join(parts[:i]) for i in range(1, len(parts) + 1)) if m in modules]
+
+
+def _heavy_closure(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the heavy libraries importing it imports (through the package's own modules)."""
+    top = {name: _top_level_imports(path, modules) for name, path in modules.items()}
+    memo: dict[str, set[str]] = {}
+
+    def heavy(name: str, seen: frozenset[str]) -> set[str]:
+        if name in memo:
+            return memo[name]
+        found: set[str] = set()
+        for target in [*top[name], *_runs(name, modules)[:-1]]:  # its parents' __init__ run first
+            if target.split(".")[0] in _HEAVY:
+                found.add(target.split(".")[0])
+            for module in _runs(target, modules) if target.startswith("sparkml_dist") else ():
+                if module != name and module not in seen:
+                    found |= heavy(module, seen | {name})
+        memo[name] = found
+        return found
+
+    return {name: heavy(name, frozenset()) for name in modules}
+
+
+def test_a_function_level_import_of_the_package_keeps_a_heavy_library_out():
+    """An import of one of the package's own modules inside a function is there for one reason:
+    the imported module brings a heavy library (`_HEAVY`) that its importer does not import at
+    module level, and so stays out of a light path (reading a config, `import sparkml_dist`, a
+    rank that needs no Spark). Its comment says which and why. Any other belongs at the top of
+    the file, where a reader sees the dependency: the graph has no cycles (function-level imports
+    counted), so it can move there."""
+    modules = _modules()
+    heavy = _heavy_closure(modules)
+    hidden = []
+    for name, path in modules.items():
+        lines = path.read_text().split("\n")
+        tree = ast.parse(path.read_text())
+        skip = _type_checking_nodes(tree)
+        functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for node in {id(n): n for f in functions for n in ast.walk(f)}.values():
+            if id(node) in skip or not isinstance(node, ast.ImportFrom) or node.level != 0:
+                continue
+            if not (node.module or "").startswith("sparkml_dist"):
+                continue
+            brings = set().union(
+                *(heavy[m] for t in _import_targets(node, modules) for m in _runs(t, modules) if m != name)
+            )
+            kept_out = brings - heavy[name]
+            if not kept_out or not _reason_names_one_of(kept_out, lines, node):
+                hidden.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {ast.unparse(node)}")
+    assert hidden == []
+
+
+def _reason_names_one_of(libraries: set[str], lines: list[str], node: ast.ImportFrom) -> bool:
+    """The import's one-line reason (a comment on its lines, or on the line above its block of
+    imports) names a library it keeps out ('Spark' counts for pyspark)."""
+    comments = [line.split("#", 1)[1] for line in lines[node.lineno - 1 : node.end_lineno] if "#" in line]
+    above = node.lineno - 2
+    while above >= 0 and lines[above].strip().startswith(("from ", "import ", ")")):
+        above -= 1
+    if above >= 0 and lines[above].strip().startswith("#"):
+        comments.append(lines[above])
+    words = {lib: (lib, "spark") if lib == "pyspark" else (lib,) for lib in libraries}
+    return any(w in c.lower() for c in comments for lib in libraries for w in words[lib])
+
+
 def test_the_walker_sees_a_cycle_through_a_package_init():
     # federated.server -> stages.paths ran stages/__init__ -> stages.train -> federated.server
     graph = {"a.server": {"b", "b.paths"}, "b": {"b.train"}, "b.train": {"a.server"}, "b.paths": set()}
@@ -163,17 +279,35 @@ def _backends() -> set[str]:
     return set(BACKENDS.names())
 
 
-@pytest.mark.parametrize("axis", ["train.strategy", "model.kind", "data.format", "train.backend"])
+def _tasks() -> set[str]:
+    from sparkml_dist.tasks import TASKS
+
+    return set(TASKS.names())
+
+
+def _storage_schemes() -> set[str]:
+    from sparkml_dist.storage.store import SCHEMES
+
+    return set(SCHEMES.names())
+
+
+_AXES = {
+    "train.strategy": _method_names,
+    "model.kind": _model_kinds,
+    "data.format": _source_formats,
+    "train.backend": _backends,
+    "data.label.task": _tasks,
+    "storage scheme": _storage_schemes,
+}
+
+
+@pytest.mark.parametrize("axis", list(_AXES))
 def test_an_axis_entry_is_never_compared_by_name_outside_its_own_registration(axis):
-    """`train.strategy`, `model.kind`, `data.format` and `train.backend` are looked up in their
-    registries (an entry carries its capabilities), never compared by name: adding a method, a
-    model kind, a source format or a backend touches one place."""
-    names = {
-        "train.strategy": _method_names,
-        "model.kind": _model_kinds,
-        "data.format": _source_formats,
-        "train.backend": _backends,
-    }[axis]()
+    """Every axis of growth (`train.strategy`, `model.kind`, `data.format`, `train.backend`,
+    `data.label.task`, a storage URI's scheme) is looked up in its registry (an entry carries its
+    capabilities), never compared by name: adding a method, a model kind, a source format, a
+    backend, a task or a scheme touches one place."""
+    names = _AXES[axis]()
     assert len(names) >= 2, "the registry's built-ins loaded"
     offenders = []
     for path in PACKAGE.rglob("*.py"):

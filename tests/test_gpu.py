@@ -24,7 +24,7 @@ from sparkml_dist.config.loader import load_config
 from sparkml_dist.errors import ConfigError
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.train.loop import train_rank
-from sparkml_dist.train.strategies import group_device
+from sparkml_dist.train.parallelism import group_device
 
 ROOT = Path(__file__).resolve().parents[1]
 DEVICES = ["cpu", *(f"cuda:{i}" for i in range(torch.cuda.device_count()))]
@@ -192,7 +192,7 @@ RANK_MODULES = [
     "sparkml_dist.methods.builtin",
     "sparkml_dist.train.parallel.mesh",
     "sparkml_dist.train.parallel.pipeline",
-    "sparkml_dist.train.horovod_strategy",
+    "sparkml_dist.train.horovod_parallel",
     "sparkml_dist.methods.async_ps.worker",
     "sparkml_dist.data.loader",
     "sparkml_dist.models.factory",

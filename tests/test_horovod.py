@@ -42,7 +42,7 @@ def horovod_layout(ctx, payload):
 def repeated_reductions(ctx, payload):
     import torch
 
-    from sparkml_dist.train.horovod_strategy import HorovodDataParallel
+    from sparkml_dist.train.horovod_parallel import HorovodDataParallel
 
     strategy = HorovodDataParallel(ctx.world_size, ctx.rank)
     mine = float(ctx.rank + 1)

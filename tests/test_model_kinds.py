@@ -5,6 +5,7 @@ network and the methods' capability checks all read the registry entry, never th
 import pytest
 import torch
 
+from sparkml_dist import register_model_kind
 from sparkml_dist.config import load_config
 from sparkml_dist.errors import ConfigError
 from sparkml_dist.models.kinds import MODEL_KINDS
@@ -14,7 +15,7 @@ from sparkml_dist.models.kinds import MODEL_KINDS
 def toy_kind():
     import toy_kind
 
-    MODEL_KINDS.register("linear", toy_kind.LINEAR, replace=True)
+    register_model_kind(toy_kind.LINEAR, replace=True)
     yield toy_kind
     MODEL_KINDS.unregister("linear")
 

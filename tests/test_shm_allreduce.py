@@ -21,7 +21,7 @@ def ddp_rank(ctx, payload):
     `uneven`, rank 1 runs out a batch early and shadows rank 0's last allreduce (DDP's join)."""
     import torch
 
-    from sparkml_dist.train.strategies import DataParallel
+    from sparkml_dist.train.parallelism import DataParallel
 
     shared_memory, uneven = payload
     torch.manual_seed(0)
@@ -58,7 +58,7 @@ _RANK_SCRIPT = textwrap.dedent("""
     import json, os, sys
     from datetime import timedelta
     import torch, torch.distributed as dist
-    from sparkml_dist.train.strategies import DataParallel
+    from sparkml_dist.train.parallelism import DataParallel
 
     rank, port, rank1 = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,

@@ -6,6 +6,7 @@ written by Spark as ORC and JSON and registered as a table."""
 from __future__ import annotations
 
 import pytest
+from pyspark.sql import functions as F
 
 from sparkml_dist.config import parse_config
 from sparkml_dist.data.ingest import LABEL, ingest
@@ -69,6 +70,44 @@ def test_orc_json_and_tables_read_with_their_own_types(spark, make_adult_config,
         assert roles["fnlwgt"] == "ignore", "data.columns overrides a role"
         assert roles["age"] == "numeric" and roles["workclass"] == "categorical"
         assert result.data.label.task == "binary"
+
+
+@pytest.fixture
+def xml_format():
+    """The new source of docs/architecture.md, registered as a user would, removed afterwards."""
+    import toy_source
+
+    from sparkml_dist import register_source_format
+    from sparkml_dist.data.formats import SOURCE_FORMATS
+
+    register_source_format(toy_source.XML, replace=True)
+    yield toy_source.XML
+    SOURCE_FORMATS.unregister("xml")
+
+
+def test_a_registered_source_is_sniffed_read_typed_and_quarantined(
+    spark, make_adult_config, tmp_path, xml_format
+):
+    """One module and one registration (tests/toy_source.py) make XML a source: its extension
+    names it, its rows get Spark's types and the configured roles, a value the configured cast
+    cannot read is a reject naming the column, and an unknown format lists the registered ones."""
+    rows = adult_rows(spark, make_adult_config).withColumn("age", F.col("age").cast("string"))
+    bad = rows.limit(1).withColumn("age", F.lit("unknown"))
+    location = str(tmp_path / "adult.xml")  # a directory of part files, named for its format
+    rows.unionByName(bad).write.format("xml").option("rowTag", "row").save(location)
+    label = {"column": "income", "positive": ">50K", "negative": "<=50K"}
+    data = typed(location, label, columns=[{"name": "age", "type": "double", "role": "numeric"}])
+    assert data.source_format == "xml"
+    with ingest(spark, location, data) as result:
+        assert result.counts() == {"input": 2501, "accepted": 2500, "rejected": 1}
+        assert [r["reason"] for r in result.rejects.collect()] == ["column 'age': 'unknown' is not a number"]
+        roles = {c.name: c.role for c in result.data.columns}
+        assert roles["age"] == "numeric" and roles["workclass"] == "categorical"
+        assert result.data.label.task == "binary"
+    with pytest.raises(
+        ConfigError, match=r"unknown format 'yaml'; known: csv, json, orc, parquet, table, xml"
+    ):
+        typed(location, label, format="yaml")
 
 
 def test_typed_rows_are_checked_like_csv_rows(spark, tmp_path):

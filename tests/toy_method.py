@@ -11,7 +11,7 @@ import torch.distributed as dist
 from pydantic import Field
 from torch import nn
 
-from sparkml_dist import LoopMethod, Strategy, TrainConfig, register_method
+from sparkml_dist import LoopMethod, Parallelism, TrainConfig, register_method
 
 
 class LocalSgdConfig(TrainConfig):
@@ -51,7 +51,7 @@ def average_parameters(model: nn.Module, world_size: int) -> None:
         p.data /= world_size
 
 
-class LocalSgd(Strategy):
+class LocalSgd(Parallelism):
     needs_lockstep = True  # the averages are collectives: every rank runs the same number of steps
 
     def __init__(self, world_size: int, rank: int, every: int):
@@ -68,7 +68,7 @@ class LocalSgd(Strategy):
         return super().full_state_dict(model)
 
 
-def place_local_sgd(cfg: LocalSgdConfig, world_size: int, rank: int) -> Strategy:
+def place_local_sgd(cfg: LocalSgdConfig, world_size: int, rank: int) -> Parallelism:
     return LocalSgd(world_size, rank, cfg.average_every)
 
 

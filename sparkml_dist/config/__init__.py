@@ -2,7 +2,6 @@
 
 from sparkml_dist.config.loader import apply_overrides, load_config, parse_config
 from sparkml_dist.config.schema import (
-    TRAIN_METHODS,
     ColumnSpec,
     CommunityConfig,
     DataConfig,
@@ -17,9 +16,9 @@ from sparkml_dist.config.schema import (
     OutputConfig,
     SparkConfig,
     TrackingConfig,
-    TrainConfig,
     TransformerConfig,
 )
+from sparkml_dist.config.train import TRAIN_METHODS, TrainConfig
 
 __all__ = [
     "TRAIN_METHODS",

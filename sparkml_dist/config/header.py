@@ -206,6 +206,7 @@ def _first_file(location: str) -> str:
     """The file whose header names the columns: the file itself, or a directory's or glob's first."""
     import glob
 
+    # pyarrow: not while a config is read
     from sparkml_dist.storage import is_remote, local_path
     from sparkml_dist.storage.packages import resolve_path
 
@@ -231,7 +232,7 @@ def _first_file(location: str) -> str:
 
 
 def _open(source: str):
-    from sparkml_dist.storage import locate
+    from sparkml_dist.storage import locate  # pyarrow: not while a config is read
 
     try:
         loc = locate(source)

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from sparkml_dist.config.header import complete_columns, needs_inference
 from sparkml_dist.config.overrides import apply_overrides
+from sparkml_dist.config.reference import all_keys
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.errors import ConfigError
 
@@ -73,7 +74,6 @@ def _describe(exc: ValidationError, source: str) -> str:
 
 def _did_you_mean(loc: tuple) -> str:
     """' did you mean <key>?' for a misspelt key whose section has one close to it, else ''."""
-    from sparkml_dist.config.reference import all_keys  # the schema walk, only once a key is wrong
 
     parent = "".join("[]" if isinstance(p, int) else f".{p}" for p in loc[:-1]).lstrip(".")
     keys = all_keys() | set(JobConfig.model_fields)

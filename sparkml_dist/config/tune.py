@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sparkml_dist.config.overrides import apply_overrides
+
 KINDS = ("loguniform", "uniform", "int", "choice")
 SEARCHABLE = ("model", "train", "evaluate", "federated")  # what a trial may change; the rest is the study's
 
@@ -108,7 +110,6 @@ def space_problems(
 ) -> list[tuple[str, str]]:
     """(key, problem) for every space entry whose key is unknown or whose range leaves the key's
     schema: `validate(raw)` returns the validation message of a config, or None."""
-    from sparkml_dist.config.overrides import apply_overrides
 
     base = {k: v for k, v in raw.items() if k != "tune"}
     problems = []

@@ -9,16 +9,21 @@ a 'module:function' string, imported only where rows are read. A new format is a
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from sparkml_dist.registry import Registry
+from sparkml_dist.registry import Registry, resolve
 
-__all__ = ["SOURCE_FORMATS", "SourceFormat", "format_of", "format_of_files_in", "named_format"]
+__all__ = [
+    "SOURCE_FORMATS",
+    "SourceFormat",
+    "format_of",
+    "format_of_files_in",
+    "named_format",
+    "register_source_format",
+]
 
 
 @dataclass(frozen=True)
@@ -38,22 +43,26 @@ class SourceFormat:
     catalog: bool = False
 
     def read(self, *args: Any) -> Any:
-        module, _, function = self.reader.partition(":")
-        reader: Callable[..., Any] = getattr(importlib.import_module(module), function)
-        return reader(*args)
+        return resolve(self.reader)(*args)
 
 
 SOURCE_FORMATS: Registry[SourceFormat] = Registry("data.format")
 
+
+def register_source_format(fmt: SourceFormat, *, replace: bool = False) -> SourceFormat:
+    """Make `fmt` a `data.format` (and `stream.format`) value, and its extensions name it."""
+    return SOURCE_FORMATS.register(fmt.name, fmt, replace=replace)
+
+
 _SOURCES = "sparkml_dist.data.sources"
-for _entry in (
+for _builtin in (
     SourceFormat("csv", f"{_SOURCES}:read_csv", typed=False, extensions=(".csv",)),
     SourceFormat("parquet", f"{_SOURCES}:read_typed", extensions=(".parquet", ".pq")),
     SourceFormat("orc", f"{_SOURCES}:read_typed", extensions=(".orc",)),
     SourceFormat("json", f"{_SOURCES}:read_typed", extensions=(".json", ".jsonl")),
     SourceFormat("table", f"{_SOURCES}:read_typed", catalog=True),
 ):
-    SOURCE_FORMATS.register(_entry.name, _entry)
+    register_source_format(_builtin)
 
 # what a path that names no format, in a directory whose files name none, is read as
 DEFAULT_FORMAT = "csv"
@@ -82,7 +91,7 @@ def format_of_files_in(path: str, look_at: int = 1000) -> str | None:
     """The one format that the data files of a local directory name (None: not a local directory,
     or its files name none or several)."""
     if ":" in path:  # a URI: only then is the storage module (pyarrow) needed to say whose files
-        from sparkml_dist.storage import is_remote
+        from sparkml_dist.storage import is_remote  # pyarrow: not while a config is read
 
         if is_remote(path):
             return None

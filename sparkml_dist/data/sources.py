@@ -32,7 +32,7 @@ from sparkml_dist.data.sql import ident, literal, raw_json
 from sparkml_dist.errors import ConfigError, DataError
 from sparkml_dist.spark.compat import try_cast
 from sparkml_dist.storage.packages import PKG_SCHEME, resolve_path  # noqa: F401 - re-exported
-from sparkml_dist.tasks.base import TASKS, resolve_task
+from sparkml_dist.tasks.base import TASKS, boolean_label_task, resolve_task
 
 log = logging.getLogger(__name__)
 
@@ -91,14 +91,10 @@ def with_task(cfg: DataConfig, columns: list[ColumnSpec]) -> DataConfig:
     are checked against that task."""
     label_type = next((c.type for c in columns if c.name == cfg.label.column), None)
     label = cfg.label
-    if (
-        cfg.typed
-        and label_type == "boolean"
-        and label.task in (None, "binary")
-        and label.positive is None
-        and label.negative is None
-    ):
-        # a typed source's true/false label is a binary target, true the positive class
+    # a typed source's true/false label names its classes (true the positive one) for a task that
+    # takes them from it: the one asked for, or by default the task that does (binary)
+    unnamed = cfg.typed and label_type == "boolean" and label.positive is None and label.negative is None
+    if unnamed and TASKS.get(label.task or boolean_label_task()).boolean_classes:
         label = label.model_copy(update={"positive": "true", "negative": "false"})
     task = resolve_task(label, label_type)
     try:

@@ -14,6 +14,10 @@ import sys
 import traceback
 from pathlib import Path
 
+from sparkml_dist.errors import RankReport, is_retryable
+from sparkml_dist.launch.context import env_scope
+from sparkml_dist.launch.pg_guard import process_groups_outlive_the_call
+
 RESULT_FILE = "result.pkl"
 
 
@@ -24,14 +28,11 @@ def report_file(out_dir: str | Path, rank: int) -> Path:
 def main(job_file: str, out_dir: str) -> int:
     from pyspark import cloudpickle
 
-    from sparkml_dist.errors import RankReport, is_retryable
-
     rank = int(os.environ["RANK"])
     try:
         job = cloudpickle.loads(
             Path(job_file).read_bytes()
         )  # written by this job's parent, in its private dir
-        from sparkml_dist.launch.pg_guard import process_groups_outlive_the_call
 
         with _env(job.env()), process_groups_outlive_the_call():  # see launch.pg_guard
             result = job.call.call()
@@ -54,7 +55,6 @@ def main(job_file: str, out_dir: str) -> int:
 
 
 def _env(values):
-    from sparkml_dist.launch.context import env_scope
 
     return env_scope(values)
 

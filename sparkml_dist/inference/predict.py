@@ -10,11 +10,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from sparkml_dist.data.expand import DeviceExpander
 from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.models.factory import build_model
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.models.weights import state_dict_from_bytes
 from sparkml_dist.tasks.base import PROBABILITY, UNRECORDED_TARGET, Target
+from sparkml_dist.train.precision import matmul_precision
 
 
 class ModelCache:
@@ -130,8 +132,6 @@ def network_outputs(
 def _device_outputs(
     model: nn.Module, x: np.ndarray, batch_rows: int, layout: FeatureLayout | None, device: torch.device
 ) -> np.ndarray:
-    from sparkml_dist.data.expand import DeviceExpander
-    from sparkml_dist.train.precision import matmul_precision
 
     expand = DeviceExpander(layout, device, layout.dim if layout is not None else x.shape[1])
     staging = _pinned_rows(min(batch_rows, len(x)), x.shape[1] if x.ndim == 2 else 0)

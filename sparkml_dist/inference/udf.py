@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, IntegerType
 
 from sparkml_dist.data.layout import FeatureLayout
-from sparkml_dist.data.loader import feature_columns
+from sparkml_dist.data.loader import feature_columns, stored_features
 from sparkml_dist.inference.bundle import ModelBundle
 from sparkml_dist.tasks.base import PREDICTION, PROBABILITY
 
@@ -60,7 +60,7 @@ def score_features(
     def score_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import torch
 
-        from sparkml_dist.data.loader import stored_features
+        # torch: imported on the executors, where the batches are scored
         from sparkml_dist.inference.device import scoring_device
         from sparkml_dist.inference.predict import MODEL_CACHE, predict
 

@@ -10,7 +10,6 @@ with its class and one `BACKENDS.register(...)` here.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 from sparkml_dist.launch.backend import DEFAULT_BACKEND, Backend
 from sparkml_dist.launch.horovod_backend import HorovodBackend, check_horovod, horovod_launch_options
 from sparkml_dist.launch.torch_backend import TorchBackend
-from sparkml_dist.registry import Registry
+from sparkml_dist.registry import Registry, resolve
 
 if TYPE_CHECKING:
-    from sparkml_dist.train.strategies import Strategy
+    from sparkml_dist.train.parallelism import Parallelism
 
-__all__ = ["BACKENDS", "BackendSpec", "get_backend"]
+__all__ = ["BACKENDS", "BackendSpec", "get_backend", "register_backend"]
 
 
 def _no_check(cfg: Any) -> None:
@@ -39,7 +38,7 @@ class BackendSpec:
     """One `train.backend`.
 
     `backend(device=..., timeout_s=..., **options)` makes the launcher's `Backend`.
-    `data_parallel` ('module:function', `(train section, world_size, rank) -> Strategy`) is how
+    `data_parallel` ('module:function', `(train section, world_size, rank) -> Parallelism`) is how
     train.strategy=ddp runs a rank on it. `forks_every_launch`: every rank runs in a fresh child
     process whatever the method asks. `own_keys`: keys of the train section that are its options
     (refused with another backend). `check(train section)` raises ValueError for what it cannot
@@ -53,33 +52,37 @@ class BackendSpec:
     check: Callable[[Any], None] = _no_check
     launch_options: Callable[[Any], Mapping[str, Any]] = _no_options
 
-    def place_data_parallel(self, cfg: Any, world_size: int, rank: int) -> Strategy:
-        module, _, function = self.data_parallel.partition(":")
-        return getattr(importlib.import_module(module), function)(cfg, world_size, rank)
+    def place_data_parallel(self, cfg: Any, world_size: int, rank: int) -> Parallelism:
+        return resolve(self.data_parallel)(cfg, world_size, rank)
 
 
 BACKENDS: Registry[BackendSpec] = Registry("train.backend")
-BACKENDS.register(
-    "torch",
+
+
+def register_backend(spec: BackendSpec, *, replace: bool = False) -> BackendSpec:
+    """Make `spec` a `train.backend` value (ddp runs on it; the launcher starts its backend class)."""
+    return BACKENDS.register(spec.name, spec, replace=replace)
+
+
+register_backend(
     BackendSpec(
         "torch",
         TorchBackend,
-        "sparkml_dist.train.strategies:data_parallel_on_torch",
+        "sparkml_dist.train.parallelism:data_parallel_on_torch",
         own_keys=("intra_host_allreduce",),
-    ),
+    )
 )
-BACKENDS.register(
-    "horovod",
+register_backend(
     BackendSpec(
         "horovod",
         HorovodBackend,
-        "sparkml_dist.train.horovod_strategy:data_parallel_on_horovod",
+        "sparkml_dist.train.horovod_parallel:data_parallel_on_horovod",
         # hvd.init() cannot run twice in one process: every launch forks its ranks
         forks_every_launch=True,
         own_keys=("horovod",),
         check=check_horovod,
         launch_options=horovod_launch_options,
-    ),
+    )
 )
 
 

@@ -9,14 +9,14 @@ import logging
 from pyspark.sql import SparkSession
 
 from sparkml_dist.errors import SlotError
+from sparkml_dist.spark.capacity import slot_gap
+from sparkml_dist.spark.session import task_slots
 
 log = logging.getLogger(__name__)
 
 
 def placeable_ranks(spark: SparkSession, wanted: int, minimum: int, wait_s: float) -> int:
     """`wanted` if that many slots appear within `wait_s`, else the slots there are (>= `minimum`)."""
-    from sparkml_dist.spark.capacity import slot_gap
-    from sparkml_dist.spark.session import task_slots
 
     slots = task_slots(spark, wanted=wanted, wait_s=wait_s)
     if slots >= wanted:

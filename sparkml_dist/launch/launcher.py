@@ -33,6 +33,8 @@ from sparkml_dist.launch.relay import OutputRelay, RelayAddress, RelaySink
 from sparkml_dist.launch.rendezvous import BoundStore
 from sparkml_dist.launch.reports import crash_reports, decode_failures, encode_failure, is_peer_failure
 from sparkml_dist.launch.spill import Spill, spilled_partition
+from sparkml_dist.spark.capacity import slot_gap
+from sparkml_dist.spark.session import job_phase, task_slots
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +124,6 @@ def _launch_when_placeable(
     (Spark exits an executor whose task it killed inside `barrier()`), and the replacement takes seconds."""
     # imported here, not at the top: it pulls in the config schema (pydantic, about 0.3 s), which a
     # rank's worker would otherwise import, cold, when it unpickles the rank function
-    from sparkml_dist.spark.capacity import slot_gap
-    from sparkml_dist.spark.session import task_slots
 
     for check in range(2):
         slots = task_slots(spark, wanted=num_ranks)
@@ -153,7 +153,6 @@ def _launch(
     description: str,
 ) -> list[Any]:
     """One barrier stage of `num_ranks` ranks, with its own secret, store and output relay."""
-    from sparkml_dist.spark.session import job_phase
 
     driver_host = spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
     secret = secrets.token_bytes(32)  # this launch's only: handed to its tasks inside the task

@@ -10,8 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
-from sparkml_dist.config.schema import TRAIN_METHODS, JobConfig, TrainConfig
+from sparkml_dist.config.schema import JobConfig
+from sparkml_dist.config.train import TRAIN_METHODS, TrainConfig
 from sparkml_dist.launch.backend import DEFAULT_BACKEND
+from sparkml_dist.launch.backends import get_backend
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.tasks.base import Target
 from sparkml_dist.train.records import TrainOutcome
@@ -37,7 +39,6 @@ class LaunchNeeds:
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def make_backend(self, device: str, timeout_s: int) -> Backend:
-        from sparkml_dist.launch.backends import get_backend
 
         return get_backend(
             self.backend, device, timeout_s, needs_fresh_process=self.fresh_process, **self.options

@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from sparkml_dist.config.schema import Section, TrainConfig
+from sparkml_dist.config.section import Section
+from sparkml_dist.config.train import TrainConfig
 from sparkml_dist.launch.backends import BACKENDS, backend_names
 from sparkml_dist.methods.base import LaunchNeeds, register_method
 from sparkml_dist.methods.loop import LoopMethod
 
 if TYPE_CHECKING:
-    from sparkml_dist.train.strategies import Strategy
+    from sparkml_dist.train.parallelism import Parallelism
 
 
 class HorovodConfig(Section):
@@ -75,7 +76,7 @@ class DataParallelConfig(TrainConfig):
         return self
 
 
-def place_data_parallel(cfg: DataParallelConfig, world_size: int, rank: int) -> Strategy:
+def place_data_parallel(cfg: DataParallelConfig, world_size: int, rank: int) -> Parallelism:
     return BACKENDS.get(cfg.backend).place_data_parallel(cfg, world_size, rank)
 
 

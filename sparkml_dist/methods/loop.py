@@ -1,5 +1,5 @@
 """Methods that run inside the one rank loop (`train.loop.train_rank`) and differ only in how
-they place the model on the ranks: a `Strategy` (DDP, Horovod, FSDP, tensor, pipeline, hybrid).
+they place the model on the ranks: a `Parallelism` (DDP, Horovod, FSDP, tensor, pipeline, hybrid).
 The loop is launched in one barrier stage and relaunched from the last checkpoint on failure."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, ClassVar, cast
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.errors import ConfigError
 from sparkml_dist.methods.base import LaunchNeeds, MethodConfig, TrainMethod, TrainRequest, WarmStart
+from sparkml_dist.models.custom import check_custom_model, task_spec
 from sparkml_dist.train.records import TrainedModel, TrainOutcome
 
 # Heavy modules (torch, Spark) are imported where a method runs, not where it is registered:
@@ -21,16 +22,16 @@ if TYPE_CHECKING:
     from sparkml_dist.data.dataset import PreprocessResult
     from sparkml_dist.launch.relaunch import Launched
     from sparkml_dist.train.job import EpochSink, Placement, TrainJob
+    from sparkml_dist.train.parallelism import Parallelism
     from sparkml_dist.train.records import RankResult
-    from sparkml_dist.train.strategies import Strategy
 
 
 @dataclass(frozen=True)
 class LoopMethod(TrainMethod[MethodConfig]):
     name: str
     config: type[MethodConfig]
-    # module-level (cfg, world, rank) -> Strategy: it travels to the ranks
-    placement: Callable[[MethodConfig, int, int], Strategy]
+    # module-level (cfg, world, rank) -> Parallelism: it travels to the ranks
+    placement: Callable[[MethodConfig, int, int], Parallelism]
     summary: str = ""
     # fork a fresh process per rank: DTensor / DCP keep process-wide caches keyed by the mesh's
     # shape, which a reused Spark worker would hit when it now holds another rank
@@ -76,6 +77,7 @@ class LoopMethod(TrainMethod[MethodConfig]):
 
     def launch(self, spark: SparkSession, job: TrainJob) -> Launched[RankResult]:
         """`train_rank` on `job.train.num_ranks` ranks, relaunched from the last checkpoint on failure."""
+        # pyspark, torch: not while a config picks its method
         from sparkml_dist.launch.relaunch import run_with_relaunch
         from sparkml_dist.train.loop import train_rank
 
@@ -108,8 +110,8 @@ def make_job(
 ) -> TrainJob:
     """A rank program's payload for `cfg` on `data`: the model for the data's target (or the
     fine-tuned model's), the target, its class weights."""
+    # torch, pyarrow: not while a config picks its method
     from sparkml_dist.data.layout import FeatureLayout
-    from sparkml_dist.models.custom import check_custom_model, task_spec
     from sparkml_dist.models.factory import model_spec
     from sparkml_dist.train.job import TrainJob
     from sparkml_dist.train.parallel.signing import checkpoint_key
@@ -154,7 +156,7 @@ def make_job(
 def training_frame(spark: SparkSession, job: TrainJob):
     """`train.input: dataframe`: the train split's rows (the files the manifest lists, the columns
     a rank reads) as a DataFrame the barrier stage deals to the ranks."""
-    from sparkml_dist import storage
+    from sparkml_dist import storage  # pyarrow: not while a config picks its method
 
     files = sorted({group.file for group in job.train_groups})
     paths = [storage.spark_path(storage.join(job.data_root, f)) for f in files]

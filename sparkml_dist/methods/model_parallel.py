@@ -9,13 +9,15 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from sparkml_dist.config.schema import JobConfig, Section, TrainConfig
+from sparkml_dist.config.schema import JobConfig
+from sparkml_dist.config.section import Section
+from sparkml_dist.config.train import TrainConfig
 from sparkml_dist.methods.base import register_method
 from sparkml_dist.methods.loop import LoopMethod
 from sparkml_dist.models.kinds import MODEL_KINDS, kinds_that_cut_into_layers
 
 if TYPE_CHECKING:
-    from sparkml_dist.train.strategies import Strategy
+    from sparkml_dist.train.parallelism import Parallelism
 
 
 def _needs_transformer(cfg: TrainConfig, job: JobConfig) -> None:
@@ -121,19 +123,22 @@ class HybridConfig(TrainConfig):
         _tensor_parallel_fits(job, self.parallel.tensor_parallel)
 
 
-def place_fsdp(cfg: FsdpConfig, world_size: int, rank: int) -> Strategy:
+def place_fsdp(cfg: FsdpConfig, world_size: int, rank: int) -> Parallelism:
+    # torch, numpy: not while a config picks its method
     from sparkml_dist.train.parallel.mesh import FullyShardedDataParallel
 
     return FullyShardedDataParallel(world_size, rank)
 
 
-def place_tensor(cfg: TensorConfig, world_size: int, rank: int) -> Strategy:
+def place_tensor(cfg: TensorConfig, world_size: int, rank: int) -> Parallelism:
+    # torch, numpy: not while a config picks its method
     from sparkml_dist.train.parallel.mesh import TensorParallel
 
     return TensorParallel(world_size, rank)
 
 
-def place_pipeline(cfg: PipelineConfig, world_size: int, rank: int) -> Strategy:
+def place_pipeline(cfg: PipelineConfig, world_size: int, rank: int) -> Parallelism:
+    # torch, numpy: not while a config picks its method
     from sparkml_dist.train.parallel.pipeline import PipelineParallel
 
     return PipelineParallel(
@@ -141,7 +146,8 @@ def place_pipeline(cfg: PipelineConfig, world_size: int, rank: int) -> Strategy:
     )
 
 
-def place_hybrid(cfg: HybridConfig, world_size: int, rank: int) -> Strategy:
+def place_hybrid(cfg: HybridConfig, world_size: int, rank: int) -> Parallelism:
+    # torch, numpy: not while a config picks its method
     from sparkml_dist.train.parallel.mesh import HybridParallel
 
     return HybridParallel(world_size, rank, cfg.parallel.tensor_parallel)

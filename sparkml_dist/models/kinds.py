@@ -8,12 +8,11 @@ module with its two functions and one `MODEL_KINDS.register(ModelKind(...))`
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sparkml_dist.registry import Registry
+from sparkml_dist.registry import Registry, resolve
 
 if TYPE_CHECKING:
     from torch import nn
@@ -21,7 +20,7 @@ if TYPE_CHECKING:
     from sparkml_dist.config.schema import ModelConfig
     from sparkml_dist.models.spec import ModelSpec
 
-__all__ = ["MODEL_KINDS", "ModelKind", "SpecRequest"]
+__all__ = ["MODEL_KINDS", "ModelKind", "SpecRequest", "register_model_kind"]
 
 
 @dataclass(frozen=True)
@@ -55,20 +54,20 @@ class ModelKind:
     check: Callable[[ModelConfig], None] | None = None
 
     def spec_fields(self, request: SpecRequest) -> dict[str, Any]:
-        return _imported(self.describe)(request)
+        return resolve(self.describe)(request)
 
     def build_model(self, spec: ModelSpec) -> nn.Module:
-        return _imported(self.build)(spec)
-
-
-def _imported(target: str) -> Callable[..., Any]:
-    module, _, function = target.partition(":")
-    return getattr(importlib.import_module(module), function)
+        return resolve(self.build)(spec)
 
 
 MODEL_KINDS: Registry[ModelKind] = Registry(
     "model.kind", builtin_modules=("sparkml_dist.models.builtin_kinds",)
 )
+
+
+def register_model_kind(kind: ModelKind, *, replace: bool = False) -> ModelKind:
+    """Make `kind` a `model.kind` value (its functions are imported where a network is built)."""
+    return MODEL_KINDS.register(kind.name, kind, replace=replace)
 
 
 def kinds_that_cut_into_layers() -> list[str]:

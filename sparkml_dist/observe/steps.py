@@ -1,7 +1,7 @@
 """The step-time breakdown: how long each training step spent waiting for data, computing forward
 and backward, communicating and in the optimizer.
 
-Communication is measured where it happens, not inferred: the strategy reports each collective's
+Communication is measured where it happens, not inferred: the parallelism (train/parallelism.py) reports each collective's
 launch and completion (`CommClock`: a DDP comm hook, Horovod's synchronize, a parameter server's
 pull and push). What counts is the *exposed* part, the time a step could not compute because it
 waited for a collective; allreduce running under backward's compute is overlapped and costs none.

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 
 from sparkml_dist.config.schema import JobConfig
+from sparkml_dist.data.dataset import PreprocessResult
 from sparkml_dist.errors import SparkMLDistError
 from sparkml_dist.stages.evaluate import evaluate
 from sparkml_dist.stages.records import EvaluateRecord, TrainRecord
@@ -78,7 +79,6 @@ def run_date_tags(cfg: JobConfig) -> dict[str, str]:
     (the preprocess manifest's) and the config's, outputs aside. Empty for an unscheduled run."""
     if cfg.output.run_date is None:
         return {}
-    from sparkml_dist.data.dataset import PreprocessResult
 
     manifest = PreprocessResult.load(OutputPaths.of(cfg).preprocess).manifest
     params = {k: v for k, v in cfg.flat_params().items() if not k.startswith("output.")}

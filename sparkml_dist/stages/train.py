@@ -11,12 +11,18 @@ from typing import TYPE_CHECKING
 from pyspark.sql import SparkSession
 
 from sparkml_dist.config.schema import JobConfig
-from sparkml_dist.data.dataset import PreprocessResult
+from sparkml_dist.data.dataset import PreprocessResult, split_frame
+from sparkml_dist.data.features import ScoringPipeline
+from sparkml_dist.data.ingest import LABEL, ROW_ID, WEIGHT, ingest
+from sparkml_dist.data.labels import encode_labels
+from sparkml_dist.inference.bundle import ModelBundle
+from sparkml_dist.inference.udf import score_features
 from sparkml_dist.methods.base import TrainRequest, get_method
 from sparkml_dist.models.custom import ship_factory
 from sparkml_dist.models.kinds import MODEL_KINDS
 from sparkml_dist.stages.records import TrainRecord
 from sparkml_dist.storage.paths import OutputPaths
+from sparkml_dist.tasks.reports.binary import best_f1_threshold
 from sparkml_dist.tracking.client import EpochLogger, RankTracker, RunHandle, tracked_run
 from sparkml_dist.tracking.outcome import log_outcome
 from sparkml_dist.train.records import EpochRecord, TrainOutcome
@@ -74,13 +80,6 @@ def with_f1_threshold(
     """`evaluate.threshold: f1`: the probability threshold with the best F1 on the validation
     split (the training rows the model did not learn from), scored through the model's own
     feature pipeline; it goes into the model and decides every later prediction."""
-    from sparkml_dist.data.dataset import split_frame
-    from sparkml_dist.data.features import ScoringPipeline
-    from sparkml_dist.data.ingest import LABEL, ROW_ID, WEIGHT, ingest
-    from sparkml_dist.data.labels import encode_labels
-    from sparkml_dist.inference.bundle import ModelBundle
-    from sparkml_dist.inference.udf import score_features
-    from sparkml_dist.tasks.reports.binary import best_f1_threshold
 
     model = outcome.model
     bundle = ModelBundle(model.spec, model.weights, model.feature_pipeline, target=model.target)

@@ -204,6 +204,12 @@ def register_task(task: Task, *, replace: bool = False) -> Task:
     return TASKS.register(task.name, task, replace=replace)
 
 
+def boolean_label_task() -> str:
+    """The task a typed source's true/false label defaults to: the first registered that takes its
+    classes from such a label (`Task.boolean_classes`; built in: binary)."""
+    return next(name for name in TASKS.names() if TASKS.get(name).boolean_classes)
+
+
 def resolve_task(label: LabelSpec, label_type: str | None) -> str:
     """`data.label.task`, or the default: binary when positive/negative are given; else
     regression for a double label and multiclass for any other."""

@@ -93,7 +93,7 @@ class Binary(Task):
         return 1
 
     def loss(self, target: Target, class_weights=None, kind=None):
-        from sparkml_dist.tasks.losses import BinaryLoss
+        from sparkml_dist.tasks.losses import BinaryLoss  # torch: not while a config is read
 
         return BinaryLoss(class_weights)
 
@@ -120,7 +120,7 @@ class Binary(Task):
         return bins
 
     def extra_from_bins(self, target: Target, bins) -> dict[str, float]:
-        from sparkml_dist.tasks.metrics import roc_from_bins
+        from sparkml_dist.tasks.metrics import roc_from_bins  # numpy: not while a config is read
 
         counts = bins.detach().cpu().double().numpy()
         neg, pos = counts[:AUC_BINS], counts[AUC_BINS:]

@@ -107,7 +107,7 @@ class Multiclass(Task):
         return len(target.classes)
 
     def loss(self, target: Target, class_weights=None, kind=None):
-        from sparkml_dist.tasks.losses import MulticlassLoss
+        from sparkml_dist.tasks.losses import MulticlassLoss  # torch: not while a config is read
 
         return MulticlassLoss(class_weights)
 
@@ -133,7 +133,7 @@ class Multiclass(Task):
         return cells
 
     def extra_from_bins(self, target: Target, bins) -> dict[str, float]:
-        from sparkml_dist.tasks.metrics import class_table, macro_f1
+        from sparkml_dist.tasks.metrics import class_table, macro_f1  # numpy: not while a config is read
 
         k = len(target.classes)
         matrix = bins.detach().cpu().double().numpy().reshape(k, k)

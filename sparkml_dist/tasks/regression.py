@@ -31,14 +31,14 @@ class Regression(Task):
             raise ValueError("data.label.task=regression takes no data.label.positive/negative/classes")
 
     def label_value(self, label: LabelSpec, raw: Column) -> Column:
-        from sparkml_dist.spark.compat import try_cast
+        from sparkml_dist.spark.compat import try_cast  # pyspark: not while a config is read
 
         return try_cast(raw, "double")
 
     def label_problem(self, label: LabelSpec, raw: Column) -> Column:
         from pyspark.sql import functions as F
 
-        from sparkml_dist.spark.compat import try_cast
+        from sparkml_dist.spark.compat import try_cast  # pyspark: not while a config is read
 
         value = try_cast(raw, "double")
         return (
@@ -60,7 +60,7 @@ class Regression(Task):
     def fit(self, label: LabelSpec, labels: DataFrame, column: str) -> Target:
         from pyspark.sql import functions as F
 
-        from sparkml_dist.spark.rows import only_row
+        from sparkml_dist.spark.rows import only_row  # pyspark: not while a config is read
 
         row = only_row(labels.agg(F.avg(column).alias("mean"), F.stddev_pop(column).alias("std")))
         std = float(row["std"] or 0.0)
@@ -73,7 +73,7 @@ class Regression(Task):
         return 1
 
     def loss(self, target: Target, class_weights=None, kind=None):
-        from sparkml_dist.tasks.losses import RegressionLoss
+        from sparkml_dist.tasks.losses import RegressionLoss  # torch: not while a config is read
 
         return RegressionLoss(target.mean, target.std, kind or "mse")
 
@@ -111,7 +111,7 @@ class Regression(Task):
         )
 
     def extra_from_bins(self, target: Target, bins) -> dict[str, float]:
-        from sparkml_dist.tasks.metrics import metrics_from_sums
+        from sparkml_dist.tasks.metrics import metrics_from_sums  # numpy: not while a config is read
 
         total, absolute, squared, label_sum, label_squares = (float(v) for v in bins.detach().cpu().double())
         metrics = metrics_from_sums(

@@ -19,6 +19,7 @@ from sparkml_dist import storage
 from sparkml_dist.data.raw_features import RAW_FEATURES_FILE
 from sparkml_dist.errors import SparkMLDistError, StorageError
 from sparkml_dist.inference.bundle import ModelBundle
+from sparkml_dist.models.custom import code_root, ship_code
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.tasks.base import UNRECORDED_TARGET, Target
 from sparkml_dist.tracking.client import RunHandle
@@ -76,8 +77,6 @@ def _code_paths(spec: ModelSpec) -> list[str]:
     (MLflow puts code paths on sys.path); a custom model's code too."""
     paths = [_package_source()]
     if spec.custom is not None:
-        from sparkml_dist.models.custom import code_root
-
         paths.append(str(code_root(spec.custom.factory)))
     return paths
 
@@ -89,6 +88,7 @@ def _raw_features(feature_pipeline_dir: str | None) -> list[dict] | None:
     without a pipeline, or for one that does not compile."""
     if not feature_pipeline_dir:
         return None
+    # pyspark: only on the path that needs it
     from sparkml_dist.data.features import raw_features, saved_raw_features
 
     saved = saved_raw_features(feature_pipeline_dir)
@@ -175,6 +175,7 @@ def save_pyfunc_model(
 
     with warnings.catch_warnings():  # MLflow advises type hints when the class is defined
         warnings.simplefilter("ignore", UserWarning)
+        # MLflow, pandas: only on the path that needs it
         from sparkml_dist.tracking.pyfunc_model import TabularTorchModel
 
     files = Path(directory) / "files"
@@ -360,8 +361,6 @@ def load_bundle(
         tuple(str(p) for p in sorted(code.iterdir()) if p.name != PACKAGE.name) if code.is_dir() else ()
     )
     if spark is not None and code_paths:
-        from sparkml_dist.models.custom import ship_code
-
         ship_code(spark, code_paths)
     pipeline_path = str(pipeline) if pipeline.exists() else None
     published = None
@@ -371,6 +370,7 @@ def load_bundle(
         and shared_dir
         and not spark.sparkContext.master.startswith("local")
     ):
+        # pyspark: only on the path that needs it
         from sparkml_dist.storage.hadoop import publish_for_executors
 
         key = hashlib.sha256(source.encode()).hexdigest()[:16]  # one copy per model version / run

@@ -34,7 +34,7 @@ def loss_curves(records: Sequence[EpochRecord], path: Path, unit: str = "epoch")
 def step_breakdown(records: Sequence[EpochRecord], path: Path) -> Path:
     """Per rank, each epoch's mean step stacked by part (data, compute, comm, optimizer), with the
     measured step as a black tick: a straggler's bar shows which part makes it slow."""
-    from sparkml_dist.observe.steps import PHASES
+    from sparkml_dist.observe.steps import PHASES  # numpy: only when this plot is drawn
 
     ranks = sorted({r.rank for rec in records for r in rec.per_rank if r.phases_ms})
     cols = min(len(ranks), 4)

@@ -16,6 +16,9 @@ import numpy as np
 import pandas as pd
 from mlflow.pyfunc import PythonModel
 
+from sparkml_dist.models.spec import ModelSpec
+from sparkml_dist.tasks.base import UNRECORDED_TARGET, Target
+
 if TYPE_CHECKING:
     from sparkml_dist.data.raw_features import RawFeatures
 
@@ -31,11 +34,10 @@ class TabularTorchModel(PythonModel):
     def load_context(self, context) -> None:
         import torch
 
+        # torch, pyarrow: only once MLflow loads or calls the model
         from sparkml_dist.data.raw_features import RawFeatures
         from sparkml_dist.inference.device import scoring_device
         from sparkml_dist.models.factory import build_model
-        from sparkml_dist.models.spec import ModelSpec
-        from sparkml_dist.tasks.base import UNRECORDED_TARGET, Target
 
         with open(context.artifacts["spec"]) as fh:
             spec = ModelSpec.from_json(json.load(fh))
@@ -57,6 +59,7 @@ class TabularTorchModel(PythonModel):
     # the hint is one MLflow infers no schema from: the model's signature stays the one it is logged
     # with, and MLflow does not warn at import that predict has no type hints
     def predict(self, context, model_input: pd.DataFrame, params=None):
+        # torch, pyarrow: only once MLflow loads or calls the model
         from sparkml_dist.inference.predict import predict, predict_proba
 
         x = _raw_matrix(self.raw, model_input) if self.raw is not None else _features_matrix(model_input)
@@ -73,6 +76,7 @@ class TabularTorchModel(PythonModel):
 def _raw_matrix(raw: RawFeatures, rows: pd.DataFrame) -> np.ndarray:
     from mlflow.exceptions import MlflowException
 
+    # pyarrow: only once MLflow loads or calls the model
     from sparkml_dist.data.raw_features import RawRowError
 
     try:

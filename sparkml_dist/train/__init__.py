@@ -1,1 +1,1 @@
-"""Training: the rank function, its loop, data-parallel strategies and checkpoints."""
+"""Training: the rank function, its loop, data-parallel placements (train/parallelism.py) and checkpoints."""

@@ -6,7 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sparkml_dist.config.schema import ObserveConfig, TrainConfig
+from sparkml_dist.config.schema import ObserveConfig
+from sparkml_dist.config.train import TrainConfig
 from sparkml_dist.data.dataset import RowGroup
 from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.loader import FrameShardLoader, ShardLoader, feature_columns
@@ -17,13 +18,13 @@ from sparkml_dist.train.adapters import AdaptSpec
 from sparkml_dist.train.records import EpochRecord
 
 if TYPE_CHECKING:
-    from sparkml_dist.train.strategies import Strategy
+    from sparkml_dist.train.parallelism import Parallelism
 
-# How a method places the model on the ranks: (its train config, world size, rank) -> Strategy.
+# How a method places the model on the ranks: (its train config, world size, rank) -> Parallelism.
 # A module-level function, so that it travels to the ranks by reference.
-# (the method's own config, world size, rank) -> the rank's Strategy; the `train` section is
+# (the method's own config, world size, rank) -> the rank's Parallelism; the `train` section is
 # validated as that method's config class, so a placement may ask for its subclass of TrainConfig
-Placement = Callable[[Any, int, int], "Strategy"]
+Placement = Callable[[Any, int, int], "Parallelism"]
 
 
 class OpenSink(Protocol):

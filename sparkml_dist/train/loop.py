@@ -38,10 +38,10 @@ from sparkml_dist.train.faults import inject
 from sparkml_dist.train.feed import BatchSource, CudaFeed, HostFeed, make_feed
 from sparkml_dist.train.job import TrainJob
 from sparkml_dist.train.parallel.checkpoint import load_sharded, save_sharded
+from sparkml_dist.train.parallelism import Parallelism, is_sharded, local_param_bytes
 from sparkml_dist.train.precision import Precision, matmul_precision
 from sparkml_dist.train.progress import Progress
 from sparkml_dist.train.records import EpochRecord, Evaluation, RankResult, RankStats, RankThroughput
-from sparkml_dist.train.strategies import Strategy, is_sharded, local_param_bytes
 
 log = logging.getLogger(__name__)
 
@@ -97,57 +97,59 @@ def train_rank(ctx: RankContext, job: TrainJob) -> RankResult:
     torch.set_num_threads(cfg.threads_per_rank or max(1, (os.cpu_count() or 1) // ctx.local_size))
     torch.manual_seed(cfg.seed)  # every rank builds the same initial weights before any sharding
     device = torch.device(pick_device(ctx, cfg.device))
-    strategy = place(job, ctx, device)
+    parallelism = place(job, ctx, device)
     # rank 0 connects to the tracking store while the others build too, not inside an epoch
     sink = job.sink.open() if ctx.is_chief and job.sink is not None else None
     try:
         with matmul_precision(device, cfg.tf32):
-            return _train(ctx, job, strategy, device, sink)
+            return _train(ctx, job, parallelism, device, sink)
     finally:
         if sink is not None:
             sink.close()
 
 
-def place(job: TrainJob, ctx: RankContext, device: torch.device) -> Strategy:
-    """The method's strategy for this rank, told (before it wraps the model) where its
+def place(job: TrainJob, ctx: RankContext, device: torch.device) -> Parallelism:
+    """The method's parallelism for this rank, told (before it wraps the model) where its
     collectives go, the forward's precision, how compact rows become dense on a GPU and, with
     the step breakdown on, the clock its communication reports to."""
     cfg = job.train
     if job.placement is None:
         raise ValueError(f"train.strategy={cfg.strategy}: its rank program places the model itself")
-    strategy = job.placement(cfg, ctx.world_size, ctx.rank)
-    strategy.bind_device(device)
+    parallelism = job.placement(cfg, ctx.world_size, ctx.rank)
+    parallelism.bind_device(device)
     try:
-        strategy.precision = Precision(cfg.precision, device.type)
+        parallelism.precision = Precision(cfg.precision, device.type)
     except (
         ValueError
     ) as exc:  # fp16 on a rank that found no GPU (train.device=auto): a relaunch meets it again
         raise ConfigError(f"rank {ctx.rank} on {ctx.host} trains on {device}: {exc}") from None
     if device.type == "cuda":
-        strategy.expand = DeviceExpander(job.feature_layout, device, job.model_spec.input_dim)
+        parallelism.expand = DeviceExpander(job.feature_layout, device, job.model_spec.input_dim)
     if job.observe.step_breakdown:
-        strategy.comm_clock = CommClock()  # before wrap(): a DDP comm hook reports to it
-    return strategy
+        parallelism.comm_clock = CommClock()  # before wrap(): a DDP comm hook reports to it
+    return parallelism
 
 
-def _told_to_stop(job: TrainJob, strategy: Strategy, verdict: bool | None) -> bool:
+def _told_to_stop(job: TrainJob, parallelism: Parallelism, verdict: bool | None) -> bool:
     """Rank 0's sink verdict, agreed by every rank (a collective, so only for sinks that may stop)."""
     if job.sink is None or not job.sink.may_stop:
         return False
-    return strategy.allreduce_max(1 if verdict else 0) > 0
+    return parallelism.allreduce_max(1 if verdict else 0) > 0
 
 
-def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.device, sink) -> RankResult:
+def _train(
+    ctx: RankContext, job: TrainJob, parallelism: Parallelism, device: torch.device, sink
+) -> RankResult:
     cfg = job.train
-    model, optimizer, ckpt = _build_and_restore(job, strategy, device)
+    model, optimizer, ckpt = _build_and_restore(job, parallelism, device)
 
     on_host = device.type != "cuda"  # a GPU reads compact rows and makes them dense itself
     # a GPU leaves the host's cores to decoding: a buffer's row groups decode in parallel
     decode = {} if on_host else {"decode_threads": cfg.shuffle_buffer_row_groups}
     train_loader = job.loader(
         "train",
-        strategy.data_rank,
-        strategy.data_world,
+        parallelism.data_rank,
+        parallelism.data_world,
         cfg.batch_size,
         cfg.seed,
         partition=ctx.partition,
@@ -157,13 +159,13 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
         **decode,
     )
     val_loader = job.loader(
-        "val", strategy.data_rank, strategy.data_world, 4096, cfg.seed, shuffle=False, dense=on_host
+        "val", parallelism.data_rank, parallelism.data_world, 4096, cfg.seed, shuffle=False, dense=on_host
     )
     train_loader.prepare()
     train_feed, val_feed = make_feed(train_loader, device), make_feed(val_loader, device)
-    steps_per_epoch = _steps_per_epoch(strategy, train_loader)
-    strategy.uneven_shards = _shards_differ(strategy, train_loader)  # join() only where they are
-    position = resume_position(ckpt, steps_per_epoch, strategy.data_world)
+    steps_per_epoch = _steps_per_epoch(parallelism, train_loader)
+    parallelism.uneven_shards = _shards_differ(parallelism, train_loader)  # join() only where they are
+    position = resume_position(ckpt, steps_per_epoch, parallelism.data_world)
     history = [EpochRecord.from_json(h) for h in ckpt.get("history", [])] if ckpt is not None else []
     if ckpt is not None and ctx.is_chief:
         log.info("attempt %d resumes at epoch %d, batch %d", job.attempt, position.epoch + 1, position.step)
@@ -177,9 +179,9 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
             "step": step,
             "partial": stats.saved(),
             "history": [h.to_json() for h in history],
-            "data_world": strategy.data_world,
+            "data_world": parallelism.data_world,
         }
-        if strategy.sharded_checkpoints:  # a collective: every rank writes its shards
+        if parallelism.sharded_checkpoints:  # a collective: every rank writes its shards
             save_sharded(
                 job.checkpoint_dir,
                 model,
@@ -194,7 +196,11 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
         elif ctx.is_chief:
             save_checkpoint(
                 job.checkpoint_dir,
-                {"model": strategy.unwrap(model).state_dict(), "optimizer": optimizer.state_dict(), **meta},
+                {
+                    "model": parallelism.unwrap(model).state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    **meta,
+                },
                 epoch,
                 step,
                 cfg.checkpoint_keep,
@@ -218,7 +224,7 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
                 loss_fn=loss_fn,
                 feed=train_feed,
                 steps=steps_per_epoch,
-                strategy=strategy,
+                parallelism=parallelism,
                 device=device,
                 progress=progress,
                 log_every=cfg.log_every_steps,
@@ -226,7 +232,7 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
                 checkpoint=checkpoint,
                 seed=cfg.seed,
                 rank=ctx.rank,
-                clock=strategy.comm_clock,
+                clock=parallelism.comm_clock,
                 before_step=lambda e, s: inject(job.faults, job.attempt, ctx.rank, e, s),
                 at_collective=heartbeat.beat,
             )
@@ -241,8 +247,8 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
             record = epoch_record(
                 epoch,
                 stats,
-                strategy,
-                evaluate(model, val_feed, strategy, device, job.target),
+                parallelism,
+                evaluate(model, val_feed, parallelism, device, job.target),
                 cfg.straggler_factor,
                 monitor.epoch_usage(),
             )
@@ -250,7 +256,7 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
             progress.epoch_end(record)
             verdict = sink(record) if sink is not None else None
             checkpoint(epoch + 1, 0, EpochStats())  # saved as the next epoch's start: valid at any world size
-            if _told_to_stop(job, strategy, verdict):
+            if _told_to_stop(job, parallelism, verdict):
                 if ctx.is_chief:
                     log.info(
                         "%sstopping after epoch %d: the epoch sink said so (a pruned trial)",
@@ -260,8 +266,8 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
                 break
 
     if job.adapt is not None:
-        merge_adapters(strategy.unwrap(model))  # the exported model has the base model's names
-    weights = strategy.full_state_dict(model)  # a collective under the model-parallel strategies
+        merge_adapters(parallelism.unwrap(model))  # the exported model has the base model's names
+    weights = parallelism.full_state_dict(model)  # a collective under the model-parallel placements
     pace = [r for h in history[-1:] for r in h.per_rank if r.rank == ctx.rank]
     rank_stats = RankStats(
         rank=ctx.rank,
@@ -270,7 +276,7 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
         samples_per_s=pace[0].samples_per_s if pace else 0.0,
         step_ms=pace[0].step_ms if pace else 0.0,
         param_bytes=local_param_bytes(model),
-        param_checksum=parameter_checksum(strategy.unwrap(model)) if strategy.replicated else None,
+        param_checksum=parameter_checksum(parallelism.unwrap(model)) if parallelism.replicated else None,
     )
     return RankResult(
         stats=rank_stats,
@@ -281,8 +287,8 @@ def _train(ctx: RankContext, job: TrainJob, strategy: Strategy, device: torch.de
     )
 
 
-def _build_and_restore(job: TrainJob, strategy: Strategy, device: torch.device):
-    """Model and optimizer placed by the strategy, restored from the newest checkpoint if any.
+def _build_and_restore(job: TrainJob, parallelism: Parallelism, device: torch.device):
+    """Model and optimizer placed by the parallelism, restored from the newest checkpoint if any.
     A fine-tuning job starts from `init_weights` with its adapters in place."""
     cfg = job.train
     model = build_model(job.model_spec)
@@ -291,11 +297,11 @@ def _build_and_restore(job: TrainJob, strategy: Strategy, device: torch.device):
     if job.adapt is not None:
         apply_adapters(model, job.adapt)
     model = model.to(device)
-    ckpt = None if strategy.sharded_checkpoints else load_latest(job.checkpoint_dir)
+    ckpt = None if parallelism.sharded_checkpoints else load_latest(job.checkpoint_dir)
     if (
         ckpt is not None
         and ckpt["step"] > 0
-        and ckpt.get("data_world", strategy.data_world) != strategy.data_world
+        and ckpt.get("data_world", parallelism.data_world) != parallelism.data_world
     ):
         # relaunched with another number of ranks (elastic): a mid-epoch position means nothing
         # in the new cut of the data; resume at the newest epoch start, so every sample is seen
@@ -303,7 +309,7 @@ def _build_and_restore(job: TrainJob, strategy: Strategy, device: torch.device):
         log.warning(
             "the ranks were %d data shards and are now %d: resuming from the newest epoch start",
             ckpt["data_world"],
-            strategy.data_world,
+            parallelism.data_world,
         )
         ckpt = load_latest(job.checkpoint_dir, epoch_start=True)
     if ckpt is not None:
@@ -311,19 +317,19 @@ def _build_and_restore(job: TrainJob, strategy: Strategy, device: torch.device):
 
     def adamw(params, **options) -> torch.optim.Optimizer:
         params = trainable(params)
-        options = {**strategy.optimizer_options(params, device), **options}
+        options = {**parallelism.optimizer_options(params, device), **options}
         return torch.optim.AdamW(
             param_groups(params), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, **options
         )
 
-    model, optimizer = strategy.wrap(model, adamw)
-    if strategy.sharded_checkpoints:
+    model, optimizer = parallelism.wrap(model, adamw)
+    if parallelism.sharded_checkpoints:
         ckpt = load_sharded(
-            job.checkpoint_dir, model, optimizer, job.checkpoint_key, strategy.data_world
+            job.checkpoint_dir, model, optimizer, job.checkpoint_key, parallelism.data_world
         )  # reshards to this layout
     elif ckpt is not None:
         load_optimizer_state(optimizer, ckpt["optimizer"])
-        strategy.broadcast_state(model, optimizer)
+        parallelism.broadcast_state(model, optimizer)
     return model, optimizer, ckpt
 
 
@@ -352,14 +358,14 @@ def param_groups(params: list[torch.Tensor]) -> list:
     return [{"params": sharded}, {"params": plain}]
 
 
-def _steps_per_epoch(strategy: Strategy, loader: BatchSource) -> int:
+def _steps_per_epoch(parallelism: Parallelism, loader: BatchSource) -> int:
     """Ranks in lockstep all run the longest shard's count (the shorter ones idle-step)."""
-    return strategy.allreduce_max(loader.num_batches) if strategy.needs_lockstep else loader.num_batches
+    return parallelism.allreduce_max(loader.num_batches) if parallelism.needs_lockstep else loader.num_batches
 
 
-def _shards_differ(strategy: Strategy, loader: BatchSource) -> bool:
+def _shards_differ(parallelism: Parallelism, loader: BatchSource) -> bool:
     """Whether some rank has fewer batches an epoch than another (a collective: every rank calls it)."""
-    return strategy.allreduce_max(loader.num_batches) != -strategy.allreduce_max(-loader.num_batches)
+    return parallelism.allreduce_max(loader.num_batches) != -parallelism.allreduce_max(-loader.num_batches)
 
 
 @dataclass
@@ -375,7 +381,7 @@ class EpochRun:
     loss_fn: nn.Module
     feed: HostFeed | CudaFeed
     steps: int  # >= the loader's batches: ranks in lockstep idle-step past their own last batch
-    strategy: Strategy
+    parallelism: Parallelism
     device: torch.device
     progress: Progress
     log_every: int
@@ -389,22 +395,22 @@ class EpochRun:
 
     def epoch(self, epoch: int, start_step: int, stats: EpochStats) -> EpochStats:
         self.model.train()
-        accumulate = getattr(self.strategy, "backward_passes_per_step", 1)  # gradient accumulation
+        accumulate = getattr(self.parallelism, "backward_passes_per_step", 1)  # gradient accumulation
         last = self.steps - 1
         started = time.perf_counter() - stats.seconds
         loss_before = stats.loss_sum  # a resumed epoch's loss so far; this run's adds up on the device
         loss_total = torch.zeros((), dtype=torch.float64, device=self.device)
         expand = (
-            self.strategy.expand
-            if self.strategy.expand is not None and not self.strategy.takes_compact_input
+            self.parallelism.expand
+            if self.parallelism.expand is not None and not self.parallelism.takes_compact_input
             else None
         )
-        seed_for = DropoutSeeds(self.device, self.seed, epoch, self.strategy.data_rank)
-        timer = StepTimer(self.clock, self.device, self.strategy)
-        self.strategy.zero_grad(self.optimizer)
+        seed_for = DropoutSeeds(self.device, self.seed, epoch, self.parallelism.data_rank)
+        timer = StepTimer(self.clock, self.device, self.parallelism)
+        self.parallelism.zero_grad(self.optimizer)
         batches = self.feed.epoch(epoch, skip_batches=start_step)
         idle_batch = None
-        with self.strategy.join(self.model):
+        with self.parallelism.join(self.model):
             t0 = timer.start(start_step)
             for step in range(start_step, self.steps):
                 batch = next(batches, None)
@@ -414,7 +420,7 @@ class EpochRun:
                 if batch is None:  # this shard is done, the others are not: keep the collectives matched
                     # weight 0: a step that changes nothing, with the collectives of a real one
                     idle_batch = idle_batch or self._idle_batch(expand)
-                    self.strategy.idle_step(self.model, *idle_batch, self.loss_fn)
+                    self.parallelism.idle_step(self.model, *idle_batch, self.loss_fn)
                     loss, rows = None, 0
                 else:
                     xb, yb = batch
@@ -423,7 +429,7 @@ class EpochRun:
                     # apart, since every rank's full step waits for the slowest
                     stats.step_times.append(data_ready - t0)
                     self.at_collective(epoch, step)  # progress mark: this rank joins this batch's collectives
-                    loss = self.strategy.train_step(
+                    loss = self.parallelism.train_step(
                         self.model, expand(xb) if expand else xb, yb, self.loss_fn, accumulate
                     )
                     backward_done = timer.mark()
@@ -432,8 +438,8 @@ class EpochRun:
                         loss_total.add_(loss, alpha=rows)
                 stepped = (step + 1) % accumulate == 0 or step == last
                 if stepped:
-                    self.strategy.optimizer_step(self.optimizer)
-                    self.strategy.zero_grad(self.optimizer)
+                    self.parallelism.optimizer_step(self.optimizer)
+                    self.parallelism.zero_grad(self.optimizer)
                 optimizer_done = timer.mark()
                 stats.samples += rows
                 stats.seconds = time.perf_counter() - started
@@ -443,7 +449,7 @@ class EpochRun:
                         epoch,
                         step,
                         float(loss) if loss is not None else float("nan"),
-                        stats.samples * self.strategy.data_world / max(stats.seconds, 1e-9),
+                        stats.samples * self.parallelism.data_world / max(stats.seconds, 1e-9),
                     )
                 if (
                     stepped
@@ -476,17 +482,17 @@ class StepTimer:
 
     GPU_EVERY = 32
 
-    def __init__(self, clock: CommClock | None, device: torch.device, strategy: Strategy):
+    def __init__(self, clock: CommClock | None, device: torch.device, parallelism: Parallelism):
         self.clock = clock
         self.cuda = device.type == "cuda"
-        self.strategy = strategy
+        self.parallelism = parallelism
         self.timing = clock is not None and not self.cuda
 
     def start(self, step: int) -> float:
         """The step's start; decides whether this step is timed."""
         if self.clock is not None and self.cuda:
             self.timing = step % self.GPU_EVERY == 0
-            self.strategy.sync_timing = self.timing
+            self.parallelism.sync_timing = self.timing
         return self.mark()
 
     def mark(self) -> float:
@@ -550,19 +556,19 @@ def step_seed(seed: int, epoch: int, step: int, rank: int) -> int:
 def epoch_record(
     epoch: int,
     stats: EpochStats,
-    strategy: Strategy,
+    parallelism: Parallelism,
     evaluation: Evaluation,
     straggler_factor: float,
     usage: RankUsage | None = None,
 ) -> EpochRecord:
     """The epoch over all ranks (collectives: every rank calls it and gets the same record)."""
-    share = strategy.metric_share  # ranks that split one batch count it once
-    totals = strategy.allreduce_sum(
+    share = parallelism.metric_share  # ranks that split one batch count it once
+    totals = parallelism.allreduce_sum(
         torch.tensor([stats.loss_sum * share, stats.samples * share, stats.seconds], dtype=torch.float64)
     )
     loss_sum, samples, seconds = totals.tolist()
-    mean_seconds = seconds / strategy.world_size
-    gathered = strategy.allgather_object(rank_usage(strategy, stats, usage or RankUsage()))
+    mean_seconds = seconds / parallelism.world_size
+    gathered = parallelism.allgather_object(rank_usage(parallelism, stats, usage or RankUsage()))
     per_rank = tuple(pace for pace, _, _ in gathered)
     methods = sorted({method for _, _, method in gathered if method})
     return EpochRecord(
@@ -579,14 +585,14 @@ def epoch_record(
 
 
 def rank_usage(
-    strategy: Strategy, stats: EpochStats, usage: RankUsage
+    parallelism: Parallelism, stats: EpochStats, usage: RankUsage
 ) -> tuple[RankThroughput, tuple[SystemSample, ...], str]:
     """This rank's pace, step breakdown, energy and system samples this epoch (what rank 0 gathers)."""
     phases = stats.phases.means_ms()
-    if not strategy.comm_measured:  # inside forward/backward, not timed apart: no figure, not a zero
+    if not parallelism.comm_measured:  # inside forward/backward, not timed apart: no figure, not a zero
         phases.pop("comm", None)
     pace = RankThroughput(
-        strategy.rank,
+        parallelism.rank,
         stats.samples / max(stats.seconds, 1e-9),
         1000 * float(np.median(stats.step_times or [0.0])),
         phases,
@@ -604,22 +610,24 @@ def find_stragglers(per_rank: tuple[RankThroughput, ...], factor: float) -> list
 
 
 @torch.no_grad()
-def evaluate(model, feed: HostFeed | CudaFeed, strategy: Strategy, device, target: Target) -> Evaluation:
+def evaluate(
+    model, feed: HostFeed | CudaFeed, parallelism: Parallelism, device, target: Target
+) -> Evaluation:
     """Validation loss and the task's held-out metric over every data shard (sums allreduced).
     The sums stay on the device until the one allreduce: no batch waits for the device."""
     model.eval()
     task = target.kind
     sums, bins = torch.zeros(3, dtype=torch.float64, device=device), None
-    expand = strategy.expand
+    expand = parallelism.expand
     batches = feed.epoch(0)
-    for _ in range(_steps_per_epoch(strategy, feed.loader)):
+    for _ in range(_steps_per_epoch(parallelism, feed.loader)):
         batch = next(batches, None)
         if batch is None:  # lockstep: run the collectives of a forward the others are doing
             x, _ = feed.zeros()
-            strategy.logits(model, expand(x) if expand else x)
+            parallelism.logits(model, expand(x) if expand else x)
             continue
         xb, yb = batch
-        logits = strategy.logits(
+        logits = parallelism.logits(
             model, expand(xb) if expand else xb
         )  # DDP: the bare module, no collective per batch
         if logits is None:  # a pipeline stage before the last
@@ -633,9 +641,9 @@ def evaluate(model, feed: HostFeed | CudaFeed, strategy: Strategy, device, targe
         bins = task.held_out_bins(target, torch.zeros(0, device=device), torch.zeros(0, 2, device=device)).to(
             device
         )
-    share = strategy.metric_share
+    share = parallelism.metric_share
     # one allreduce: the sums, then the extra metrics' counts (ranks that split one batch count it once)
-    totals = strategy.allreduce_sum(torch.cat([sums, bins]) * share if bins is not None else sums * share)
+    totals = parallelism.allreduce_sum(torch.cat([sums, bins]) * share if bins is not None else sums * share)
     totals = totals.cpu()
     evaluation = task.held_out(target, *totals[:3].tolist())
     if bins is None:

@@ -26,7 +26,7 @@ class RankThroughput:
     samples_per_s: float
     step_ms: float  # median time a step spent before its first collective (data + local work)
     # mean ms per step of each part (observe.steps.PHASES; "total": the whole step); no comm where
-    # the strategy's collectives run inside forward/backward and are not timed apart
+    # the parallelism's collectives run inside forward/backward and are not timed apart
     phases_ms: Mapping[str, float] = field(default_factory=dict)
     cpu_joules: float = math.nan  # this epoch's energy (observe.energy; nan: not measured)
     gpu_joules: float = 0.0

@@ -22,8 +22,12 @@ from pyspark.sql import SparkSession
 
 from sparkml_dist import storage
 from sparkml_dist.config.schema import JobConfig
+from sparkml_dist.data.ingest import ingest
+from sparkml_dist.data.sources import with_types_of
 from sparkml_dist.errors import ConfigError, SlotError, SparkMLDistError
+from sparkml_dist.spark.session import task_slots
 from sparkml_dist.storage.paths import OutputPaths
+from sparkml_dist.tasks.base import get_task
 from sparkml_dist.tracking.client import EpochLogger, RunHandle, end_run, log_params, start_run, tracked_run
 from sparkml_dist.tune.reporting import TrialSink
 from sparkml_dist.tune.space import suggest, trial_config
@@ -56,8 +60,7 @@ class TuneResult:
 
 
 def run_tune(spark: SparkSession, cfg: JobConfig) -> TuneResult:
-    from sparkml_dist.stages.preprocess import preprocess
-    from sparkml_dist.tasks.base import get_task
+    from sparkml_dist.stages.preprocess import preprocess  # matplotlib, numpy: only once a tune job runs
 
     tune = cfg.tune
     if not tune.space:
@@ -78,7 +81,6 @@ def run_tune(spark: SparkSession, cfg: JobConfig) -> TuneResult:
 
 
 def _check_slots(spark: SparkSession, cfg: JobConfig) -> None:
-    from sparkml_dist.spark.session import task_slots
 
     wanted = cfg.tune.parallel_trials * cfg.tune.ranks_per_trial
     slots = task_slots(spark, wanted=wanted)
@@ -148,7 +150,7 @@ def _run_trial(
 ) -> float:
     import optuna
 
-    from sparkml_dist.stages.train import train
+    from sparkml_dist.stages.train import train  # matplotlib, numpy: only once a tune job runs
 
     values = suggest(trial, cfg.tune.space)
     root = storage.join(OutputPaths.of(cfg).root, "tune", "trials", str(trial.number))
@@ -260,8 +262,7 @@ def _finish(
 ) -> TuneResult:
     """The best trial's model evaluated on the test rows (read with the training rows' types,
     `schema`) and registered through the gate."""
-    from sparkml_dist.data.ingest import ingest
-    from sparkml_dist.data.sources import with_types_of
+    # matplotlib: only once a tune job runs
     from sparkml_dist.stages.evaluate import evaluate, log_report
     from sparkml_dist.stages.register import register
 

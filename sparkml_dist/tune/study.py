@@ -97,6 +97,7 @@ def make_pruner(kind: str, startup_trials: int):
 
 
 def make_sampler(tune: TuneConfig):
+    # pyspark, Optuna: only once a tune job runs
     from sparkml_dist.tune.samplers import TrialSeededRandomSampler, trial_seeded_tpe
 
     if tune.sampler == "random":

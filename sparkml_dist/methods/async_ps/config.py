@@ -7,7 +7,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from sparkml_dist.config.schema import Section, TrainConfig
+from sparkml_dist.config.section import Section
+from sparkml_dist.config.train import TrainConfig
 
 
 class AsyncOptions(Section):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sparkml_dist.config.schema import TrainConfig
+from sparkml_dist.config.train import TrainConfig
 from sparkml_dist.errors import ConfigError
 from sparkml_dist.methods.async_ps.config import AsyncConfig
 from sparkml_dist.methods.base import LaunchNeeds, TrainMethod, TrainRequest, register_method
@@ -35,6 +35,7 @@ class ParameterServerMethod(TrainMethod):
         return LaunchNeeds(cfg.num_ranks, cfg.backend, fresh_process=False)
 
     def run(self, request: TrainRequest) -> TrainOutcome:
+        # pyspark, torch: not while a config picks its method
         from sparkml_dist.launch.relaunch import run_with_relaunch
         from sparkml_dist.methods.async_ps.worker import async_rank
 

@@ -40,9 +40,9 @@ from sparkml_dist.train.faults import inject
 from sparkml_dist.train.feed import HostFeed
 from sparkml_dist.train.job import TrainJob
 from sparkml_dist.train.loop import evaluate
+from sparkml_dist.train.parallelism import Parallelism, local_param_bytes
 from sparkml_dist.train.precision import Precision
 from sparkml_dist.train.records import EpochRecord, Evaluation, RankResult, RankStats, RankThroughput
-from sparkml_dist.train.strategies import Strategy, local_param_bytes
 
 log = logging.getLogger(__name__)
 
@@ -301,7 +301,7 @@ def _final(job: TrainJob, model: nn.Module) -> tuple[Evaluation, bytes]:
     """Rank 0: validation of the final parameters over all validation rows (the loop's own
     evaluation, as one process), and the weights to log."""
     loader = job.loader("val", 0, 1, 4096, job.train.seed, shuffle=False)
-    evaluation = evaluate(model, HostFeed(loader), Strategy(1), torch.device("cpu"), job.target)
+    evaluation = evaluate(model, HostFeed(loader), Parallelism(1), torch.device("cpu"), job.target)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     return evaluation, state_dict_to_bytes(state)
 

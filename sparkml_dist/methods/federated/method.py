@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field
 
-from sparkml_dist.config.schema import JobConfig, TrainConfig
+from sparkml_dist.config.schema import JobConfig
+from sparkml_dist.config.train import TrainConfig
 from sparkml_dist.methods.base import LaunchNeeds, TrainMethod, TrainRequest, register_method
 from sparkml_dist.train.records import RankStats, TrainedModel, TrainOutcome
 
@@ -46,6 +47,7 @@ class FederatedMethod(TrainMethod):
 
     def run(self, request: TrainRequest, slow_clients: dict[str, float] | None = None) -> TrainOutcome:
         """`slow_clients` (tests): client value -> seconds of delay per batch."""
+        # pyspark, torch: not while a config picks its method
         from sparkml_dist.methods.federated.server import run_federated
 
         return outcome_of(run_federated(request.spark, request.cfg, request.sink, slow_clients), request.cfg)

@@ -15,6 +15,6 @@ def weight_of(weight: str | None) -> Column:
 
 
 def plot_module() -> ModuleType:
-    from sparkml_dist.tracking import plots as module
+    from sparkml_dist.tracking import plots as module  # matplotlib: only when a report is plotted
 
     return module

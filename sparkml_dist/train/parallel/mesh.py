@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import nn
 
-from sparkml_dist.train.strategies import OptimizerFactory, SharedBatch, Strategy
+from sparkml_dist.train.parallelism import OptimizerFactory, Parallelism, SharedBatch
 
 if TYPE_CHECKING:
     from torch.distributed.tensor import DTensor
@@ -72,7 +72,7 @@ def tensor_parallel_plan(model: nn.Module) -> dict:
     return plan
 
 
-class MeshStrategy(Strategy):
+class MeshParallelism(Parallelism):
     sharded_checkpoints = True
     replicated = False
     needs_lockstep = True  # FSDP and DTensor collectives run inside forward/backward: no join()
@@ -92,7 +92,7 @@ class MeshStrategy(Strategy):
         return model
 
 
-class FullyShardedDataParallel(MeshStrategy):
+class FullyShardedDataParallel(MeshParallelism):
     """Parameters, gradients and optimizer state sharded over all ranks (ZeRO-3 style)."""
 
     name = "fsdp"
@@ -107,7 +107,7 @@ class FullyShardedDataParallel(MeshStrategy):
         return model, optimizer_factory(model.parameters())
 
 
-class TensorParallel(SharedBatch, MeshStrategy):
+class TensorParallel(SharedBatch, MeshParallelism):
     """Every rank holds 1/N of each attention and MLP layer; all ranks see the same batch."""
 
     name = "tensor"
@@ -127,7 +127,7 @@ class TensorParallel(SharedBatch, MeshStrategy):
         return model, optimizer_factory(model.parameters())
 
 
-class HybridParallel(MeshStrategy):
+class HybridParallel(MeshParallelism):
     """A 2-D mesh (dp, tp): tensor parallel inside groups of `tensor_parallel` ranks, FSDP
     across the groups. Rank r sits at (r // tp, r % tp)."""
 

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from sparkml_dist.train.strategies import OptimizerFactory, SharedBatch, Strategy
+from sparkml_dist.train.parallelism import OptimizerFactory, Parallelism, SharedBatch
 
 if TYPE_CHECKING:
     from torch.distributed.pipelining import PipelineStage
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from sparkml_dist.models.transformer import TabularTransformer
 
 
-class PipelineParallel(SharedBatch, Strategy):
+class PipelineParallel(SharedBatch, Parallelism):
     name = "pipeline"
     sharded_checkpoints = True
     replicated = False

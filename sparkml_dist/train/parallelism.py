@@ -1,4 +1,4 @@
-"""Training strategies: how a model is placed on the ranks, how a step runs, how gradients and
+"""Parallelisms: how a model is placed on the ranks, how a step runs, how gradients and
 metrics are combined and how weights are saved. The loop calls only this interface, so
 data-parallel backends (DDP, Horovod) and model-parallel ones (FSDP, tensor, pipeline,
 hybrid; see `sparkml_dist.train.parallel`) plug in alike. Which one a run uses is the training
@@ -17,7 +17,10 @@ from torch import nn
 
 from sparkml_dist.errors import ConfigError
 from sparkml_dist.observe.steps import CommClock
+from sparkml_dist.train import shm_allreduce
+from sparkml_dist.train.graphed import GraphedStep
 from sparkml_dist.train.precision import Precision
+from sparkml_dist.train.shm_allreduce import shared_memory_hook
 
 if TYPE_CHECKING:
     from torch.distributed.tensor import DTensor
@@ -28,7 +31,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# (parameters, **optimizer options) -> the optimizer; a strategy may add options (fused, capturable)
+# (parameters, **optimizer options) -> the optimizer; a parallelism may add options (fused, capturable)
 OptimizerFactory = Callable[..., torch.optim.Optimizer]
 CPU = torch.device("cpu")
 
@@ -51,7 +54,7 @@ def is_sharded(tensor: torch.Tensor) -> bool:
 def group_active(world_size: int) -> bool:
     """Whether collectives run: several ranks, or one rank alone in its process group (its
     collectives are real calls on the group's device, so a one-GPU run checks the NCCL path too).
-    A one-rank strategy inside a larger group (a parameter server's own evaluation) runs none."""
+    A one-rank parallelism inside a larger group (a parameter server's own evaluation) runs none."""
     import torch.distributed as dist
 
     if world_size > 1:
@@ -59,7 +62,7 @@ def group_active(world_size: int) -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() == 1
 
 
-class Strategy:
+class Parallelism:
     """Defaults: every rank holds the whole model and trains on its own shard of the data."""
 
     name = "base"
@@ -74,13 +77,13 @@ class Strategy:
         self.comm_clock: CommClock | None = None  # set before wrap() to time the step's communication
         self.uneven_shards = True  # some rank has fewer batches an epoch (the loop finds out before training)
         self.precision = Precision("fp32", "cpu")  # set before wrap(): autocast and the fp16 gradient scaler
-        # set by `bind_device` once the rank's device is known: where this strategy's own
+        # set by `bind_device` once the rank's device is known: where this parallelism's own
         # collectives (metrics, counts, verdicts) put their tensors
         self.collective_device = CPU
-        # set by the loop before wrap(): compact rows -> the dense batch, on the device; a strategy
+        # set by the loop before wrap(): compact rows -> the dense batch, on the device; a parallelism
         # that `takes_compact_input` runs it inside its step (a captured graph), others get dense rows
         self.expand: DeviceExpander | None = None
-        # set by the loop on the steps the breakdown times on a GPU: collectives the strategy
+        # set by the loop on the steps the breakdown times on a GPU: collectives the parallelism
         # issues itself wait for the device around them (else their time is the launch's)
         self.sync_timing = False
 
@@ -197,7 +200,7 @@ class Strategy:
 
 
 class SharedBatch:
-    """Mixin for strategies whose ranks split one model and so read the same batch."""
+    """Mixin for parallelisms whose ranks split one model and so read the same batch."""
 
     @property
     def data_rank(self) -> int:
@@ -217,7 +220,7 @@ def local_param_bytes(model: nn.Module) -> int:
     return total
 
 
-class DataParallel(Strategy):
+class DataParallel(Parallelism):
     """torch.distributed DDP (gloo on CPU, nccl on GPU). `shared_memory`: ranks on one host that
     train on CPU average their gradients through a shared segment instead (train.shm_allreduce).
     `cuda_graph` (auto | on | off): on a GPU, the step captured in CUDA graphs (train.graphed)."""
@@ -244,8 +247,6 @@ class DataParallel(Strategy):
         self, model: nn.Module, optimizer_factory: OptimizerFactory
     ) -> tuple[nn.Module, torch.optim.Optimizer]:
         from torch.nn.parallel import DistributedDataParallel as DDP
-
-        from sparkml_dist.train.shm_allreduce import shared_memory_hook
 
         if self._graphs(model):
             return self._wrap_graphed(model, optimizer_factory)
@@ -282,8 +283,6 @@ class DataParallel(Strategy):
     def _wrap_graphed(self, model: nn.Module, optimizer_factory: OptimizerFactory):
         import torch.distributed as dist
 
-        from sparkml_dist.train.graphed import GraphedStep
-
         if self.world_size > 1:  # what DDP's constructor does: every rank starts from rank 0's weights
             with torch.no_grad():
                 for tensor in [*model.parameters(), *model.buffers()]:
@@ -291,7 +290,7 @@ class DataParallel(Strategy):
             self.gradient_path = "flat allreduce between CUDA graphs"
         if self.expand is None:
             raise RuntimeError(
-                "the loop sets Strategy.expand before wrap() captures a step that takes compact rows"
+                "the loop sets Parallelism.expand before wrap() captures a step that takes compact rows"
             )
         optimizer = optimizer_factory(model.parameters(), fused=True, capturable=True)
         self.precision.cache_casts = False
@@ -342,7 +341,6 @@ class DataParallel(Strategy):
 
     def _shared_memory(self, model: nn.Module):
         """The shared-memory averaging every rank agreed on, or None (then gloo's allreduce)."""
-        from sparkml_dist.train import shm_allreduce
 
         if not (self.shared_memory and shm_allreduce.usable(model)):
             return None
@@ -381,7 +379,7 @@ def timed_allreduce(clock: CommClock, bucket):  # no annotations: DDP compares t
     return dist.all_reduce(tensor, async_op=True).get_future().then(finished)
 
 
-def data_parallel_on_torch(cfg: Any, world_size: int, rank: int) -> Strategy:
+def data_parallel_on_torch(cfg: Any, world_size: int, rank: int) -> Parallelism:
     """train.strategy=ddp on train.backend=torch (launch/backends.py): DDP, its gradients averaged
     through a shared-memory segment or the process group (train.intra_host_allreduce)."""
     return DataParallel(

@@ -12,10 +12,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from sparkml_dist.train.strategies import Strategy
+from sparkml_dist.train.parallelism import Parallelism
 
 
-class HorovodDataParallel(Strategy):
+class HorovodDataParallel(Parallelism):
     name = "horovod"
     times_comm = True  # the allreduces launched in backward are waited for in optimizer_step
 
@@ -123,7 +123,7 @@ def _wait_quietly(handle: int) -> None:
         time.sleep(POLL_INTERVAL_S)
 
 
-def data_parallel_on_horovod(cfg: Any, world_size: int, rank: int) -> Strategy:
+def data_parallel_on_horovod(cfg: Any, world_size: int, rank: int) -> Parallelism:
     """train.strategy=ddp on train.backend=horovod (launch/backends.py)."""
     return HorovodDataParallel(
         world_size, rank, cfg.horovod.compression, cfg.horovod.backward_passes_per_step
