@@ -82,7 +82,7 @@ def reference_losses(probe: Probe) -> list[float]:
 def placement_config(probe: Probe, world: int):
     """The method's own train config for this probe (its options, this world size)."""
     options = {
-        "parallelism": probe.strategy,
+        "strategy": probe.strategy,
         "num_ranks": world,
         "batch_size": probe.global_batch // _data_world(probe, world),
     }
