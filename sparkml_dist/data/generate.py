@@ -47,7 +47,6 @@ def write_csv(df: DataFrame, path: str, files: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, required=True)
     parser.add_argument("--out", required=True)

@@ -55,7 +55,6 @@ def main(job_file: str, out_dir: str) -> int:
 
 
 def _env(values):
-
     return env_scope(values)
 
 

@@ -39,7 +39,6 @@ class LaunchNeeds:
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def make_backend(self, device: str, timeout_s: int) -> Backend:
-
         return get_backend(
             self.backend, device, timeout_s, needs_fresh_process=self.fresh_process, **self.options
         )

@@ -76,7 +76,6 @@ class Binary(Task):
         )
 
     def fit(self, label: LabelSpec, labels: DataFrame, column: str) -> Target:
-
         if label.negative is None or label.positive is None:  # tasks/checks.py refuses such a config
             raise ValueError("a binary label needs data.label.positive and data.label.negative")
         counts: dict[str, int] = dict(labels.groupBy(column).count().select(column, "count").collect())

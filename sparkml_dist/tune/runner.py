@@ -81,7 +81,6 @@ def run_tune(spark: SparkSession, cfg: JobConfig) -> TuneResult:
 
 
 def _check_slots(spark: SparkSession, cfg: JobConfig) -> None:
-
     wanted = cfg.tune.parallel_trials * cfg.tune.ranks_per_trial
     slots = task_slots(spark, wanted=wanted)
     if wanted > slots:
