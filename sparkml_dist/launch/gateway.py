@@ -32,7 +32,10 @@ log = logging.getLogger(__name__)
 
 # its source, run with `python -I -c`: read through the package loader, so that a package
 # shipped to the executors as a zip (--py-files) works as well as an installed one
-_SOURCE = (pkgutil.get_data("sparkml_dist.launch", "gateway_process.py") or b"").decode()
+_SOURCE_BYTES = pkgutil.get_data("sparkml_dist.launch", "gateway_process.py")
+if _SOURCE_BYTES is None:  # a loader that cannot read package data: say so here, not as a silent relay
+    raise ImportError("sparkml_dist.launch: gateway_process.py cannot be read from the installed package")
+_SOURCE = _SOURCE_BYTES.decode()
 START_TIMEOUT_S = 30.0
 
 
