@@ -418,3 +418,69 @@ def test_a_categorical_column_with_a_value_per_row_is_named_with_what_to_do():
     )
     assert identifier_like(raw(4_043), 281_373) == [], "tail numbers repeat"
     assert identifier_like(raw(40), 60) == [], "a few values in a small table are ordinary categories"
+
+
+@pytest.mark.parametrize("scale", [True, False])
+def test_a_wide_run_of_numbers_is_stored_as_one_array_and_matches_spark_ml(spark, tmp_path, scale):
+    """70 numeric columns (MNIST has 784) and a category: the numbers are one VALUES block, a
+    single array<float> Parquet column, and every slot of every row still equals Spark ML's own
+    output, rebuilt in numpy, in torch (a GPU rank's expansion) and from numpy over the raw
+    rows: missing numbers, a constant column, an unseen category."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import torch
+
+    from sparkml_dist.config import parse_config
+    from sparkml_dist.data.dataset import write_split
+    from sparkml_dist.data.expand import DeviceExpander
+    from sparkml_dist.data.features import compile_features
+    from sparkml_dist.data.layout import VALUES
+    from sparkml_dist.data.loader import dense_features, stored_features
+    from sparkml_dist.errors import DataError
+
+    width = 70
+    rng = np.random.default_rng(7)
+    rows = [
+        (
+            *[None if rng.random() < 0.05 else float(rng.normal(j, 1 + j % 3)) for j in range(width - 1)],
+            2.5,  # constant: std 0
+            ["Paris", "Rome", None][i % 3],
+            "yes" if i % 2 else "no",
+        )
+        for i in range(200)
+    ]
+    schema = ", ".join(f"x{j} double" for j in range(width)) + ", city string, y string"
+    path = str(tmp_path / "wide.parquet")
+    spark.createDataFrame(rows, schema).write.parquet(path)
+    cfg = parse_config(
+        {"data": {"train_path": path, "test_path": path, "label": {"column": "y", "positive": "yes"}}}
+    ).data
+    result = ingest(spark, path, cfg)  # its config: the columns typed from the source
+    rows_in = result.accepted
+    model = build_feature_pipeline(result.data, FeatureConfig(scale_numeric=scale)).fit(rows_in)
+    scored = rows_in.withColumn(
+        "city", F.when(F.col("row_id") % 10 == 0, F.lit("Tokyo")).otherwise(F.col("city"))
+    )
+
+    layout, compact = _dense_from_compact(model, scored)
+    dense = _dense_from_spark_ml(model, scored)
+    assert [(b.kind, b.size) for b in layout.blocks] == [(VALUES, width), ("onehot", 4)]
+    assert layout.compact_width == width + 1 and layout.dim == width + 4
+    assert np.array_equal(compact, dense), "the array column rebuilds Spark ML's vectors"
+    assert np.array_equal(raw_features(model).dense(scored.orderBy("row_id").toPandas()), dense)
+
+    split = str(tmp_path / "split")
+    compiled = compile_features(model)
+    write_split(compiled.frame(scored, with_label=False), split, 1, 64, layout.row_bytes)
+    table = pq.read_table(split).sort_by("row_id")
+    assert table.column_names == ["row_id", layout.blocks[0].column, layout.blocks[1].column]
+    assert np.array_equal(dense_features(table, layout, where=split), dense), "a rank reads the same rows"
+    on_device = DeviceExpander(layout, "cpu", layout.dim)(
+        torch.from_numpy(stored_features(table, layout, split))
+    )
+    assert np.array_equal(on_device.numpy(), dense), "a GPU rank's expansion gives the same rows"
+
+    one_number = pa.array([[1.0]] * len(table), pa.list_(pa.float32()))
+    broken = table.set_column(1, layout.blocks[0].column, one_number)
+    with pytest.raises(DataError, match=f"'{layout.blocks[0].column}' does not hold {width} numbers"):
+        stored_features(broken, layout, "a file")

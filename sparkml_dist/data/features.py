@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pyspark.ml import Pipeline, PipelineModel
 from pyspark.ml.feature import (
@@ -32,13 +32,14 @@ from sparkml_dist.config.schema import DataConfig, FeatureConfig
 from sparkml_dist.data.imputer import ImputedScaler, OnePassImputer
 from sparkml_dist.data.indexer import MostFrequentIndexer
 from sparkml_dist.data.ingest import LABEL, ROW_ID
-from sparkml_dist.data.layout import FeatureLayout
+from sparkml_dist.data.layout import VALUES, FeatureBlock, FeatureLayout
 from sparkml_dist.data.raw_features import (
     MISSING_CATEGORY,
     RAW_FEATURES_FILE,
     CategorySlot,
     NumericSlot,
     RawFeatures,
+    Slot,
 )
 from sparkml_dist.data.sql import double, ident
 from sparkml_dist.spark.rows import only_row
@@ -195,8 +196,19 @@ def compile_features(model: PipelineModel) -> CompiledFeatures | None:
 
 def compiled_from(raw: RawFeatures) -> CompiledFeatures:
     """The slots as SQL columns, one per layout block."""
-    cols = [_numeric_sql(s) if isinstance(s, NumericSlot) else _category_sql(s) for s in raw.slots]
-    return CompiledFeatures(raw.layout, tuple(cols))
+    blocks = raw.blocks()
+    cols = [_block_sql(block, slots) for block, slots in blocks]
+    return CompiledFeatures(FeatureLayout(tuple(block for block, _ in blocks)), tuple(cols))
+
+
+def _block_sql(block: FeatureBlock, slots: tuple[Slot, ...]) -> Column:
+    if block.kind == VALUES:  # one array column: the numbers' expressions, in one SQL text
+        values = ", ".join(_numeric_value(cast(NumericSlot, s)) for s in slots)
+        return F.expr(f"array({values}) AS {ident(block.column)}")
+    (slot,) = slots
+    if isinstance(slot, NumericSlot):
+        return F.expr(f"{_numeric_value(slot)} AS {ident(slot.name)}")
+    return _category_sql(slot)
 
 
 def raw_features(model: PipelineModel) -> RawFeatures | None:
@@ -262,13 +274,13 @@ def _category_slot(stages: dict, part: str) -> CategorySlot | None:
     return CategorySlot(name, source, labels, True, encoder.categorySizes[encoder.getInputCols().index(name)])
 
 
-def _numeric_sql(slot: NumericSlot) -> Column:
+def _numeric_value(slot: NumericSlot) -> str:
     """Imputer then StandardScaler, as Spark ML computes them, as SQL text (data/sql.py)."""
     x = f"CAST({ident(slot.source)} AS DOUBLE)"
     value = f"(CASE WHEN {x} IS NULL OR isnan({x}) THEN {double(slot.surrogate)} ELSE {x} END)"
     if slot.mean is not None and slot.inv_std is not None:
         value = f"(({value} - {double(slot.mean)}) * {double(slot.inv_std)})"
-    return F.expr(f"CAST({value} AS FLOAT) AS {ident(slot.name)}")
+    return f"CAST({value} AS FLOAT)"
 
 
 def identifier_like(raw: RawFeatures, rows: int) -> list[str]:

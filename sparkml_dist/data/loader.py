@@ -142,8 +142,8 @@ class ShardLoader:
 
     @property
     def batch_width(self) -> int:
-        """Floats per row of the batches `epoch` yields: the dense width, or one per block."""
-        return self.feature_dim if self.dense or self.layout is None else len(self.layout.blocks)
+        """Floats per row of the batches `epoch` yields: the dense width, or the compact width."""
+        return self.feature_dim if self.dense or self.layout is None else self.layout.compact_width
 
     def _read(self, pieces: list[Piece]) -> tuple[np.ndarray, np.ndarray | None]:
         """Decode the pieces' row groups in parallel and stack them."""
@@ -338,4 +338,4 @@ class FrameShardLoader:
 
     @property
     def batch_width(self) -> int:
-        return self.feature_dim if self.dense or self.layout is None else len(self.layout.blocks)
+        return self.feature_dim if self.dense or self.layout is None else self.layout.compact_width

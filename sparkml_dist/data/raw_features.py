@@ -14,10 +14,15 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from sparkml_dist.data.layout import ONEHOT, VALUE, FeatureBlock, FeatureLayout
+from sparkml_dist.data.layout import ONEHOT, VALUE, VALUES, FeatureBlock, FeatureLayout
 
 MISSING_CATEGORY = "__missing__"  # what a missing category is indexed as (the indexer saw it in training)
 RAW_FEATURES_FILE = "raw_features.json"  # written inside a saved feature pipeline's directory
+# From this many numbers in a row the stored splits keep them in one array column (data/layout.py:
+# VALUES). Measured on MNIST's 784 pixels: the training split written in about half the time and
+# read faster by the ranks (docs/benchmarks.md, "Wide rows"); a few numbers stay a column each,
+# as readable in the Parquet files as in the source.
+WIDE_NUMBERS = 64
 
 
 @dataclass(frozen=True)
@@ -57,14 +62,40 @@ class RawFeatures:
 
     @property
     def layout(self) -> FeatureLayout:
-        return FeatureLayout(
-            tuple(
-                FeatureBlock(s.name, ONEHOT, s.size)
-                if isinstance(s, CategorySlot) and s.one_hot
-                else FeatureBlock(s.name, VALUE, 1)
-                for s in self.slots
-            )
-        )
+        return FeatureLayout(tuple(block for block, _ in self.blocks()))
+
+    def blocks(self) -> list[tuple[FeatureBlock, tuple[Slot, ...]]]:
+        """The stored blocks in the dense vector's order, each with the slots it holds: a block
+        per slot, except that a run of at least `WIDE_NUMBERS` numeric slots is one VALUES block
+        (one array column; data/layout.py)."""
+        out: list[tuple[FeatureBlock, tuple[Slot, ...]]] = []
+        run: list[NumericSlot] = []
+
+        def close_run() -> None:
+            if len(run) >= WIDE_NUMBERS:
+                out.append((FeatureBlock(self._values_column(), VALUES, len(run)), tuple(run)))
+            else:
+                out.extend((FeatureBlock(s.name, VALUE, 1), (s,)) for s in run)
+            run.clear()
+
+        for slot in self.slots:
+            if isinstance(slot, NumericSlot):
+                run.append(slot)
+                continue
+            close_run()
+            kind, size = (ONEHOT, slot.size) if slot.one_hot else (VALUE, 1)
+            out.append((FeatureBlock(slot.name, kind, size), (slot,)))
+        close_run()
+        return out
+
+    def _values_column(self) -> str:
+        """The VALUES block's column: a name no source column or slot has (the scoring frame
+        passes source columns through beside the blocks)."""
+        taken = {s.source for s in self.slots} | {s.name for s in self.slots}
+        name = "numeric__values"
+        while name in taken:
+            name = f"_{name}"
+        return name
 
     @property
     def numeric_columns(self) -> list[str]:

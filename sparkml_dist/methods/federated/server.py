@@ -27,7 +27,7 @@ from sparkml_dist.data.dataset import split_frame
 from sparkml_dist.data.features import ScoringPipeline, build_feature_pipeline, feature_names
 from sparkml_dist.data.ingest import LABEL, WEIGHT, ingest
 from sparkml_dist.data.labels import check_task, encode_labels, fit_target
-from sparkml_dist.data.layout import FeatureLayout
+from sparkml_dist.data.layout import VALUES, FeatureLayout
 from sparkml_dist.data.loader import feature_columns, stored_features
 from sparkml_dist.data.sources import schema_of, with_types_of
 from sparkml_dist.errors import ConfigError
@@ -275,7 +275,12 @@ def client_partitions(pipeline, rows: DataFrame, column: str, weighted: bool = F
     weight = F.col(WEIGHT).cast("float") if weighted else F.lit(1.0).cast("float")
     frame, layout = ScoringPipeline.of(pipeline).frame(keyed, extra=extra)
     features = (
-        F.array(*[F.col(c).cast("float") for c in feature_columns(layout)])
+        F.concat(  # the compact row: a float per block, a VALUES block's array as it is
+            *[
+                F.col(b.column) if b.kind == VALUES else F.array(F.col(b.column).cast("float"))
+                for b in layout.blocks
+            ]
+        )
         if layout is not None
         else F.col(feature_columns(None)[0])
     )
