@@ -48,9 +48,11 @@ def child_train(root: str, rows: int) -> None:
 
 def child_plain_train(root: str, rows: int) -> None:
     """The baseline in a fresh process: the same files, model and epoch as `child_train`, the way
-    a torch user writes it: pandas reads the Parquet, a TensorDataset and a shuffling DataLoader."""
+    a torch user writes it: the Parquet read into one float32 feature matrix and a label vector
+    (pyarrow's flattened list column: no array object per row, the frame dropped once read), a
+    TensorDataset and a shuffling DataLoader."""
     import numpy as np
-    import pandas as pd
+    import pyarrow.parquet as pq
     import torch
 
     from bench.loader import write_dataset
@@ -61,9 +63,11 @@ def child_plain_train(root: str, rows: int) -> None:
     before = _peak_rss_mib()
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    frame = pd.read_parquet(Path(root) / "train")
-    x = torch.from_numpy(np.stack(frame["features"].to_numpy()).astype(np.float32))
-    y = torch.from_numpy(frame["label"].to_numpy(dtype=np.float32))
+    table = pq.read_table(Path(root) / "train", columns=["features", "label"])
+    flat = table.column("features").combine_chunks().flatten().to_numpy()
+    x = torch.from_numpy(flat.astype(np.float32, copy=False).reshape(table.num_rows, -1))
+    y = torch.from_numpy(table.column("label").to_numpy().astype(np.float32))
+    del table, flat
     model = build_model(compute_bound((64,)))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loss_fn = torch.nn.BCEWithLogitsLoss()
@@ -169,11 +173,22 @@ def predict_batch_udf_frame(df, bundle):
 ROUNDS = 3
 
 
-def main(spark=None, rounds: int = ROUNDS) -> list[dict]:
+def main(spark=None, rounds: int = ROUNDS, parts: tuple[str, ...] = ("train", "score")) -> list[dict]:
     """`rounds` alternated rounds of each comparison (the order reversed every other round); the
     scoring peaks each round in a session of its own, so no round's Python workers have been
-    grown by an earlier round's (`spark`, when given, is used for the first round only)."""
-    small, big, plain = [], [], []
+    grown by an earlier round's (`spark`, when given, is used for the first round only).
+    `parts`: the training rows, the scoring rows, or both."""
+    rows_out = train_rows(rounds) if "train" in parts else []
+    if "score" in parts:
+        rows_out += score_rows(spark, rounds)
+    record(rows_out)
+    return rows_out
+
+
+def train_rows(rounds: int) -> list[dict]:
+    small: list[float] = []
+    big: list[float] = []
+    plain: list[float] = []
     for i in range(rounds):
         for kind, peaks in in_turn([("small", small), ("big", big), ("plain", plain)], i):
             rows = BASE_ROWS if kind == "small" else 10 * BASE_ROWS
@@ -192,17 +207,23 @@ def main(spark=None, rounds: int = ROUNDS) -> list[dict]:
     ]
     rows_out.append(
         entry(
-            "memory_train_vs_pandas_dataloader",
+            "memory_train_vs_torch_dataloader",
             Measured(big),
             Measured(plain),
             "MiB",
             "lower",
             1.0,
             note=f"peak RSS of one epoch on {10 * BASE_ROWS:,} rows: our rank vs a torch script that "
-            "reads the Parquet with pandas into a TensorDataset + DataLoader (same model, batch 1024)",
+            "reads the Parquet into one float32 matrix, a TensorDataset + DataLoader (same model, batch 1024)",
         )
     )
-    one, ten, theirs = [], [], []
+    return rows_out
+
+
+def score_rows(spark, rounds: int) -> list[dict]:
+    one: list[float] = []
+    ten: list[float] = []
+    theirs: list[float] = []
     for i in range(rounds):
         session = spark if (spark is not None and i == 0) else _session()
         for kind, peaks in in_turn([("one", one), ("ten", ten), ("theirs", theirs)], i):
@@ -215,7 +236,7 @@ def main(spark=None, rounds: int = ROUNDS) -> list[dict]:
             )
         if session is not spark:
             session.stop()
-    rows_out.append(
+    rows_out = [
         entry(
             "memory_score_10m",
             Measured(ten),
@@ -224,9 +245,7 @@ def main(spark=None, rounds: int = ROUNDS) -> list[dict]:
             "lower",
             1.2,
             note="largest Python worker RSS (sampled) while scoring 10M vs 1M rows x 32 floats",
-        )
-    )
-    rows_out.append(
+        ),
         entry(
             "memory_score_vs_predict_batch_udf",
             Measured(ten),
@@ -236,9 +255,8 @@ def main(spark=None, rounds: int = ROUNDS) -> list[dict]:
             1.0,
             note="largest Python worker RSS (sampled) while scoring 10M rows x 32 floats: ours vs "
             "predict_batch_udf(batch_size=1024) with the same model",
-        )
-    )
-    record(rows_out)
+        ),
+    ]
     return rows_out
 
 
@@ -255,4 +273,8 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] in ("child-train", "child-plain-train"):
         (child_train if sys.argv[1] == "child-train" else child_plain_train)(sys.argv[2], int(sys.argv[3]))
     else:
-        main()
+        import argparse
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--part", choices=["train", "score"], action="append", help="default: both")
+        main(parts=tuple(parser.parse_args().part or ("train", "score")))

@@ -60,7 +60,7 @@ ORDER = [
     "preprocess_vs_spark_io_10m",
     "memory_stream_train",
     "memory_score_10m",
-    "memory_train_vs_pandas_dataloader",
+    "memory_train_vs_torch_dataloader",
     "memory_score_vs_predict_batch_udf",
     "host_loss_run_vs_uninterrupted",
     "host_loss_resume_s",

@@ -132,7 +132,6 @@ def network_outputs(
 def _device_outputs(
     model: nn.Module, x: np.ndarray, batch_rows: int, layout: FeatureLayout | None, device: torch.device
 ) -> np.ndarray:
-
     expand = DeviceExpander(layout, device, layout.dim if layout is not None else x.shape[1])
     staging = _pinned_rows(min(batch_rows, len(x)), x.shape[1] if x.ndim == 2 else 0)
     parts = []
