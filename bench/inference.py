@@ -235,12 +235,38 @@ def main(rows: int = 1_000_000, spark=None) -> list[dict]:
             )
         )
     wide.unpersist()
+    rows_out.append(predict_batch_udf_row(df, small, rows))
     rows_out.extend(task_rows(df, rows))
 
     rows_out.append(compute_bound_row(spark, df))
     df.unpersist()
     record(rows_out)
     return rows_out
+
+
+def predict_batch_udf_row(df, bundle, rows: int) -> dict:
+    """Ours against pyspark's `predict_batch_udf` set up as its docs show (bench.memory's
+    `predict_batch_udf_frame`: the model built once per worker, batches of 1,024 rows), the same
+    model over the same cached rows, each written to the noop sink."""
+    from bench.memory import predict_batch_udf_frame
+    from sparkml_dist.inference.udf import score_features
+
+    o, b = alternate(
+        lambda: timed_rows_per_s(lambda: score_features(df, bundle), rows),
+        lambda: timed_rows_per_s(lambda: predict_batch_udf_frame(df, bundle), rows),
+        rounds=ROUNDS,
+        warm_up=True,
+    )
+    return entry(
+        "infer_vs_predict_batch_udf",
+        o,
+        b,
+        "rows/s",
+        "higher",
+        1.0,
+        note=f"MLP {DIM}-64-1, {rows:,} rows; ours writes the probability and the prediction, "
+        "predict_batch_udf(batch_size=1024) the probability",
+    )
 
 
 def compute_bound_row(spark, df) -> dict:
@@ -280,15 +306,20 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument(
-        "--only-compute-bound", action="store_true", help="only infer_compute_bound_vs_torch (200,000 rows)"
+        "--only",
+        choices=["compute_bound", "predict_batch_udf"],
+        help="one row alone: infer_compute_bound_vs_torch (200,000 rows) or infer_vs_predict_batch_udf",
     )
     args = parser.parse_args()
-    if args.only_compute_bound:
+    if args.only:
         from sparkml_dist.config import SparkConfig
         from sparkml_dist.spark import build_session
 
         session = build_session(SparkConfig(master="local[2]", app_name="bench-inference"))
         session.sparkContext.setLogLevel("ERROR")
-        record([compute_bound_row(session, make_frame(session, 200_000))])
+        if args.only == "compute_bound":
+            record([compute_bound_row(session, make_frame(session, 200_000))])
+        else:
+            record([predict_batch_udf_row(make_frame(session, args.rows), bundle_for([64]), args.rows)])
     else:
         main(args.rows)

@@ -33,6 +33,7 @@ ORDER = [
     "infer_vs_arrow_ceiling",
     "infer_vs_mlflow_spark_udf",
     "infer_vs_mlflow_spark_udf_array_signature",
+    "infer_vs_predict_batch_udf",
     "infer_compute_bound_vs_torch",
     "train_1rank_vs_plain_torch",
     "train_scaling_2_ranks",
