@@ -19,11 +19,13 @@ Ray is not part of `make setup`; install the bench extra first:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -84,27 +86,48 @@ def ray_rank(config: dict) -> None:
 
 
 def on_ray(spark, job) -> tuple[float, float]:
+    """Cold: the Ray cluster started for this job, then the job; timed from the cluster's start."""
+    t0 = time.perf_counter()
+    with ray_on_spark():
+        print(
+            f"SETUP {time.perf_counter() - t0:.3f}", flush=True
+        )  # where Ray's time goes (docs/benchmarks.md)
+        _, epoch = fit_on_ray(job)
+        wall = time.perf_counter() - t0
+    return wall, epoch
+
+
+@contextmanager
+def ray_on_spark():
+    """A Ray cluster inside the active Spark application, as Ray's "Ray on Spark" guide starts it
+    (two Ray worker nodes, each a long-running Spark task on a slot of its own), connected, and shut down on exit."""
     import ray
-    from ray.train import ScalingConfig
-    from ray.train.torch import TorchTrainer
     from ray.util.spark import setup_ray_cluster, shutdown_ray_cluster
 
-    t0 = time.perf_counter()
-    setup_ray_cluster(max_worker_nodes=2)  # one Ray worker node per Spark task slot of local[2]
-    print(f"SETUP {time.perf_counter() - t0:.3f}", flush=True)  # where Ray's time goes (docs/benchmarks.md)
+    setup_ray_cluster(max_worker_nodes=2)
     try:
         ray.init(runtime_env={"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}})
-        epoch_file = Path(job.checkpoint_dir) / "epoch_s"
-        trainer = TorchTrainer(
-            ray_rank,
-            train_loop_config={"job": job, "epoch_file": str(epoch_file)},
-            scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
-        )
-        trainer.fit()
-        wall = time.perf_counter() - t0
+        yield
     finally:
         shutdown_ray_cluster()
-    return wall, float(epoch_file.read_text())
+
+
+def fit_on_ray(job) -> tuple[float, float]:
+    """One `TorchTrainer.fit` of the rank function on the running Ray cluster: (s from the
+    trainer's creation to fit returning, rank 0's median epoch s)."""
+    from ray.train import ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    epoch_file = Path(job.checkpoint_dir) / "epoch_s"
+    epoch_file.unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    trainer = TorchTrainer(
+        ray_rank,
+        train_loop_config={"job": job, "epoch_file": str(epoch_file)},
+        scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
+    )
+    trainer.fit()
+    return time.perf_counter() - t0, float(epoch_file.read_text())
 
 
 def cold(kind: str, epochs: int, rows: int) -> tuple[float, float]:
@@ -132,6 +155,77 @@ def one_cold_job(kind: str, epochs: int, rows: int) -> None:
     spark.stop()
 
 
+def warm_jobs(epochs: int, rows: int, rounds: int = 3) -> None:
+    """Both sides warm, in this process: one session and one Ray cluster inside it
+    brought up first, each side run once unrecorded, then `rounds` alternated jobs, each with
+    fresh checkpoints; prints each side's (wall s, median epoch s) per job (`--warm`)."""
+    from sparkml_dist.config import SparkConfig
+    from sparkml_dist.spark import build_session
+
+    make_bench_importable()
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    # Ray on Spark's worker nodes are Spark tasks that hold their slots while the cluster is up:
+    # two slots more than local[2] for them, so our barrier stage gets its two (the Ray nodes idle
+    # while ours trains, as our ranks are gone while Ray's train)
+    spark = build_session(SparkConfig(master="local[4]", app_name="bench-ray-warm"))
+    spark.sparkContext.setLogLevel("ERROR")
+    runs: dict[str, list[tuple[float, float]]] = {"ours": [], "ray": []}
+    with tempfile.TemporaryDirectory() as tmp, ray_on_spark():
+        root = Path(tmp)
+        job = make_job(root, write_dataset(root, rows, row_group=2048), 2, epochs=epochs)
+        fresh = lambda: replace(job, checkpoint_dir=scratch_dir())  # noqa: E731 (no resuming a run before)
+        alternate(
+            lambda: _keep(runs["ours"], ours(spark, fresh())),
+            lambda: _keep(runs["ray"], fit_on_ray(fresh())),
+            rounds=rounds,
+            warm_up=True,
+        )
+    # each list's first run is the warm-up, which alternate() ran through the same lambda
+    print("WARM " + json.dumps({side: measured[1:] for side, measured in runs.items()}), flush=True)
+    spark.stop()
+
+
+def warm_rows(epochs: int, rows: int, setup: str) -> list[dict]:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.ray_train", "--warm", "--epochs", str(epochs), "--rows", str(rows)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        cwd=ROOT,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("WARM ")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"bench.ray_train --warm failed: {done.stderr[-3000:]}")
+    runs = json.loads(lines[-1].removeprefix("WARM "))
+
+    def figures(side: str, which: int) -> Measured:  # which: 0 the wall time, 1 the median epoch
+        return Measured([run[which] for run in runs[side]])
+
+    warm = f"{setup}, both warm: one session and one Ray cluster up first, each side once unrecorded"
+    return [
+        entry(
+            "train_vs_ray_train_warm",
+            figures("ours", 0),
+            figures("ray", 0),
+            "s",
+            "lower",
+            0.9,
+            note=f"{warm}; ours from run_barrier, Ray from TorchTrainer's creation to fit returning",
+        ),
+        entry(
+            "train_vs_ray_train_warm_epoch",
+            figures("ours", 1),
+            figures("ray", 1),
+            "s/epoch",
+            "lower",
+            1.0,
+            note=f"{warm}; median epoch",
+        ),
+    ]
+
+
 def main(rows: int = 60_000, epochs: int = EPOCHS) -> list[dict]:
     if not ray_available():
         print(
@@ -146,10 +240,9 @@ def main(rows: int = 60_000, epochs: int = EPOCHS) -> list[dict]:
         lambda: _keep(runs["ours"], cold("ours", epochs, rows)),
         lambda: _keep(runs["ray"], cold("ray", epochs, rows)),
     )
-    setup = (
-        f"same rank function, MLP 32-1024-1024-1, {rows:,} rows, 2 ranks x 1 thread, {epochs} epochs, both cold; "
-        "Ray: setup_ray_cluster(max_worker_nodes=2) + TorchTrainer(num_workers=2)"
-    )
+    same = f"same rank function, MLP 32-1024-1024-1, {rows:,} rows, 2 ranks x 1 thread, {epochs} epochs"
+    ray_side = "Ray: setup_ray_cluster(max_worker_nodes=2) + TorchTrainer(num_workers=2)"
+    setup = f"{same}, both cold; {ray_side}"
     rows_out = [
         entry(
             "train_vs_ray_train",
@@ -170,6 +263,7 @@ def main(rows: int = 60_000, epochs: int = EPOCHS) -> list[dict]:
             note=f"{setup}; median epoch",
         ),
     ]
+    rows_out += warm_rows(epochs, rows, f"{same}; {ray_side}")
     record(rows_out)
     return rows_out
 
@@ -184,7 +278,25 @@ if __name__ == "__main__":
     parser.add_argument(
         "--cold", choices=["ours", "ray"], help="run one job in this process and print WALL and EPOCH"
     )
+    parser.add_argument(
+        "--warm", action="store_true", help="run both sides warm in this process and print WARM lines"
+    )
+    parser.add_argument("--warm-only", action="store_true", help="measure and record only the warm rows")
     parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--rows", type=int, default=60_000)
     args = parser.parse_args()
-    one_cold_job(args.cold, args.epochs, args.rows) if args.cold else main(args.rows, args.epochs)
+    if args.cold:
+        one_cold_job(args.cold, args.epochs, args.rows)
+    elif args.warm:
+        warm_jobs(args.epochs, args.rows)
+    elif args.warm_only:
+        same = f"same rank function, MLP 32-1024-1024-1, {args.rows:,} rows, 2 ranks x 1 thread, {args.epochs} epochs"
+        record(
+            warm_rows(
+                args.epochs,
+                args.rows,
+                f"{same}; Ray: setup_ray_cluster(max_worker_nodes=2) + TorchTrainer(num_workers=2)",
+            )
+        )
+    else:
+        main(args.rows, args.epochs)

@@ -46,6 +46,8 @@ ORDER = [
     "train_vs_torch_distributor_1_epoch",
     "train_vs_ray_train",
     "train_vs_ray_train_epoch",
+    "train_vs_ray_train_warm",
+    "train_vs_ray_train_warm_epoch",
     "run_start_vs_torch_distributor",
     "dataframe_fed_vs_parquet",
     "dataframe_fed_launch_vs_parquet",
