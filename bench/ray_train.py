@@ -185,7 +185,15 @@ def warm_jobs(epochs: int, rows: int, rounds: int = 3) -> None:
     spark.stop()
 
 
-def warm_rows(epochs: int, rows: int, setup: str) -> list[dict]:
+def _setup(rows: int, epochs: int, how: str) -> str:
+    """The rows' note: what both sides run, and how (cold, warm)."""
+    return (
+        f"same rank function, MLP 32-1024-1024-1, {rows:,} rows, 2 ranks x 1 thread, {epochs} epochs, {how}; "
+        "Ray: setup_ray_cluster(max_worker_nodes=2) + TorchTrainer(num_workers=2)"
+    )
+
+
+def warm_rows(epochs: int, rows: int) -> list[dict]:
     import subprocess
 
     done = subprocess.run(
@@ -203,7 +211,9 @@ def warm_rows(epochs: int, rows: int, setup: str) -> list[dict]:
     def figures(side: str, which: int) -> Measured:  # which: 0 the wall time, 1 the median epoch
         return Measured([run[which] for run in runs[side]])
 
-    warm = f"{setup}, both warm: one session and one Ray cluster up first, each side once unrecorded"
+    warm = _setup(
+        rows, epochs, "both warm: one session and one Ray cluster up first, each side once unrecorded"
+    )
     return [
         entry(
             "train_vs_ray_train_warm",
@@ -240,9 +250,7 @@ def main(rows: int = 60_000, epochs: int = EPOCHS) -> list[dict]:
         lambda: _keep(runs["ours"], cold("ours", epochs, rows)),
         lambda: _keep(runs["ray"], cold("ray", epochs, rows)),
     )
-    same = f"same rank function, MLP 32-1024-1024-1, {rows:,} rows, 2 ranks x 1 thread, {epochs} epochs"
-    ray_side = "Ray: setup_ray_cluster(max_worker_nodes=2) + TorchTrainer(num_workers=2)"
-    setup = f"{same}, both cold; {ray_side}"
+    setup = _setup(rows, epochs, "both cold")
     rows_out = [
         entry(
             "train_vs_ray_train",
@@ -263,7 +271,7 @@ def main(rows: int = 60_000, epochs: int = EPOCHS) -> list[dict]:
             note=f"{setup}; median epoch",
         ),
     ]
-    rows_out += warm_rows(epochs, rows, f"{same}; {ray_side}")
+    rows_out += warm_rows(epochs, rows)
     record(rows_out)
     return rows_out
 
@@ -290,13 +298,6 @@ if __name__ == "__main__":
     elif args.warm:
         warm_jobs(args.epochs, args.rows)
     elif args.warm_only:
-        same = f"same rank function, MLP 32-1024-1024-1, {args.rows:,} rows, 2 ranks x 1 thread, {args.epochs} epochs"
-        record(
-            warm_rows(
-                args.epochs,
-                args.rows,
-                f"{same}; Ray: setup_ray_cluster(max_worker_nodes=2) + TorchTrainer(num_workers=2)",
-            )
-        )
+        record(warm_rows(args.epochs, args.rows))
     else:
         main(args.rows, args.epochs)
