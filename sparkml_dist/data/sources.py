@@ -40,6 +40,8 @@ ROW_ID, SOURCE_FILE, RAW_LINE = "row_id", "source_file", "raw_line"
 _CORRUPT = "_corrupt"
 _SOURCE = "_source_value_of_"
 _CASTS = {"int": "int", "double": "double", "string": "string", "boolean": "boolean"}
+# the name pandas' to_parquet gives an index it stores as a column (any but a default RangeIndex)
+PANDAS_INDEX = re.compile(r"__index_level_\d+__")
 _KINDS = {
     "int": "an int",
     "double": "a number",
@@ -366,7 +368,7 @@ def resolve_columns(
             f"for a trained model) the model was trained on them"
         )
     configured = {c.name: c for c in cfg.columns}
-    out, ignored, unused = [], [], []
+    out, ignored, unused, index_columns = [], [], [], []
     for f in fields:
         source_type = _type_name(f.dataType)
         spec = configured.get(f.name)
@@ -384,6 +386,9 @@ def resolve_columns(
             else "ignore"
         )
         kind = (spec.type if spec and spec.type else source_type) or "string"
+        if spec is None and role in ("numeric", "categorical") and PANDAS_INDEX.fullmatch(f.name):
+            role = "ignore"
+            index_columns.append(f.name)
         if role == "ignore" and spec is None and source_type is None:
             ignored.append(f"{f.name} ({f.dataType.simpleString()})")
         if (
@@ -402,6 +407,12 @@ def resolve_columns(
         out.append(ColumnSpec(name=f.name, type=kind, role=role))
     if ignored and say_roles:
         log.info("%s: columns of other types are not features: %s", location, ", ".join(ignored))
+    if index_columns and say_roles:
+        log.info(
+            "%s: pandas' index columns are not features: %s (data.columns can give them a role)",
+            location,
+            ", ".join(index_columns),
+        )
     if unused and say_roles:
         log.info("%s: columns the model was not trained on are not features: %s", location, ", ".join(unused))
     if not any(c.role in ("numeric", "categorical") for c in out):
