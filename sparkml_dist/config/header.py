@@ -7,8 +7,8 @@ inference over its first `INFER_ROWS` rows (`int` for whole numbers that fit 32 
 source (numbers numeric, text and booleans categorical), with dates, timestamps, empty columns and
 a column that numbers the rows (0, 1, 2, ... in file order: pandas' index) ignored, the
 label `label` and `data.weight_column` `weight`. A `data.columns` entry overrides its column's
-type or role by name. A 0/1 or true/false label with no task, classes or positive/negative is
-binary with 1/true positive. Repeated header names keep the first and add `_<position>` to the
+type or role by name. A 0/1, true/false or yes/no label with no task, classes or positive/negative
+is binary with 1/true/yes positive. Repeated header names keep the first and add `_<position>` to the
 others (0-based position in the header), and an empty one is `_c<position>`, as Spark names them.
 
 This runs before validation, so every stage of a job sees the same, complete config; `sparkml-dist
@@ -30,7 +30,8 @@ from sparkml_dist.errors import ConfigError
 
 INFER_ROWS = 200_000
 _INT32 = (-(2**31), 2**31 - 1)
-_BINARY_LABELS = ({"0", "1"}, {"true", "false"})
+_BINARY_LABELS = ({"0", "1"}, {"true", "false"}, {"no", "yes"})  # any case
+_POSITIVE = ("1", "true", "yes")
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,7 @@ def _label_with_default_task(data: dict, table: InferredTable) -> dict:
     values = {v.lower() for v in table.label_values}
     for pair in _BINARY_LABELS:
         if values == pair:
-            negative, positive = sorted(table.label_values, key=lambda v: v.lower() in ("1", "true"))
+            negative, positive = sorted(table.label_values, key=lambda v: v.lower() in _POSITIVE)
             return {**label, "positive": positive, "negative": negative}
     return label
 
