@@ -1,8 +1,10 @@
 """Distributed training: 2-rank scaling of a compute-bound model, and end-to-end wall time of our
 barrier launcher vs pyspark's TorchDistributor running the same training, both cold, on a
-1-epoch job and on one with over a minute of training.
+1-epoch job and on one with over a minute of training; and a job large in data (2,000,000 rows):
+our rank loop against a TorchDistributor function that reads the Parquet with its own
+DataLoader, as that API's users write one.
 
-    .venv/bin/python -m bench.scaling [--only scaling|distributor]
+    .venv/bin/python -m bench.scaling [--only scaling|distributor|data]
 """
 
 from __future__ import annotations
@@ -172,6 +174,77 @@ def distributor_wall(job) -> float:
     return time.perf_counter() - t0
 
 
+# the data-heavy job: a small model, so that the rows (reading, shuffling, batching) are the work
+DATA_ROWS = 2_000_000
+DATA_EPOCHS = 2
+DATA_HIDDEN = (64,)
+DATA_BATCH = 1024
+
+
+def user_dataloader_rank(train_dir: str, epochs: int) -> int:
+    """What a TorchDistributor user writes for data in Parquet (pyspark's docs: the function builds
+    its own DataLoader): every process reads the files into one float32 matrix, a TensorDataset
+    with a DistributedSampler and a DataLoader, DDP over gloo, the same model, loss, optimizer and
+    batch as our rank loop, one thread a rank (two ranks on two cores). Returns the samples trained."""
+    import numpy as np
+    import pyarrow.dataset as ds
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    from sparkml_dist.models.factory import build_model
+
+    dist.init_process_group("gloo")
+    torch.set_num_threads(1)
+    table = ds.dataset(train_dir, format="parquet").to_table(columns=["features", "label"])
+    features = table["features"].combine_chunks().flatten().to_numpy().reshape(-1, DIM)
+    x = torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32))
+    y = torch.from_numpy(table["label"].to_numpy().astype(np.float32))
+    data = TensorDataset(x, y)
+    sampler = DistributedSampler(data, shuffle=True, seed=0)
+    loader = DataLoader(data, batch_size=DATA_BATCH, sampler=sampler)
+    torch.manual_seed(0)
+    model = DistributedDataParallel(build_model(compute_bound(DATA_HIDDEN)))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    seen = 0
+    try:
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            for xb, yb in loader:
+                opt.zero_grad()
+                loss_fn(model(xb), yb).backward()
+                opt.step()
+                seen += len(xb)
+    finally:
+        dist.destroy_process_group()
+    return seen
+
+
+def data_job_wall(kind: str, epochs: int, rows: int) -> float:
+    """One data-heavy job in this process (its session started by the caller): the dataset is
+    written first, not timed; the wall is from the launch to the result."""
+    from sparkml_dist.config import SparkConfig
+    from sparkml_dist.spark import build_session
+
+    spark = build_session(SparkConfig(master="local[2]", app_name=f"bench-data-{kind}"))
+    spark.sparkContext.setLogLevel("ERROR")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        groups = write_dataset(root, rows)
+        if kind == "ours_data":
+            job = make_job(root, groups, 2, epochs=epochs, hidden=DATA_HIDDEN)
+            return ours_wall(spark, job)
+        from pyspark.ml.torch.distributor import TorchDistributor
+
+        t0 = time.perf_counter()
+        TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(
+            user_dataloader_rank, str(root / "train"), epochs
+        )
+        return time.perf_counter() - t0
+
+
 def cold_wall(kind: str, epochs: int, rows: int) -> float:
     """One 2-rank job in a fresh process with its own Spark session: every Python process it
     trains in starts cold, ours (Spark's Python workers) as TorchDistributor's (torchrun's). The
@@ -184,6 +257,9 @@ def one_cold_job(kind: str, epochs: int, rows: int) -> None:
     from sparkml_dist.spark import build_session
 
     make_bench_importable()
+    if kind in ("ours_data", "dataloader"):
+        print(f"WALL {data_job_wall(kind, epochs, rows):.3f}", flush=True)
+        return
     spark = build_session(SparkConfig(master="local[2]", app_name=f"bench-cold-{kind}"))
     spark.sparkContext.setLogLevel("ERROR")
     with tempfile.TemporaryDirectory() as tmp:
@@ -209,6 +285,8 @@ def main(
         rows_out += scaling_rows(spark, rows)
     if only in (None, "distributor"):
         rows_out += distributor_rows(rows, long_epochs)
+    if only in (None, "data"):
+        rows_out += data_rows()
     record(rows_out)
     return rows_out
 
@@ -321,13 +399,28 @@ def distributor_rows(rows: int, long_epochs: int) -> list[dict]:
     return out
 
 
+def data_rows(rows: int = DATA_ROWS, epochs: int = DATA_EPOCHS) -> list[dict]:
+    o, b = alternate(
+        lambda: cold_wall("ours_data", epochs, rows), lambda: cold_wall("dataloader", epochs, rows)
+    )
+    note = (
+        f"{rows:,} rows x {DIM} in Parquet, MLP {DIM}-{'-'.join(map(str, DATA_HIDDEN))}-1, batch {DATA_BATCH} "
+        f"per rank, {epochs} epochs, 2 ranks x 1 thread, both cold (a fresh process each): our rank loop "
+        "(run_barrier, the Parquet streamed by ShardLoader) vs TorchDistributor(num_processes=2, local_mode=False) "
+        "running a function that reads the files into a TensorDataset with a DistributedSampler and a DataLoader"
+    )
+    return [entry("train_vs_torch_distributor_dataloader_2m", o, b, "s", "lower", 1.0, note=note)]
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument(
-        "--cold", choices=["ours", "distributor"], help="run one job in this process and print WALL s"
+        "--cold",
+        choices=["ours", "distributor", "ours_data", "dataloader"],
+        help="run one job in this process and print WALL s",
     )
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--rows", type=int, default=60_000)
-    parser.add_argument("--only", choices=["scaling", "distributor"], help="one half of the rows")
+    parser.add_argument("--only", choices=["scaling", "distributor", "data"], help="one part of the rows")
     args = parser.parse_args()
     one_cold_job(args.cold, args.epochs, args.rows) if args.cold else main(args.rows, only=args.only)
