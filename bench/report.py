@@ -44,6 +44,7 @@ ORDER = [
     "train_scaling_2_ranks_gloo_vs_no_comm_ceiling",
     "train_vs_torch_distributor",
     "train_vs_torch_distributor_1_epoch",
+    "train_vs_torch_distributor_dataloader_2m",
     "train_vs_ray_train",
     "train_vs_ray_train_epoch",
     "train_vs_ray_train_warm",
