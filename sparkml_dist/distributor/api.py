@@ -31,7 +31,7 @@ from sparkml_dist.errors import ConfigError, PrerequisiteError, SlotError, UserC
 from sparkml_dist.launch.launcher import run_barrier
 from sparkml_dist.launch.relaunch import relaunch
 from sparkml_dist.launch.torch_backend import TorchBackend
-from sparkml_dist.spark.session import refuse_spark_connect
+from sparkml_dist.spark.session import is_connect
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,7 @@ class TorchDistributor:
         if not isinstance(max_attempts, int) or max_attempts < 1:
             raise ConfigError(f"max_attempts must be a positive integer, got {max_attempts!r}")
         self.spark = spark if spark is not None else _active_session(required=not local_mode)
-        refuse_spark_connect(self.spark)
-        self.is_remote = False  # a Spark Connect session is refused above
+        self.is_remote = is_connect(self.spark)  # pyspark's name: a Spark Connect session
         self.is_spark_local_master = _is_local_master(self.spark)
         self.logger = _distributor_logger()
         self.num_processes = num_processes
@@ -152,7 +151,7 @@ class TorchDistributor:
             yield str(self.checkpoint_dir)
             return
         scratch = tempfile.mkdtemp(prefix="sparkml-dist-checkpoints-")
-        if not self.local_mode and not self.spark.sparkContext.master.startswith("local"):
+        if not self.local_mode and not _is_local_master(self.spark):
             # a directory on the driver's own disk: ranks on other hosts neither see it nor share it
             log.warning(
                 "no checkpoint_dir given: the scratch directory %s is on the driver's host only; on a "
@@ -228,6 +227,8 @@ class TorchDistributor:
 def _conf_value(spark, key: str) -> str | None:
     """The context's value of `key` (what Spark schedules with, also when set on the SparkContext
     after the session was made), else the session's."""
+    if is_connect(spark):  # no SparkContext on a Connect client: the session's conf is the server's
+        return spark.conf.get(key, None)
     return spark.sparkContext.getConf().get(key, None) or spark.conf.get(key, None)
 
 
@@ -236,7 +237,10 @@ def _conf_is_true(spark, key: str) -> bool:
     the session was made reaches only the latter)."""
     if spark is None:
         return False
-    values = (spark.conf.get(key, None), spark.sparkContext.getConf().get(key, None))
+    values = (
+        spark.conf.get(key, None),
+        None if is_connect(spark) else spark.sparkContext.getConf().get(key, None),
+    )
     return any((v or "").lower() == "true" for v in values)
 
 
@@ -248,7 +252,7 @@ def _is_local_master(spark) -> bool:
 def _driver_gpus(spark) -> list[str]:
     """The GPUs the driver owns: Spark's driver resources (with CUDA_VISIBLE_DEVICES mapping
     their indices, as pyspark's get_gpus_owned does); without a session, the ones torch sees."""
-    if spark is None:
+    if spark is None or is_connect(spark):  # a Connect client's processes run on its own host
         import torch
 
         return [str(i) for i in range(torch.cuda.device_count())]

@@ -18,9 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyspark import cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 
-from sparkml_dist.errors import RankFailure, SlotError
+from sparkml_dist.errors import PrerequisiteError, RankFailure, SlotError
 from sparkml_dist.launch.backend import Backend
 from sparkml_dist.launch.context import PartitionData, RankContext, captured_output, env_scope, layout
 from sparkml_dist.launch.coordinator import CoordinatorAddress, LaunchCoordinator, all_gather
@@ -34,7 +35,7 @@ from sparkml_dist.launch.rendezvous import BoundStore
 from sparkml_dist.launch.reports import crash_reports, decode_failures, encode_failure, is_peer_failure
 from sparkml_dist.launch.spill import Spill, spilled_partition
 from sparkml_dist.spark.capacity import slot_gap
-from sparkml_dist.spark.session import job_phase, task_slots
+from sparkml_dist.spark.session import is_connect, job_phase, task_slots
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +53,9 @@ class RankOptions:
     coordinator, the backend's settings, where its output goes, and the launch's secret (travels to
     every rank with the task)."""
 
-    # the driver's listener for the ranks' all-gather and end barrier (launch.coordinator)
-    coordinator: CoordinatorAddress
+    # the driver's listener for the ranks' all-gather and end barrier (launch.coordinator); None on
+    # Spark Connect, whose client no executor can reach: Spark's own BarrierTaskContext.allGather
+    coordinator: CoordinatorAddress | None
     extra: dict[str, str] = field(default_factory=dict)  # the backend's, from `driver_start`
     relay: RelayAddress | None = None  # stream output lines to the driver's log
     echo: bool = True  # also write them to the worker's own stdout
@@ -125,6 +127,8 @@ def _launch_when_placeable(
     # imported here, not at the top: it pulls in the config schema (pydantic, about 0.3 s), which a
     # rank's worker would otherwise import, cold, when it unpickles the rank function
 
+    if is_connect(spark):
+        return _launch_over_connect(spark, fn, payload, num_ranks, backend, frame)
     for check in range(2):
         slots = task_slots(spark, wanted=num_ranks)
         if num_ranks > slots:
@@ -208,9 +212,35 @@ def _launch(
     return [result for _, result in sorted(results, key=lambda pair: pair[0])]
 
 
-def _collect_over_frame(frame: DataFrame, num_ranks: int, task) -> list[tuple[int, Any]]:
-    from pyspark import cloudpickle
+def _launch_over_connect(
+    spark: SparkSession, fn: RankFn, payload: Any, num_ranks: int, backend: Backend, frame: DataFrame | None
+) -> list[Any]:
+    """One barrier stage from a Spark Connect client: the ranks meet through Spark's own
+    `allGather` (no listener on this side, which the executors cannot reach), a range of
+    `num_ranks` rows makes the tasks when no DataFrame does, and results come back as rows. A
+    rank's output stays in its executor's log: there is no relay to the client."""
+    if not backend.hosts_store:  # its rendezvous is the driver's (driver_start): not a Connect client's
+        raise PrerequisiteError(
+            f"the {backend.name} backend runs its rendezvous server on the driver, which a Spark Connect "
+            f"client is not: on Connect, train with the torch backend (train.backend=torch)"
+        )
+    options = RankOptions(None, secret=secrets.token_bytes(32))
+    task = functools.partial(
+        _frame_rank_main, fn=fn, payload=payload, backend=backend, options=options, spill=frame is not None
+    )
+    source = deal(frame, num_ranks) if frame is not None else spark.range(num_ranks, numPartitions=num_ranks)
+    log.info("launching %d ranks (backend %s) in a barrier stage over Spark Connect", num_ranks, backend.name)
+    try:
+        rows = source.mapInArrow(task, "rank int, result binary", barrier=True).collect()
+    except Exception as exc:  # pyspark.errors.exceptions.connect.*: the executor's error text
+        reports = decode_failures(str(exc)) or crash_reports(str(exc))
+        if not reports and _SLOTS_GONE.search(str(exc)):
+            raise SlotError(None, num_ranks, " (Spark refused the barrier stage)") from None
+        raise RankFailure(reports, _first_python_error(str(exc))) from (None if reports else exc)
+    return [cloudpickle.loads(row["result"]) for row in sorted(rows, key=lambda row: row["rank"])]
 
+
+def _collect_over_frame(frame: DataFrame, num_ranks: int, task) -> list[tuple[int, Any]]:
     # an explicit partition count, which adaptive execution keeps (it never coalesces one)
     rows = deal(frame, num_ranks).mapInArrow(task, "rank int, result binary", barrier=True).collect()
     return [(row["rank"], cloudpickle.loads(row["result"])) for row in rows]
@@ -244,12 +274,18 @@ def _rank_main(_partition, fn: RankFn, payload: Any, backend: Backend, options: 
     yield _run_rank(fn, payload, backend, options, spill=None)
 
 
-def _frame_rank_main(batches, fn: RankFn, payload: Any, backend: Backend, options: RankOptions):
+def _frame_rank_main(batches, fn: RankFn, payload: Any, backend: Backend, options: RankOptions, spill=True):
+    """A rank over a barrier mapInArrow: its share of the DataFrame spilled to local disk (`spill`),
+    or, over a range that only makes the tasks, nothing."""
     import pyarrow as pa
-    from pyspark import cloudpickle
 
-    with spilled_partition(batches) as spill:
-        rank, result = _run_rank(fn, payload, backend, options, spill=spill)
+    if spill:
+        with spilled_partition(batches) as spilled:
+            rank, result = _run_rank(fn, payload, backend, options, spill=spilled)
+    else:
+        for _ in batches:  # the range's ids: read, so that the task's input is done with
+            pass
+        rank, result = _run_rank(fn, payload, backend, options, spill=None)
     yield pa.RecordBatch.from_pydict(
         {"rank": [rank], "result": [cloudpickle.dumps(result)]},
         schema=pa.schema([("rank", pa.int32()), ("result", pa.binary())]),
@@ -303,7 +339,10 @@ def _run_rank(fn: RankFn, payload: Any, backend: Backend, options: RankOptions, 
 
 def _all_gather(task, options: RankOptions, step: str, value: str) -> list[str]:
     """Every rank's `value`, in rank order. Through the driver's coordinator: Spark's own
-    `allGather` sleeps a second before it looks for the answer (launch.coordinator)."""
+    `allGather` sleeps a second before it looks for the answer (launch.coordinator); over Spark
+    Connect, whose client the ranks cannot reach, through that one."""
+    if options.coordinator is None:
+        return list(task.allGather(value))
     return all_gather(options.coordinator, step, task.partitionId(), value)
 
 

@@ -66,11 +66,16 @@ def check_java(min_major: int = MIN_JAVA) -> int:
 
 
 _CONNECT_UNSUPPORTED = (
-    "sparkml_dist needs a classic SparkSession: its barrier stages and Spark ML feature models go through "
-    "the session's JVM, which a Spark Connect client does not have. Databricks serverless compute, shared "
-    "access-mode clusters and Databricks Connect give Connect sessions and are not supported yet "
-    "(docs/deployment.md). "
+    "sparkml_dist's stages need a classic SparkSession: their Spark ML feature models and the driver's "
+    "listeners go through the session's JVM, which a Spark Connect client does not have. Databricks "
+    "serverless compute, shared access-mode clusters and Databricks Connect give Connect sessions, where "
+    "only sparkml_dist.TorchDistributor runs so far (docs/deployment.md). "
 )
+
+
+def is_connect(session) -> bool:
+    """Whether `session` is a Spark Connect client's (no sparkContext, no JVM on this side)."""
+    return session is not None and type(session).__module__.startswith("pyspark.sql.connect")
 
 
 def refuse_spark_connect(session=None) -> None:
@@ -83,7 +88,7 @@ def refuse_spark_connect(session=None) -> None:
             "Unset SPARK_REMOTE and give a master instead (spark-submit --master, or "
             "spark.master in the job config)."
         )
-    if session is not None and type(session).__module__.startswith("pyspark.sql.connect"):
+    if is_connect(session):
         raise PrerequisiteError(
             f"the SparkSession given is a Spark Connect session. {_CONNECT_UNSUPPORTED}"
             "Use a classic session (on Databricks: a cluster in dedicated, single-user access mode)."
@@ -200,7 +205,11 @@ def _current_slots(sc) -> int:
 
 @contextmanager
 def job_phase(spark, description: str) -> Iterator[None]:
-    """Label the Spark jobs started in the block (Spark UI, event logs, bench/preprocess_profile.py)."""
+    """Label the Spark jobs started in the block (Spark UI, event logs, bench/preprocess_profile.py).
+    A Spark Connect session has no job description to set: its jobs keep Connect's own label."""
+    if is_connect(spark):
+        yield
+        return
     context = spark.sparkContext
     previous = context.getLocalProperty("spark.job.description")
     context.setJobDescription(description)

@@ -1,0 +1,56 @@
+"""A notebook's cells on Spark Connect, as a Databricks serverless user runs them: a Connect session
+(here a local server, `SparkSession.builder.remote("local[2]")`), then this project's
+TorchDistributor with the user's own functions. Prints one JSON line of what a test checks.
+
+    python tests/user_code/connect_client.py
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from pyspark.ml.feature import VectorAssembler
+from pyspark.sql import SparkSession
+from sklearn.datasets import load_breast_cancer
+
+import sparkml_dist as sd
+from sparkml_dist.errors import RankFailure
+from user_code.breast_cancer import fail_on_rank, train, train_from_dataframe
+
+
+def main() -> None:
+    spark = SparkSession.builder.remote("local[2]").getOrCreate()
+    out: dict = {"session": type(spark).__module__}
+    distributor = sd.TorchDistributor(num_processes=2, local_mode=False, use_gpu=False)
+    out["is_remote"] = distributor.is_remote
+    over_connect = distributor.run(train, 0.05, epochs=3)
+    on_driver = sd.TorchDistributor(num_processes=2, local_mode=True, use_gpu=False).run(
+        train, 0.05, epochs=3
+    )
+    out["world"] = over_connect["world"]
+    out["accuracy"] = over_connect["accuracy"]
+    out["max_param_diff"] = max(
+        float(np.abs(np.asarray(a) - np.asarray(b)).max())
+        for a, b in zip(over_connect["params"], on_driver["params"])
+    )
+    try:
+        distributor.run(fail_on_rank, 1)
+    except RankFailure as failure:
+        report = {r.rank: r for r in failure.reports}[1]
+        out["failure"] = {"type": report.exc_type, "message": report.message, "tail": report.output_tail}
+    x, y = load_breast_cancer(return_X_y=True)
+    x = (x - x.mean(axis=0)) / x.std(axis=0)
+    names = [f"f{i}" for i in range(x.shape[1])]
+    rows = [tuple(float(v) for v in r) + (int(label),) for r, label in zip(x, y)]
+    raw = spark.createDataFrame(rows, [*names, "label"]).repartition(3)
+    df = VectorAssembler(inputCols=names, outputCol="features").transform(raw).select("features", "label")
+    fed = distributor.run_on_dataframe(train_from_dataframe, df, 0.2, epochs=10)
+    out["dataframe"] = {"rows": sum(r["own_rows"] for r in fed["ranks"]), "accuracy": fed["accuracy"]}
+    out["input_rows"] = len(rows)
+    print("RESULT " + json.dumps(out), flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
