@@ -2,9 +2,9 @@
 barrier launcher vs pyspark's TorchDistributor running the same training, both cold, on a
 1-epoch job and on one with over a minute of training; and a job large in data (2,000,000 rows):
 our rank loop against a TorchDistributor function that reads the Parquet with its own
-DataLoader, as that API's users write one.
+DataLoader, as that API's users write one; and what a launch costs over Spark Connect.
 
-    .venv/bin/python -m bench.scaling [--only scaling|distributor|data]
+    .venv/bin/python -m bench.scaling [--only scaling|distributor|data|connect]
 """
 
 from __future__ import annotations
@@ -245,6 +245,17 @@ def data_job_wall(kind: str, epochs: int, rows: int) -> float:
         return time.perf_counter() - t0
 
 
+def connect_session():
+    """A Spark Connect client of a local server (`local[2]`, started by pyspark in this process's
+    JVM), as a Databricks notebook's session is a Connect client of its cluster."""
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the server's Python workers: this venv
+    return SparkSession.builder.remote("local[2]").getOrCreate()
+
+
 def cold_wall(kind: str, epochs: int, rows: int) -> float:
     """One 2-rank job in a fresh process with its own Spark session: every Python process it
     trains in starts cold, ours (Spark's Python workers) as TorchDistributor's (torchrun's). The
@@ -260,12 +271,15 @@ def one_cold_job(kind: str, epochs: int, rows: int) -> None:
     if kind in ("ours_data", "dataloader"):
         print(f"WALL {data_job_wall(kind, epochs, rows):.3f}", flush=True)
         return
-    spark = build_session(SparkConfig(master="local[2]", app_name=f"bench-cold-{kind}"))
-    spark.sparkContext.setLogLevel("ERROR")
+    if kind == "ours_connect":
+        spark = connect_session()
+    else:
+        spark = build_session(SparkConfig(master="local[2]", app_name=f"bench-cold-{kind}"))
+        spark.sparkContext.setLogLevel("ERROR")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         job = make_job(root, write_dataset(root, rows, row_group=2048), 2, epochs=epochs)
-        wall = ours_wall(spark, job) if kind == "ours" else distributor_wall(job)
+        wall = distributor_wall(job) if kind == "distributor" else ours_wall(spark, job)
     print(f"WALL {wall:.3f}", flush=True)
     spark.stop()
 
@@ -287,6 +301,8 @@ def main(
         rows_out += distributor_rows(rows, long_epochs)
     if only in (None, "data"):
         rows_out += data_rows()
+    if only in (None, "connect"):
+        rows_out += connect_rows(rows)
     record(rows_out)
     return rows_out
 
@@ -399,6 +415,18 @@ def distributor_rows(rows: int, long_epochs: int) -> list[dict]:
     return out
 
 
+def connect_rows(rows: int) -> list[dict]:
+    """What a launch costs over Spark Connect: the same 1-epoch job, both cold, launched through
+    a Connect client (the ranks meet through Spark's allGather) and through a classic session."""
+    o, b = alternate(lambda: cold_wall("ours_connect", 1, rows), lambda: cold_wall("ours", 1, rows))
+    note = (
+        f"run_barrier of the same rank function (DDP, MLP 32-1024-1024-1, {rows:,} rows, 1 epoch, 2 ranks), "
+        "both cold (a fresh process each), timed from the launch to the result: over a Spark Connect "
+        "client of a local server vs a classic local[2] session"
+    )
+    return [entry("train_over_connect_vs_classic_1_epoch", o, b, "s", "lower", None, note=note)]
+
+
 def data_rows(rows: int = DATA_ROWS, epochs: int = DATA_EPOCHS) -> list[dict]:
     o, b = alternate(
         lambda: cold_wall("ours_data", epochs, rows), lambda: cold_wall("dataloader", epochs, rows)
@@ -416,11 +444,13 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument(
         "--cold",
-        choices=["ours", "distributor", "ours_data", "dataloader"],
+        choices=["ours", "distributor", "ours_data", "dataloader", "ours_connect"],
         help="run one job in this process and print WALL s",
     )
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--rows", type=int, default=60_000)
-    parser.add_argument("--only", choices=["scaling", "distributor", "data"], help="one part of the rows")
+    parser.add_argument(
+        "--only", choices=["scaling", "distributor", "data", "connect"], help="one part of the rows"
+    )
     args = parser.parse_args()
     one_cold_job(args.cold, args.epochs, args.rows) if args.cold else main(args.rows, only=args.only)
