@@ -253,7 +253,11 @@ def connect_session():
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the server's Python workers: this venv
-    return SparkSession.builder.remote("local[2]").getOrCreate()
+    return (
+        SparkSession.builder.config("spark.connect.grpc.binding.address", "127.0.0.1")
+        .remote("local[2]")
+        .getOrCreate()
+    )
 
 
 def cold_wall(kind: str, epochs: int, rows: int) -> float:

@@ -26,6 +26,7 @@ def test_the_torch_distributor_runs_over_spark_connect():
     line = next(ln for ln in done.stdout.splitlines() if ln.startswith("RESULT "))
     out = json.loads(line.removeprefix("RESULT "))
     assert out["session"] == "pyspark.sql.connect.session" and out["is_remote"] is True
+    assert out["listening"] == ["127.0.0.1"], "the local Connect server listens on loopback only"
     # two barrier ranks that trained together end with the weights of two processes on the driver
     assert out["world"] == 2 and out["max_param_diff"] <= 1e-6 and out["accuracy"] > 0.8
     assert out["failure"] == {

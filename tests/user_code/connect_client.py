@@ -18,10 +18,30 @@ import sparkml_dist as sd
 from sparkml_dist.errors import RankFailure
 from user_code.breast_cancer import fail_on_rank, train, train_from_dataframe
 
+CONNECT_PORT = 15002
+
+
+def listening_on(port: int) -> list[str]:
+    """The addresses a TCP listener on `port` is bound to (an IPv4 address that a dual-stack socket
+    reports as IPv4-mapped IPv6, as itself)."""
+    import psutil
+
+    return sorted(
+        c.laddr.ip.removeprefix("::ffff:")
+        for c in psutil.net_connections(kind="tcp")
+        if c.status == "LISTEN" and c.laddr.port == port
+    )
+
 
 def main() -> None:
-    spark = SparkSession.builder.remote("local[2]").getOrCreate()
-    out: dict = {"session": type(spark).__module__}
+    # the server pyspark starts for "local[...]" admits only this process's random token; bound to
+    # loopback (its default is every address), on Connect's port 15002
+    spark = (
+        SparkSession.builder.config("spark.connect.grpc.binding.address", "127.0.0.1")
+        .remote("local[2]")
+        .getOrCreate()
+    )
+    out: dict = {"session": type(spark).__module__, "listening": listening_on(CONNECT_PORT)}
     distributor = sd.TorchDistributor(num_processes=2, local_mode=False, use_gpu=False)
     out["is_remote"] = distributor.is_remote
     over_connect = distributor.run(train, 0.05, epochs=3)
