@@ -223,8 +223,8 @@ def user_dataloader_rank(train_dir: str, epochs: int) -> int:
 
 
 def data_job_wall(kind: str, epochs: int, rows: int) -> float:
-    """One data-heavy job in this process (its session started by the caller): the dataset is
-    written first, not timed; the wall is from the launch to the result."""
+    """One data-heavy job in this process, with a session of its own: the dataset is written
+    first, not timed; the wall is from the launch to the result."""
     from sparkml_dist.config import SparkConfig
     from sparkml_dist.spark import build_session
 

@@ -68,14 +68,12 @@ class SlotError(SparkMLDistError, RuntimeError):
         self.requested = requested
         self.detail = detail
         self.key = key  # what the caller set the rank count with
-        have, at_most = (
-            (f"{available} task slots available", f"to at most {available}")
-            if available is not None
-            else ("fewer task slots than ranks", "")
-        )
+        known = available is not None
+        have = f"{available} task slots available" if known else "fewer task slots than ranks"
+        limit = f" to at most {available}" if known else ""
         super().__init__(
-            f"{have}, {requested} ranks requested: lower {key}{' ' + at_most if at_most else ''}, or give "
-            f"the cluster more cores (local[N] / more executors).{detail}"
+            f"{have}, {requested} ranks requested: lower {key}{limit}, or give the cluster more cores "
+            f"(local[N] / more executors).{detail}"
         )
 
     def __reduce__(self):

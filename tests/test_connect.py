@@ -34,5 +34,6 @@ def test_the_torch_distributor_runs_over_spark_connect():
         "message": "bad value on rank 1",
         "tail": "rank 1 starting",
     }, "a failing rank's own report reaches the client, through Connect's error text"
+    assert out["horovod"].startswith("the horovod backend runs its rendezvous server on the driver"), out
     assert out["dataframe"]["rows"] == out["input_rows"] == 569, "every row of the Connect DataFrame, once"
     assert out["dataframe"]["accuracy"] > 0.95

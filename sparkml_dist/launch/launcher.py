@@ -190,9 +190,8 @@ def _launch(
                     .collect()
                 )
             else:
-                results = _collect_over_frame(
-                    frame,
-                    num_ranks,
+                results = _barrier_rows(
+                    deal(frame, num_ranks),
                     functools.partial(
                         _frame_rank_main, fn=fn, payload=payload, backend=backend, options=options
                     ),
@@ -231,18 +230,19 @@ def _launch_over_connect(
     source = deal(frame, num_ranks) if frame is not None else spark.range(num_ranks, numPartitions=num_ranks)
     log.info("launching %d ranks (backend %s) in a barrier stage over Spark Connect", num_ranks, backend.name)
     try:
-        rows = source.mapInArrow(task, "rank int, result binary", barrier=True).collect()
+        results = _barrier_rows(source, task)
     except Exception as exc:  # pyspark.errors.exceptions.connect.*: the executor's error text
         reports = decode_failures(str(exc)) or crash_reports(str(exc))
         if not reports and _SLOTS_GONE.search(str(exc)):
             raise SlotError(None, num_ranks, " (Spark refused the barrier stage)") from None
         raise RankFailure(reports, _first_python_error(str(exc))) from (None if reports else exc)
-    return [cloudpickle.loads(row["result"]) for row in sorted(rows, key=lambda row: row["rank"])]
+    return [result for _, result in sorted(results, key=lambda pair: pair[0])]
 
 
-def _collect_over_frame(frame: DataFrame, num_ranks: int, task) -> list[tuple[int, Any]]:
-    # an explicit partition count, which adaptive execution keeps (it never coalesces one)
-    rows = deal(frame, num_ranks).mapInArrow(task, "rank int, result binary", barrier=True).collect()
+def _barrier_rows(source: DataFrame, task) -> list[tuple[int, Any]]:
+    """(rank, result) of `task` over `source`'s partitions as one barrier stage: `source` has an
+    explicit partition count (a deal or a range), which adaptive execution keeps."""
+    rows = source.mapInArrow(task, "rank int, result binary", barrier=True).collect()
     return [(row["rank"], cloudpickle.loads(row["result"])) for row in rows]
 
 
@@ -274,7 +274,9 @@ def _rank_main(_partition, fn: RankFn, payload: Any, backend: Backend, options: 
     yield _run_rank(fn, payload, backend, options, spill=None)
 
 
-def _frame_rank_main(batches, fn: RankFn, payload: Any, backend: Backend, options: RankOptions, spill=True):
+def _frame_rank_main(
+    batches, fn: RankFn, payload: Any, backend: Backend, options: RankOptions, spill: bool = True
+):
     """A rank over a barrier mapInArrow: its share of the DataFrame spilled to local disk (`spill`),
     or, over a range that only makes the tasks, nothing."""
     import pyarrow as pa

@@ -205,11 +205,7 @@ def _current_slots(sc) -> int:
 
 @contextmanager
 def job_phase(spark, description: str) -> Iterator[None]:
-    """Label the Spark jobs started in the block (Spark UI, event logs, bench/preprocess_profile.py).
-    A Spark Connect session has no job description to set: its jobs keep Connect's own label."""
-    if is_connect(spark):
-        yield
-        return
+    """Label the Spark jobs started in the block (Spark UI, event logs, bench/preprocess_profile.py)."""
     context = spark.sparkContext
     previous = context.getLocalProperty("spark.job.description")
     context.setJobDescription(description)

@@ -15,7 +15,9 @@ from pyspark.sql import SparkSession
 from sklearn.datasets import load_breast_cancer
 
 import sparkml_dist as sd
-from sparkml_dist.errors import RankFailure
+from sparkml_dist.errors import PrerequisiteError, RankFailure
+from sparkml_dist.launch import run_barrier
+from sparkml_dist.launch.horovod_backend import HorovodBackend
 from user_code.breast_cancer import fail_on_rank, train, train_from_dataframe
 
 CONNECT_PORT = 15002
@@ -59,6 +61,10 @@ def main() -> None:
     except RankFailure as failure:
         report = {r.rank: r for r in failure.reports}[1]
         out["failure"] = {"type": report.exc_type, "message": report.message, "tail": report.output_tail}
+    try:  # Horovod's rendezvous server lives on the driver, which a Connect client is not
+        run_barrier(spark, lambda ctx, payload: None, None, 2, HorovodBackend())
+    except PrerequisiteError as refused:
+        out["horovod"] = str(refused)
     x, y = load_breast_cancer(return_X_y=True)
     x = (x - x.mean(axis=0)) / x.std(axis=0)
     names = [f"f{i}" for i in range(x.shape[1])]
