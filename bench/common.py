@@ -87,6 +87,7 @@ def entry(
         "better": better,
         "target": target,
         "met": met,
+        "rounds": max(len(getattr(value, "runs", None) or ()) for value in (ours, baseline)) or 1,
     }
     for side, value in (("ours_runs", ours), ("baseline_runs", baseline)):
         if spread(value) is not None:

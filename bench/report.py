@@ -114,8 +114,14 @@ def table(results: list[dict], prefix: str = "*") -> str:
 
 
 def measured(row: dict) -> str:
-    """When and at which commit a row was recorded (rows recorded before bench/common.py kept it: "")."""
-    return f"{row['measured']} `{row['commit']}`" if "measured" in row else ""
+    """When and at which commit a row was measured. Rows recorded before bench/common.py stamped
+    them carry the commit that first held their figures and its date, from git's history of
+    bench/results.json (`dated_from: git`), marked so."""
+    if "measured" not in row:
+        return ""
+    if row.get("dated_from") == "git":
+        return f"{row['measured']}, recorded in `{row['commit']}`"
+    return f"{row['measured']} `{row['commit']}`"
 
 
 def ratio_range(row: dict) -> str:
@@ -123,7 +129,7 @@ def ratio_range(row: dict) -> str:
     baseline's fastest, and the other way round), or "" for a row measured once."""
     ours, base = row.get("ours_runs"), row.get("baseline_runs")
     if not ours or not base or not base["min"] or not base["max"]:
-        return ""
+        return "1 round" if row.get("rounds") == 1 else ""
     low, high = ours["min"] / base["max"], ours["max"] / base["min"]
     return f"{low:.2f}–{high:.2f} ({ours['rounds']} rounds)"
 

@@ -1,5 +1,6 @@
 """docs/benchmarks.md's tables are bench/results.json's rows (`python -m bench.report --write`)."""
 
+from bench.common import Measured, entry
 from bench.report import BLOCK, DOCS, GENERATED, load_results, render
 
 
@@ -25,3 +26,18 @@ def test_a_changed_result_changes_the_docs():
     changed = [dict(r, ratio=r["ratio"] + 1) if r["name"] == results[0]["name"] else r for r in results]
     docs = DOCS.read_text()
     assert render(docs, changed) != docs
+
+
+def test_every_row_says_when_at_which_commit_and_over_how_many_rounds():
+    """A figure without its date and code cannot be compared with the code that runs now."""
+    for row in load_results():
+        assert row.get("measured") and row.get("commit"), f"{row['name']}: no date or commit"
+        assert isinstance(row.get("rounds"), int) and row["rounds"] >= 1, f"{row['name']}: no rounds"
+        if "ours_runs" in row:
+            assert row["rounds"] == row["ours_runs"]["rounds"], row["name"]
+
+
+def test_a_new_row_counts_its_rounds():
+    alternated = entry("x", Measured([1.0, 2.0, 3.0]), Measured([1.0, 1.0, 1.0]), "s", "lower", None)
+    assert alternated["rounds"] == 3 and alternated["ours_runs"]["rounds"] == 3
+    assert entry("y", 2.0, 1.0, "s", "lower", None)["rounds"] == 1
