@@ -63,6 +63,7 @@ ORDER = [
     "allreduce_horovod_vs_gloo_1mib",
     "preprocess_vs_spark_io_1m",
     "preprocess_vs_spark_io_10m",
+    "preprocess_vs_spark_io_mnist",
     "memory_stream_train",
     "memory_score_10m",
     "memory_train_vs_torch_dataloader",
