@@ -29,6 +29,11 @@ def test_the_torch_distributor_runs_over_spark_connect():
     assert out["listening"] == ["127.0.0.1"], "the local Connect server listens on loopback only"
     # two barrier ranks that trained together end with the weights of two processes on the driver
     assert out["world"] == 2 and out["max_param_diff"] <= 1e-6 and out["accuracy"] > 0.8
+    # no relay reaches a Connect client: each rank's last lines come back with its result
+    assert sorted(line.split(" loss ")[0] for line in out["relayed"]) == [
+        "[rank 0] rank 0 epoch 2",
+        "[rank 1] rank 1 epoch 2",
+    ], out["relayed"]
     assert out["failure"] == {
         "type": "ValueError",
         "message": "bad value on rank 1",

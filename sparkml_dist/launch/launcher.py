@@ -30,7 +30,7 @@ from sparkml_dist.launch.gateway import LocalForwarder, StoreGateway
 from sparkml_dist.launch.isolation import run_forked
 from sparkml_dist.launch.pg_guard import process_groups_outlive_the_call
 from sparkml_dist.launch.ports import driver_ports
-from sparkml_dist.launch.relay import OutputRelay, RelayAddress, RelaySink
+from sparkml_dist.launch.relay import OutputRelay, RelayAddress, RelaySink, log_rank_line
 from sparkml_dist.launch.rendezvous import BoundStore
 from sparkml_dist.launch.reports import crash_reports, decode_failures, encode_failure, is_peer_failure
 from sparkml_dist.launch.spill import Spill, spilled_partition
@@ -60,6 +60,16 @@ class RankOptions:
     relay: RelayAddress | None = None  # stream output lines to the driver's log
     echo: bool = True  # also write them to the worker's own stdout
     secret: bytes = b""  # this launch's rendezvous secret: fresh random bytes (launch.gateway)
+
+
+@dataclass(frozen=True)
+class _RankReturn:
+    """What a rank's task sends back: its function's result and the last lines of its output
+    (which only a Spark Connect client, with no relay, shows)."""
+
+    rank: int
+    result: Any
+    output_tail: tuple[str, ...] = ()
 
 
 def run_barrier(
@@ -208,7 +218,7 @@ def _launch(
         handle.stop()
         if relay is not None:
             relay.stop()
-    return [result for _, result in sorted(results, key=lambda pair: pair[0])]
+    return [r.result for r in sorted(results, key=lambda r: r.rank)]
 
 
 def _launch_over_connect(
@@ -216,8 +226,9 @@ def _launch_over_connect(
 ) -> list[Any]:
     """One barrier stage from a Spark Connect client: the ranks meet through Spark's own
     `allGather` (no listener on this side, which the executors cannot reach), a range of
-    `num_ranks` rows makes the tasks when no DataFrame does, and results come back as rows. A
-    rank's output stays in its executor's log: there is no relay to the client."""
+    `num_ranks` rows makes the tasks when no DataFrame does, and results come back as rows. No
+    relay streams a rank's output to the client: each rank's last lines come back with its result
+    and are logged here, as the relay logs them, once the ranks are done."""
     if not backend.hosts_store:  # its rendezvous is the driver's (driver_start): not a Connect client's
         raise PrerequisiteError(
             f"the {backend.name} backend runs its rendezvous server on the driver, which a Spark Connect "
@@ -236,14 +247,18 @@ def _launch_over_connect(
         if not reports and _SLOTS_GONE.search(str(exc)):
             raise SlotError(None, num_ranks, " (Spark refused the barrier stage)") from None
         raise RankFailure(reports, _first_python_error(str(exc))) from (None if reports else exc)
-    return [result for _, result in sorted(results, key=lambda pair: pair[0])]
+    returned = sorted(results, key=lambda r: r.rank)
+    for r in returned:
+        for line in r.output_tail:
+            log_rank_line(r.rank, line)
+    return [r.result for r in returned]
 
 
-def _barrier_rows(source: DataFrame, task) -> list[tuple[int, Any]]:
-    """(rank, result) of `task` over `source`'s partitions as one barrier stage: `source` has an
+def _barrier_rows(source: DataFrame, task) -> list[_RankReturn]:
+    """What `task` returns over `source`'s partitions as one barrier stage: `source` has an
     explicit partition count (a deal or a range), which adaptive execution keeps."""
-    rows = source.mapInArrow(task, "rank int, result binary", barrier=True).collect()
-    return [(row["rank"], cloudpickle.loads(row["result"])) for row in rows]
+    rows = source.mapInArrow(task, "rank int, result binary, output array<string>", barrier=True).collect()
+    return [_RankReturn(row["rank"], cloudpickle.loads(row["result"]), tuple(row["output"])) for row in rows]
 
 
 def _missing_module_advice(spark: SparkSession, text: str) -> str:
@@ -283,18 +298,24 @@ def _frame_rank_main(
 
     if spill:
         with spilled_partition(batches) as spilled:
-            rank, result = _run_rank(fn, payload, backend, options, spill=spilled)
+            returned = _run_rank(fn, payload, backend, options, spill=spilled)
     else:
         for _ in batches:  # the range's ids: read, so that the task's input is done with
             pass
-        rank, result = _run_rank(fn, payload, backend, options, spill=None)
+        returned = _run_rank(fn, payload, backend, options, spill=None)
     yield pa.RecordBatch.from_pydict(
-        {"rank": [rank], "result": [cloudpickle.dumps(result)]},
-        schema=pa.schema([("rank", pa.int32()), ("result", pa.binary())]),
+        {
+            "rank": [returned.rank],
+            "result": [cloudpickle.dumps(returned.result)],
+            "output": [list(returned.output_tail)],
+        },
+        schema=pa.schema([("rank", pa.int32()), ("result", pa.binary()), ("output", pa.list_(pa.string()))]),
     )
 
 
-def _run_rank(fn: RankFn, payload: Any, backend: Backend, options: RankOptions, spill: Spill | None):
+def _run_rank(
+    fn: RankFn, payload: Any, backend: Backend, options: RankOptions, spill: Spill | None
+) -> _RankReturn:
     from pyspark import BarrierTaskContext
 
     backend.preload()  # before any wait on another rank: cold ranks import torch side by side, not in turn
@@ -326,12 +347,12 @@ def _run_rank(fn: RankFn, payload: Any, backend: Backend, options: RankOptions, 
             secret=options.secret,
             **info,
         )
-        result = _run_reporting(fn, ctx, payload, backend, options)
+        result, tail = _run_reporting(fn, ctx, payload, backend, options)
         if backend.hosts_store:
             # rank 0 keeps the store until every rank is done with it: a rank's last store traffic
             # (e.g. RPC's shutdown barrier) may still be on its way when rank 0's own function returns
             _all_gather(task, options, "end", "")
-        return rank, result
+        return _RankReturn(rank, result, tail)
     finally:
         if gateway is not None:
             gateway.close()
@@ -348,13 +369,17 @@ def _all_gather(task, options: RankOptions, step: str, value: str) -> list[str]:
     return all_gather(options.coordinator, step, task.partitionId(), value)
 
 
-def _run_reporting(fn: RankFn, ctx: RankContext, payload: Any, backend: Backend, options: RankOptions) -> Any:
-    """Run the rank; its output is captured (and relayed), a failure is encoded for the driver."""
+def _run_reporting(
+    fn: RankFn, ctx: RankContext, payload: Any, backend: Backend, options: RankOptions
+) -> tuple[Any, tuple[str, ...]]:
+    """Run the rank: its result and the last lines of its output, which is captured (and
+    relayed); a failure is encoded for the driver."""
     sink = RelaySink(options.relay, ctx.rank) if options.relay else None
     try:
         with captured_output(on_line=sink, echo=options.echo) as tail, env_scope(backend.rank_env(ctx)):
             try:
-                return _run_with_backend(fn, ctx, payload, backend, tail, options.secret)
+                result = _run_with_backend(fn, ctx, payload, backend, tail, options.secret)
+                return result, (() if sink else tuple(tail))
             except BaseException as exc:
                 if is_peer_failure(exc):
                     # A collective broke because another rank died: give that rank's own report

@@ -21,6 +21,11 @@ from sparkml_dist.launch.ports import PortRange
 log = logging.getLogger("sparkml_dist.ranks")
 
 
+def log_rank_line(rank: int | str, line: str) -> None:
+    """A rank's output line on the driver's log, as the relay and the Connect launch write it."""
+    log.info("[rank %s] %s", rank, line)
+
+
 @dataclass(frozen=True)
 class RelayAddress:
     """Where a rank sends its lines, and the token that admits it (travels in the task closure)."""
@@ -54,7 +59,7 @@ class OutputRelay:
 
     @staticmethod
     def _log_line(rank: str, line: str) -> None:
-        log.info("[rank %s] %s", rank, line)
+        log_rank_line(rank, line)
 
     def stop(self) -> None:
         self._listener.stop()

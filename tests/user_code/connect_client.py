@@ -8,6 +8,7 @@ TorchDistributor with the user's own functions. Prints one JSON line of what a t
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 from pyspark.ml.feature import VectorAssembler
@@ -35,6 +36,17 @@ def listening_on(port: int) -> list[str]:
     )
 
 
+class RankLines(logging.Handler):
+    """The ranks' output lines, as the launcher logs them on this side."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
 def main() -> None:
     # the server pyspark starts for "local[...]" admits only this process's random token; bound to
     # loopback (its default is every address), on Connect's port 15002
@@ -46,7 +58,11 @@ def main() -> None:
     out: dict = {"session": type(spark).__module__, "listening": listening_on(CONNECT_PORT)}
     distributor = sd.TorchDistributor(num_processes=2, local_mode=False, use_gpu=False)
     out["is_remote"] = distributor.is_remote
+    relayed = RankLines()
+    logging.getLogger("sparkml_dist.ranks").addHandler(relayed)
+    logging.getLogger("sparkml_dist.ranks").setLevel(logging.INFO)
     over_connect = distributor.run(train, 0.05, epochs=3)
+    out["relayed"] = [line for line in relayed.lines if "epoch 2 loss" in line]
     on_driver = sd.TorchDistributor(num_processes=2, local_mode=True, use_gpu=False).run(
         train, 0.05, epochs=3
     )
