@@ -39,6 +39,9 @@ def test_the_torch_distributor_runs_over_spark_connect():
         "message": "bad value on rank 1",
         "tail": "rank 1 starting",
     }, "a failing rank's own report reaches the client, through Connect's error text"
+    assert out["slots"].startswith(
+        "fewer task slots than ranks, 3 ranks requested: lower num_processes, or give the cluster more cores"
+    ), out.get("slots")
     assert out["horovod"].startswith("the horovod backend runs its rendezvous server on the driver"), out
     assert out["dataframe"]["rows"] == out["input_rows"] == 569, "every row of the Connect DataFrame, once"
     assert out["dataframe"]["accuracy"] > 0.95

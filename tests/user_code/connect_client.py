@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 from sklearn.datasets import load_breast_cancer
 
 import sparkml_dist as sd
-from sparkml_dist.errors import PrerequisiteError, RankFailure
+from sparkml_dist.errors import PrerequisiteError, RankFailure, SlotError
 from sparkml_dist.launch import run_barrier
 from sparkml_dist.launch.horovod_backend import HorovodBackend
 from user_code.breast_cancer import fail_on_rank, train, train_from_dataframe
@@ -52,6 +52,9 @@ def main() -> None:
     # loopback (its default is every address), on Connect's port 15002
     spark = (
         SparkSession.builder.config("spark.connect.grpc.binding.address", "127.0.0.1")
+        # a barrier stage larger than the cluster is refused after 3 checks 1 s apart, not 40 x 15 s
+        .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s")
+        .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "3")
         .remote("local[2]")
         .getOrCreate()
     )
@@ -77,6 +80,10 @@ def main() -> None:
     except RankFailure as failure:
         report = {r.rank: r for r in failure.reports}[1]
         out["failure"] = {"type": report.exc_type, "message": report.message, "tail": report.output_tail}
+    try:  # three ranks on two task slots: Spark refuses the barrier stage, named as such
+        sd.TorchDistributor(num_processes=3, local_mode=False, use_gpu=False).run(train, 0.05, epochs=1)
+    except SlotError as short:
+        out["slots"] = str(short)
     try:  # Horovod's rendezvous server lives on the driver, which a Connect client is not
         run_barrier(spark, lambda ctx, payload: None, None, 2, HorovodBackend())
     except PrerequisiteError as refused:
