@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import Measured, entry, in_turn, record
+from bench.common import Measured, alternate, entry, in_turn, record
 
 CONFIG = Path(__file__).resolve().parents[1] / "conf" / "adult.yaml"
 MNIST_CONFIG = CONFIG.parent / "mnist.yaml"
@@ -47,21 +47,21 @@ def csv_schema(cols) -> str:
 
 def plain_spark_io(spark, train_csv: str, test_csv: str, out: str) -> float:
     schema = csv_schema(adult_columns())
-    t0 = time.perf_counter()
-    rows = 0
-    for name, path in (("train", train_csv), ("test", test_csv)):
-        df = spark.read.csv(path, schema=schema, ignoreLeadingWhiteSpace=True)
-        df.write.mode("overwrite").parquet(f"{out}/{name}")
-        rows += spark.read.parquet(f"{out}/{name}").count()
-    return rows / (time.perf_counter() - t0)
+    return copied_rows_per_s(
+        spark,
+        lambda path: spark.read.csv(path, schema=schema, ignoreLeadingWhiteSpace=True),
+        train_csv,
+        test_csv,
+        out,
+    )
 
 
-def parquet_copy(spark, train: str, test: str, out: str) -> float:
-    """Spark's own copy of a Parquet input, each file read and written as it is, then counted."""
+def copied_rows_per_s(spark, read, train: str, test: str, out: str) -> float:
+    """Spark's own copy: each input as `read` reads it, written as Parquet, then counted."""
     t0 = time.perf_counter()
     rows = 0
     for name, path in (("train", train), ("test", test)):
-        spark.read.parquet(path).write.mode("overwrite").parquet(f"{out}/{name}")
+        read(path).write.mode("overwrite").parquet(f"{out}/{name}")
         rows += spark.read.parquet(f"{out}/{name}").count()
     return rows / (time.perf_counter() - t0)
 
@@ -75,18 +75,15 @@ def wide(spark, rounds: int = 3) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         write_mnist(Path(tmp))
         train, test = f"{tmp}/mnist/train.parquet", f"{tmp}/mnist/test.parquet"
-        measure = {
-            "ours": lambda: ours(spark, train, test, f"{tmp}/ours", MNIST_CONFIG),
-            "copy": lambda: parquet_copy(spark, train, test, f"{tmp}/copy"),
-        }
-        runs: dict[str, list[float]] = {name: [] for name in measure}
-        for i in range(rounds):
-            for name in in_turn(list(measure), i):
-                runs[name].append(measure[name]())
+        o, b = alternate(
+            lambda: ours(spark, train, test, f"{tmp}/ours", MNIST_CONFIG),
+            lambda: copied_rows_per_s(spark, spark.read.parquet, train, test, f"{tmp}/copy"),
+            rounds,
+        )
     return entry(
         "preprocess_vs_spark_io_mnist",
-        Measured(runs["ours"]),
-        Measured(runs["copy"]),
+        o,
+        b,
         "rows/s",
         "higher",
         0.5,

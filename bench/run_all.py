@@ -83,9 +83,8 @@ def main(full: bool = False) -> None:
     with timed("observe"):
         observe.main(spark=spark)
     with timed("preprocess"):
-        preprocess.main(
-            (1_000_000, 10_000_000), spark=spark, mnist=True
-        )  # Adult-shaped at both sizes, and wide
+        # Adult-shaped at both sizes, and wide (MNIST)
+        preprocess.main((1_000_000, 10_000_000), spark=spark, mnist=True)
     with timed("tune"):
         tune.main(spark=spark)
     with timed("streaming"):
