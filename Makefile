@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparkml_dist-installed
 CONFIG ?= conf/adult.yaml
 
-.PHONY: setup test-setup demo test test-fast lint bench gpu-check clean check-java horovod
+.PHONY: setup test-setup demo test test-fast lint bench bench-scale gpu-check clean check-java horovod
 
 check-java:
 	@scripts/check_java.sh
@@ -55,6 +55,11 @@ test-fast: test-setup
 
 bench: setup
 	$(PY) -m bench.run_all
+
+# The growth curves up to 100M rows (docs/benchmarks.md, "Growth"): about 10 GB of generated CSV
+# under $$TMPDIR, hours on 2 cores.
+bench-scale: setup
+	$(PY) -m bench.growth --rows 100000000
 
 # The GPU check (docs/gpu.md): the training loop and scoring on every visible GPU and the CPU,
 # beside bare ceilings. It needs torch, pyarrow, numpy and pydantic, not Java or Spark: without

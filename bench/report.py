@@ -1,7 +1,8 @@
 """The tables of docs/benchmarks.md, generated from bench/results.json.
 
     .venv/bin/python -m bench.report            # print the full table
-    .venv/bin/python -m bench.report --write    # rewrite every generated table in the docs
+    .venv/bin/python -m bench.report --write    # rewrite every generated table in the docs, and
+                                                # docs/img/growth.png from the growth rows
 
 A generated table sits between `<!-- bench.report: PREFIX -->` and `<!-- /bench.report -->`
 and holds the rows whose names start with PREFIX (`*`: every row), in docs/benchmarks.md and in
@@ -27,6 +28,8 @@ GENERATED = (
     DOCS.parent / "streaming.md",
     DOCS.parent / "serving.md",
 )  # every file with generated tables
+GROWTH_PLOT = DOCS.parent / "img" / "growth.png"
+COPY_CURVE = "Spark's CSV-to-Parquet copy"
 BLOCK = re.compile(r"(<!-- bench\.report: (\S+) -->\n)(.*?)(<!-- /bench\.report -->)", re.S)
 
 ORDER = [
@@ -92,6 +95,19 @@ ORDER = [
     "spark_ml_diamonds_rmse_vs_best",
     "spark_ml_diamonds_time_vs_linear",
     "spark_ml_diamonds_time_vs_gbt",
+    "growth_preprocess_1m",
+    "growth_preprocess_10m",
+    "growth_preprocess_100m",
+    "growth_score_1m",
+    "growth_score_10m",
+    "growth_score_100m",
+    "growth_preprocess_per_row_10m_vs_1m",
+    "growth_preprocess_per_row_100m_vs_10m",
+    "growth_score_per_row_10m_vs_1m",
+    "growth_score_per_row_100m_vs_10m",
+    "growth_train_1_ranks",
+    "growth_train_2_ranks",
+    "growth_train_4_ranks",
 ]
 
 
@@ -144,8 +160,74 @@ def load_results(path: Path = RESULTS) -> list[dict]:
     return json.loads(path.read_text())["results"]
 
 
+def growth_curves(results: list[dict]) -> dict[str, list[tuple[int, float]]]:
+    """bench.growth's per-size rows as curves of (rows, microseconds per row), smallest first:
+    our preprocess and score, and the copy they are measured beside (the preprocess rows' baseline)."""
+    curves: dict[str, list[tuple[int, float]]] = {"preprocess": [], "score": [], COPY_CURVE: []}
+    for r in results:
+        part = re.fullmatch(r"growth_(preprocess|score)_[^_]+", r["name"])
+        if part is None or "rows" not in r:
+            continue
+        curves[part.group(1)].append((r["rows"], r["ours"]))
+        if part.group(1) == "preprocess":
+            curves[COPY_CURVE].append((r["rows"], r["baseline"]))
+    return {name: sorted(points) for name, points in curves.items() if points}
+
+
+def growth_ranks(results: list[dict]) -> list[tuple[int, float, float]]:
+    """bench.growth's training rows as (ranks, samples/s, n x one rank's samples/s), fewest first."""
+    return sorted((r["ranks"], r["ours"], r["baseline"]) for r in results if "ranks" in r)
+
+
+def growth_plot(results: list[dict], path: Path = GROWTH_PLOT) -> Path | None:
+    """Log-log: microseconds per row against rows, one line per curve; beside it, when the
+    training rows are there, samples/s against ranks with n times one rank's (None: no rows)."""
+    curves, ranks = growth_curves(results), growth_ranks(results)
+    if not curves and not ranks:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    fig, axes = plt.subplots(1, 1 + bool(curves and ranks), figsize=(11 if curves and ranks else 6.4, 4.2))
+    axes = list(axes) if curves and ranks else [axes]
+    if curves:
+        ax = axes[0]
+        for name, points in curves.items():
+            ax.plot(*zip(*points), marker="o", label=name, linestyle="--" if name == COPY_CURVE else "-")
+            for rows, cost in points:
+                ax.annotate(
+                    f"{cost:.1f}", (rows, cost), textcoords="offset points", xytext=(4, 4), fontsize=8
+                )
+        ax.set(xscale="log", yscale="log", xlabel="training rows (test: a tenth more)", ylabel="µs per row")
+        plain = FuncFormatter(lambda value, _: f"{value:g}")  # 20, not 2 x 10^1
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain)
+        ax.set_title("Cost per row as the data grows")
+        ax.legend(fontsize=8)
+    if ranks:
+        ax = axes[-1]
+        n, rate, ideal = zip(*ranks)
+        ax.plot(n, rate, marker="o", label="ours (emulated hosts)")
+        ax.plot(n, ideal, marker="o", linestyle="--", color="grey", label="n x one rank")
+        for x, y in zip(n, rate):
+            ax.annotate(f"{y:,.0f}", (x, y), textcoords="offset points", xytext=(4, -12), fontsize=8)
+        ax.set(xlabel="ranks", ylabel="samples/s", xticks=list(n), ylim=(0, max(ideal) * 1.1))
+        ax.set_title("Training throughput by ranks")
+        ax.legend(fontsize=8)
+    fig.suptitle("bench.growth", fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, metadata={"Software": None})  # no version stamp: same rows, same bytes
+    plt.close(fig)
+    return path
+
+
 def write_docs(paths: tuple[Path, ...] = GENERATED) -> None:
     results = load_results()
+    growth_plot(results)
     for path in paths:
         text = render(path.read_text(), results)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")

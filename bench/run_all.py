@@ -17,6 +17,7 @@ from bench import (
     allreduce,
     byo,
     gpu,
+    growth,
     host_loss,
     inference,
     loader,
@@ -85,6 +86,8 @@ def main(full: bool = False) -> None:
     with timed("preprocess"):
         # Adult-shaped at both sizes, and wide (MNIST)
         preprocess.main((1_000_000, 10_000_000), spark=spark, mnist=True)
+    with timed("growth"):  # cost per row at 1M and 10M rows (make bench-scale adds 100M)
+        growth.main(spark=spark)
     with timed("tune"):
         tune.main(spark=spark)
     with timed("streaming"):

@@ -41,3 +41,36 @@ def test_a_new_row_counts_its_rounds():
     alternated = entry("x", Measured([1.0, 2.0, 3.0]), Measured([1.0, 1.0, 1.0]), "s", "lower", None)
     assert alternated["rounds"] == 3 and alternated["ours_runs"]["rounds"] == 3
     assert entry("y", 2.0, 1.0, "s", "lower", None)["rounds"] == 1
+
+
+def test_the_growth_rows_become_curves_of_cost_per_row_by_size():
+    """bench.growth's rows, read back as docs/img/growth.png draws them: per size, smallest first."""
+    from bench.growth import Point, rows_of
+    from bench.report import COPY_CURVE, growth_curves
+
+    points = [
+        Point(10_000_000, Measured([4.0, 6.0]), Measured([8.0, 8.0]), Measured([2.0, 2.0])),
+        Point(1_000_000, Measured([12.0, 12.0]), Measured([20.0, 22.0]), Measured([3.0, 3.0])),
+    ]
+    rows = rows_of(sorted(points, key=lambda p: p.rows))
+    curves = growth_curves(rows)
+    assert curves == {
+        "preprocess": [(1_000_000, 12.0), (10_000_000, 5.0)],
+        "score": [(1_000_000, 21.0), (10_000_000, 8.0)],
+        COPY_CURVE: [(1_000_000, 3.0), (10_000_000, 2.0)],
+    }
+    growth = {r["name"]: r for r in rows if "_per_row_" in r["name"]}
+    assert set(growth) == {"growth_preprocess_per_row_10m_vs_1m", "growth_score_per_row_10m_vs_1m"}
+    assert growth["growth_score_per_row_10m_vs_1m"]["ratio"] == round(8.0 / 21.0, 4)
+    assert growth["growth_score_per_row_10m_vs_1m"]["met"], "a cost per row that falls is within 1.3x"
+
+
+def test_the_training_rows_put_n_ranks_against_n_times_one_rank():
+    from bench.growth import train_rows
+    from bench.report import growth_ranks
+
+    rows = train_rows({1: Measured([100.0, 110.0]), 2: Measured([180.0, 190.0]), 4: Measured([200.0, 220.0])})
+    assert growth_ranks(rows) == [(1, 105.0, 105.0), (2, 185.0, 210.0), (4, 210.0, 420.0)]
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["growth_train_1_ranks"]["met"] is None, "one rank is the reference, not a result"
+    assert not by_name["growth_train_4_ranks"]["met"], "half of four ranks' ideal is below 0.8"
