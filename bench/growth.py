@@ -158,7 +158,8 @@ def train_rates(spark, rounds: int) -> dict[int, Measured]:
                 job = submit(
                     cluster, "jobs/train.py", *data, f"train.num_ranks={n}", f"train.epochs={TRAIN_EPOCHS}"
                 )
-                job[1:1] = ["--conf", f"spark.cores.max={max(RANKS)}"]
+                # one 1-core executor a rank, two on each worker host: 1g each fits the workers' 4g
+                job[1:1] = ["--conf", f"spark.cores.max={max(RANKS)}", "--conf", "spark.executor.memory=1g"]
                 _run_job(cluster, job)
                 runs[n].append(_last_run_rate(SHARED / "mlflow.db"))
     finally:
@@ -171,7 +172,8 @@ def _run_job(cluster, argv: list[str]) -> None:
 
     done = cluster.run(0, argv, capture_output=True, text=True, cwd=SHARED, timeout=1800)
     if done.returncode != 0:
-        raise RuntimeError(done.stderr[-3000:])
+        errors = [line for line in done.stderr.splitlines() if "Error" in line or "error:" in line]
+        raise RuntimeError("\n".join(errors[-20:]) or done.stderr[-3000:])
 
 
 def _last_run_rate(db) -> float:
