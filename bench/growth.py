@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import re
 import tempfile
 import time
 from dataclasses import dataclass
@@ -102,7 +103,7 @@ def measure(spark, cfg, model_uri: str, rows: int, rounds: int, root: str) -> Po
                 f"[growth] {label(rows)} rows, round {i + 1}/{rounds}: {name} {runs[name][-1]:.2f} µs/row",
                 flush=True,
             )
-    return Point(rows, *(Measured(runs[name]) for name in sides))
+    return Point(rows, **{name: Measured(r) for name, r in runs.items()})
 
 
 def rows_of(points: list[Point]) -> list[dict]:
@@ -136,8 +137,17 @@ def rows_of(points: list[Point]) -> list[dict]:
     return out
 
 
-def train_rates(spark, rounds: int) -> dict[int, Measured]:
-    """Samples/s at each of `RANKS` on the emulated cluster, the rank counts taken in turn."""
+@dataclass(frozen=True)
+class RankRun:
+    """One training run's median samples/s over its epochs after the first, and its last epoch's
+    mean step by part (data, compute, comm, optimizer, total), in ms, over its ranks."""
+
+    samples_per_s: float
+    step_ms: dict[str, float]
+
+
+def train_rates(spark, rounds: int) -> dict[int, list[RankRun]]:
+    """Each of `RANKS` on the emulated cluster, `rounds` runs, the rank counts taken in turn."""
     import sys
 
     from bench.host_loss import ROOT, SHARED, WORKDIR, submit
@@ -152,7 +162,7 @@ def train_rates(spark, rounds: int) -> dict[int, Measured]:
         write_csv(adult_like(spark, TRAIN_ROWS // 10, seed=2), str(test_csv), 2)
         data = [f"data.train_path={train_csv}", f"data.test_path={test_csv}", f"train.num_ranks={max(RANKS)}"]
         _run_job(cluster, submit(cluster, "jobs/preprocess.py", *data))
-        runs: dict[int, list[float]] = {n: [] for n in RANKS}
+        runs: dict[int, list[RankRun]] = {n: [] for n in RANKS}
         for i in range(rounds):
             for n in in_turn(list(RANKS), i):
                 job = submit(
@@ -161,10 +171,10 @@ def train_rates(spark, rounds: int) -> dict[int, Measured]:
                 # one 1-core executor a rank, two on each worker host: 1g each fits the workers' 4g
                 job[1:1] = ["--conf", f"spark.cores.max={max(RANKS)}", "--conf", "spark.executor.memory=1g"]
                 _run_job(cluster, job)
-                runs[n].append(_last_run_rate(SHARED / "mlflow.db"))
+                runs[n].append(_last_run(SHARED / "mlflow.db"))
     finally:
         cluster.stop()
-    return {n: Measured(r) for n, r in runs.items()}
+    return runs
 
 
 def _run_job(cluster, argv: list[str]) -> None:
@@ -176,8 +186,8 @@ def _run_job(cluster, argv: list[str]) -> None:
         raise RuntimeError("\n".join(errors[-20:]) or done.stderr[-3000:])
 
 
-def _last_run_rate(db) -> float:
-    """The newest run's median samples/s over its epochs after the first (start-up excluded)."""
+def _last_run(db) -> RankRun:
+    """The newest run's rate (start-up excluded) and where its steps' time went."""
     import statistics
 
     from mlflow.tracking import MlflowClient
@@ -186,28 +196,39 @@ def _last_run_rate(db) -> float:
     experiments = [e.experiment_id for e in client.search_experiments()]
     run = client.search_runs(experiments, order_by=["attributes.start_time DESC"], max_results=1)[0]
     history = sorted(client.get_metric_history(run.info.run_id, "samples_per_s"), key=lambda m: m.step)
-    return statistics.median(m.value for m in history[1:] or history)
+    by_part: dict[str, list[float]] = {}
+    for key, value in run.data.metrics.items():  # step_<part>_ms_rank<N>: the last epoch's
+        part = re.fullmatch(r"step_(data|compute|comm|optimizer|total)_ms_rank\d+", key)
+        if part:
+            by_part.setdefault(part.group(1), []).append(value)
+    return RankRun(
+        statistics.median(m.value for m in history[1:] or history),
+        {part: round(statistics.mean(values), 2) for part, values in sorted(by_part.items())},
+    )
 
 
-def train_rows(rates: dict[int, Measured]) -> list[dict]:
-    one = rates[min(rates)]
-    return [
-        {
-            **entry(
-                f"growth_train_{n}_ranks",
-                rate,
-                Measured([n * r for r in one.runs]),
-                "samples/s",
-                "higher",
-                MIN_SCALING if n > 1 else None,
-                note=f"jobs/train.py, {TRAIN_ROWS:,} generated Adult-shaped rows, the median epoch after "
-                f"the first; {n} ranks on the emulated cluster (2 worker hosts x 2 cores) against "
-                f"{n} x one rank",
-            ),
-            "ranks": n,
-        }
-        for n, rate in sorted(rates.items())
-    ]
+def train_rows(runs: dict[int, list[RankRun]]) -> list[dict]:
+    """`growth_train_<n>_ranks`: n ranks' samples/s against n x one rank's, with the median run's
+    step breakdown (`step_ms`), which says whether compute or communication took the time."""
+    one = [r.samples_per_s for r in runs[min(runs)]]
+    rows = []
+    for n, measured in sorted(runs.items()):
+        rate = Measured([r.samples_per_s for r in measured])
+        median_run = min(measured, key=lambda r: abs(r.samples_per_s - rate))
+        row = entry(
+            f"growth_train_{n}_ranks",
+            rate,
+            Measured([n * r for r in one]),
+            "samples/s",
+            "higher",
+            MIN_SCALING if n > 1 else None,
+            note=f"jobs/train.py, {TRAIN_ROWS:,} generated Adult-shaped rows, the median epoch after "
+            f"the first; {n} ranks on the emulated cluster (2 worker hosts x 2 cores) against "
+            f"{n} x one rank; mean ms a step: "
+            + ", ".join(f"{part} {ms:g}" for part, ms in median_run.step_ms.items()),
+        )
+        rows.append({**row, "ranks": n, "step_ms": median_run.step_ms})
+    return rows
 
 
 def main(sizes=SIZES, spark=None, rounds: int = 2, ranks: bool = False) -> list[dict]:

@@ -66,11 +66,26 @@ def test_the_growth_rows_become_curves_of_cost_per_row_by_size():
 
 
 def test_the_training_rows_put_n_ranks_against_n_times_one_rank():
-    from bench.growth import train_rows
+    from bench.growth import RankRun, train_rows
     from bench.report import growth_ranks
 
-    rows = train_rows({1: Measured([100.0, 110.0]), 2: Measured([180.0, 190.0]), 4: Measured([200.0, 220.0])})
+    def runs(*rates):
+        return [RankRun(rate, {"compute": rate / 100, "comm": 1.0}) for rate in rates]
+
+    rows = train_rows({1: runs(100.0, 110.0), 2: runs(180.0, 190.0), 4: runs(200.0, 220.0)})
     assert growth_ranks(rows) == [(1, 105.0, 105.0), (2, 185.0, 210.0), (4, 210.0, 420.0)]
     by_name = {r["name"]: r for r in rows}
     assert by_name["growth_train_1_ranks"]["met"] is None, "one rank is the reference, not a result"
     assert not by_name["growth_train_4_ranks"]["met"], "half of four ranks' ideal is below 0.8"
+    assert by_name["growth_train_2_ranks"]["step_ms"]["compute"] in (1.8, 1.9), "a run's own breakdown"
+    assert "compute" in by_name["growth_train_2_ranks"]["note"]
+
+
+def test_the_growth_plot_is_drawn_from_the_results_file(tmp_path):
+    """docs/img/growth.png is what `bench.report --write` draws from bench/results.json now."""
+    from bench.report import GROWTH_PLOT, growth_plot
+
+    drawn = growth_plot(load_results(), tmp_path / "growth.png")
+    assert drawn is not None and drawn.read_bytes() == GROWTH_PLOT.read_bytes(), (
+        "run `.venv/bin/python -m bench.report --write` after `python -m bench.growth`"
+    )
