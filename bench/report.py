@@ -49,6 +49,7 @@ ORDER = [
     "train_vs_torch_distributor_1_epoch",
     "train_vs_torch_distributor_dataloader_2m",
     "train_over_connect_vs_classic_1_epoch",
+    "pipeline_over_connect_vs_classic",
     "train_vs_ray_train",
     "train_vs_ray_train_epoch",
     "train_vs_ray_train_warm",

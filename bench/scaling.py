@@ -2,7 +2,8 @@
 barrier launcher vs pyspark's TorchDistributor running the same training, both cold, on a
 1-epoch job and on one with over a minute of training; and a job large in data (2,000,000 rows):
 our rank loop against a TorchDistributor function that reads the Parquet with its own
-DataLoader, as that API's users write one; and what a launch costs over Spark Connect.
+DataLoader, as that API's users write one; and what a launch and the whole
+pipeline cost over Spark Connect.
 
     .venv/bin/python -m bench.scaling [--only scaling|distributor|data|connect]
 """
@@ -428,7 +429,65 @@ def connect_rows(rows: int) -> list[dict]:
         "both cold (a fresh process each), timed from the launch to the result: over a Spark Connect "
         "client of a local server vs a classic local[2] session"
     )
-    return [entry("train_over_connect_vs_classic_1_epoch", o, b, "s", "lower", None, note=note)]
+    return [
+        entry("train_over_connect_vs_classic_1_epoch", o, b, "s", "lower", None, note=note),
+        pipeline_over_connect_row(),
+    ]
+
+
+PIPELINE_EPOCHS = 2
+
+
+def pipeline_wall(remote: bool, stage_seconds: list[dict[str, float]]) -> float:
+    """The Adult pipeline as a user runs it (`python -m sparkml_dist.cli pipeline --config
+    conf/adult.yaml`), cold, timed from the command's start to its exit (the session's start in it),
+    over a local Spark Connect server (`SPARK_REMOTE=local[2]`) or a classic `local[2]` session.
+    Its stages' own seconds (summary.json) are appended to `stage_seconds`."""
+    import json
+    import subprocess
+    import sys
+
+    config = Path(__file__).resolve().parents[1] / "conf" / "adult.yaml"
+    with tempfile.TemporaryDirectory() as tmp:
+        sets = [
+            f"output.root={tmp}/out",
+            f"tracking.tracking_uri=sqlite:///{tmp}/mlflow.db",
+            f"train.epochs={PIPELINE_EPOCHS}",
+            "spark.master=local[2]",
+        ]
+        env = {k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"}
+        if remote:
+            env["SPARK_REMOTE"] = "local[2]"
+        t0 = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "sparkml_dist.cli", "pipeline", "--config", str(config)]
+            + [arg for o in sets for arg in ("--set", o)],
+            env=env,
+            check=True,
+            capture_output=True,
+            cwd=tmp,
+        )
+        wall = time.perf_counter() - t0
+        stage_seconds.append(json.loads(Path(tmp, "out", "summary.json").read_text())["seconds"])
+    return wall
+
+
+def pipeline_over_connect_row() -> dict:
+    """The whole pipeline over Spark Connect against a classic session, alternated, both cold."""
+    connect: list[dict[str, float]] = []
+    classic: list[dict[str, float]] = []
+    o, b = alternate(lambda: pipeline_wall(True, connect), lambda: pipeline_wall(False, classic))
+
+    def medians(runs: list[dict[str, float]]) -> str:
+        return ", ".join(f"{k} {sorted(r[k] for r in runs)[len(runs) // 2]:.1f}" for k in runs[0])
+
+    note = (
+        f"`SPARK_REMOTE=local[2] python -m sparkml_dist.cli pipeline --config conf/adult.yaml` ({PIPELINE_EPOCHS} "
+        "epochs, 2 DDP ranks) against the same command on a classic local[2] session, both cold, from the "
+        f"command's start to its exit; median stage seconds over Connect: {medians(connect)}; classic: "
+        f"{medians(classic)}"
+    )
+    return entry("pipeline_over_connect_vs_classic", o, b, "s", "lower", None, note=note)
 
 
 def data_rows(rows: int = DATA_ROWS, epochs: int = DATA_EPOCHS) -> list[dict]:

@@ -21,9 +21,12 @@ from dataclasses import dataclass
 from sparkml_dist.config.header import init_config
 from sparkml_dist.config.loader import load_config
 from sparkml_dist.config.schema import JobConfig
-from sparkml_dist.errors import SparkMLDistError
+from sparkml_dist.errors import PrerequisiteError, SparkMLDistError
+from sparkml_dist.launch.backends import BACKENDS
 from sparkml_dist.launch.context import env_scope
-from sparkml_dist.spark.session import build_session, driver_jvm_exit
+from sparkml_dist.methods import get_method
+from sparkml_dist.methods.federated.method import FederatedMethod
+from sparkml_dist.spark.session import build_session, describe_session, driver_jvm_exit, is_connect
 from sparkml_dist.tracking.client import check_tracking_store, tracked_run
 
 log = logging.getLogger("sparkml_dist.cli")
@@ -34,6 +37,31 @@ class Command:
     name: str
     help: str
     run: Callable[[object, JobConfig, argparse.Namespace], str]  # (spark, cfg, args) -> report
+    # why this config of the command cannot run from a Spark Connect client ("" when it can)
+    connect_gap: Callable[[JobConfig], str] = lambda cfg: ""
+
+
+def _training_connect_gap(cfg: JobConfig) -> str:
+    """What the training method, or the backend it runs on, says it cannot do over Connect."""
+    gap = get_method(cfg.train.strategy).connect_gap
+    backend = getattr(cfg.train, "backend", None)
+    if not gap and backend is not None and backend in BACKENDS:
+        gap = BACKENDS.get(backend).connect_gap
+    return gap
+
+
+def _federated_connect_gap(cfg: JobConfig) -> str:
+    return f"the federated job: {FederatedMethod.connect_gap}"
+
+
+_STREAM_ON_CONNECT = (
+    "the stream job scores each micro-batch in a foreachBatch function that holds this driver's model "
+    "cache, which a Spark Connect server cannot take: run it from a classic session"
+)
+_WHERE_ON_CONNECT = (
+    "finetune.where is checked with Spark's own SQL parser on the driver's JVM, which a Spark Connect "
+    "client does not have: fine-tune from a classic session"
+)
 
 
 def _preprocess(spark, cfg: JobConfig, args) -> str:
@@ -157,7 +185,12 @@ COMMANDS: dict[str, Command] = {
         Command(
             "preprocess", "ingest, quarantine bad rows, fit features, write the Parquet splits", _preprocess
         ),
-        Command("train", "train on the preprocessed splits with train.strategy's method", _train),
+        Command(
+            "train",
+            "train on the preprocessed splits with train.strategy's method",
+            _train,
+            _training_connect_gap,
+        ),
         Command("evaluate", "score the test rows with the last trained model (or --model-uri)", _evaluate),
         Command("register", "register the evaluated model; champion only through the gate", _register),
         Command("score", "score raw rows with models:/<name>@champion (or --model-uri)", _score),
@@ -165,20 +198,35 @@ COMMANDS: dict[str, Command] = {
             "stream",
             "score files as they arrive in --input with Structured Streaming, following @champion",
             _stream,
+            lambda cfg: _STREAM_ON_CONNECT,
         ),
         Command(
-            "pipeline", "preprocess -> train -> evaluate -> register -> score in one MLflow run", _pipeline
+            "pipeline",
+            "preprocess -> train -> evaluate -> register -> score in one MLflow run",
+            _pipeline,
+            _training_connect_gap,
         ),
-        Command("finetune", "continue training a registered model on new rows", _finetune),
+        Command(
+            "finetune",
+            "continue training a registered model on new rows",
+            _finetune,
+            lambda cfg: _WHERE_ON_CONNECT if cfg.finetune.where else _training_connect_gap(cfg),
+        ),
         Command(
             "contribute", "validate a contributor's parameter delta and merge it if it passes", _contribute
         ),
-        Command("federated", "federated rounds over client partitions (federated.client_column)", _federated),
+        Command(
+            "federated",
+            "federated rounds over client partitions (federated.client_column)",
+            _federated,
+            _federated_connect_gap,
+        ),
         Command(
             "tune",
             "hyperparameter search over tune.space: concurrent barrier trials, pruning, best model "
             "through the gate",
             _tune,
+            _training_connect_gap,
         ),
     )
 }
@@ -247,8 +295,10 @@ def main(argv: list[str] | None = None) -> int:
 
         with env_scope(_quiet_mlflow()):  # before the session: local executors inherit it
             spark = build_session(cfg.spark)
-            spark.sparkContext.setLogLevel("ERROR")
-            log.info("Spark %s, master %s", spark.version, spark.sparkContext.master)
+            log.info("Spark %s, %s", spark.version, describe_session(spark))
+            gap = COMMANDS[args.stage].connect_gap(cfg) if is_connect(spark) else ""
+            if gap:  # before any work, not after minutes of it
+                raise PrerequisiteError(gap)
             print(COMMANDS[args.stage].run(spark, cfg, args))
         return 0
     except SparkMLDistError as exc:

@@ -1,12 +1,15 @@
-"""Spark Connect (issue 53, its first part, for the TorchDistributor API): the session Databricks
-serverless notebooks, shared clusters and Databricks Connect hand a user has no SparkContext and
-no JVM on the client. `sparkml_dist.TorchDistributor` runs there as on a classic session: a local
-Connect server (`SparkSession.builder.remote("local[2]")`, started by pyspark) in a process of its
-own, since a classic session and a Connect one cannot share a process."""
+"""Spark Connect (issue 53): the session Databricks serverless notebooks, shared clusters and
+Databricks Connect hand a user has no SparkContext and no JVM on the client. The job commands
+(`SPARK_REMOTE=...`, pyspark's own switch) and `sparkml_dist.TorchDistributor` run there as on a
+classic session: a local Connect server (`SparkSession.builder.remote("local[2]")`, started by
+pyspark) in a process of its own, since a classic session and a Connect one cannot share a process.
+The tests of this file run on one worker, one after the other: a local Connect server listens on
+Connect's port, 15002."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +19,79 @@ import pytest
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 CLIENT = Path(__file__).parent / "user_code" / "connect_client.py"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cli_over_connect(stage: str, tmp: Path, *overrides: str) -> subprocess.CompletedProcess:
+    """A job command as a Databricks Connect user types it, outputs and store in `tmp`."""
+    sets = [f"output.root={tmp / 'out'}", f"tracking.tracking_uri=sqlite:///{tmp}/mlflow.db", *overrides]
+    return subprocess.run(
+        [sys.executable, "-m", "sparkml_dist.cli", stage, "--config", str(ROOT / "conf" / "adult.yaml")]
+        + [arg for o in sets for arg in ("--set", o)],
+        env={**os.environ, "SPARK_REMOTE": "local[2]"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp,
+    )
+
+
+@pytest.fixture(scope="module")
+def connect_pipeline(tmp_path_factory):
+    """docs/deployment.md's command, exactly as written, in a directory of its own (conf/ linked)."""
+    tmp = tmp_path_factory.mktemp("connect")
+    (tmp / "conf").symlink_to(ROOT / "conf")
+    done = subprocess.run(
+        [sys.executable, "-m", "sparkml_dist.cli", "pipeline", "--config", "conf/adult.yaml"],
+        env={**os.environ, "SPARK_REMOTE": "local[2]"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-5000:]
+    return tmp / "output" / "adult", done
+
+
+def test_the_adult_pipeline_runs_over_spark_connect(connect_pipeline, spark, adult_prep):
+    """preprocess -> train (two DDP ranks) -> evaluate -> register -> score, every stage on a Connect
+    session, with the same outcome a classic session gives."""
+    from pyspark.ml import PipelineModel
+    from pyspark.ml.feature import ImputerModel, StandardScalerModel
+
+    out, done = connect_pipeline
+    assert "Spark Connect, server master local[2]" in done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["test_metrics"]["accuracy"] >= 0.84, summary["test_metrics"]
+    assert (summary["version"], summary["alias"]) == ("1", "champion"), summary["gate_reason"]
+    scored = spark.read.parquet(str(out / "predictions" / "scored"))
+    assert scored.count() == 16_281 == summary["rows"]["scored"], "every accepted test row, once"
+    assert scored.select("row_id").distinct().count() == 16_281
+
+    # Connect fits Spark ML's own Imputer and StandardScaler (a pass each; the classic session builds
+    # them from one pass of moments on the driver's JVM): the same fitted features
+    def stages(path):
+        model = PipelineModel.load(str(path))
+        imputer = next(s for s in model.stages if isinstance(s, ImputerModel))
+        scaler = next(s for s in model.stages if isinstance(s, StandardScalerModel))
+        surrogates = imputer.surrogateDF.collect()[0].asDict()
+        return surrogates, scaler.mean.toArray(), scaler.std.toArray()
+
+    classic = stages(Path(adult_prep[1].path) / "feature_pipeline")
+    over_connect = stages(out / "preprocess" / "feature_pipeline")
+    assert over_connect[0] == pytest.approx(classic[0], rel=1e-3), "the medians, at the imputer's error"
+    assert over_connect[1] == pytest.approx(classic[1], rel=1e-9)
+    assert over_connect[2] == pytest.approx(classic[2], rel=1e-9)
+
+
+def test_what_does_not_run_on_connect_is_refused_by_name_before_any_work(tmp_path):
+    done = _cli_over_connect("federated", tmp_path, "federated.client_column=occupation")
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "error: the federated job: federated training builds each client's partition with the RDD API" in (
+        done.stderr
+    )
+    assert "run it from a classic session" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out" / "preprocess").exists(), "refused before any work"
 
 
 def test_the_torch_distributor_runs_over_spark_connect():

@@ -91,30 +91,6 @@ def test_the_suites_jvms_map_the_class_archive_that_setup_dumped(spark):
     )
 
 
-def test_spark_connect_is_refused_by_name_with_what_to_use_instead():
-    """The issue's first try as a Databricks user: pyspark's own switch to Spark Connect. Until the
-    stages run on Connect (no JVM handle on the client), the CLI says so, what to use instead and
-    what does run there (TorchDistributor: tests/test_connect.py),
-    not `CANNOT_CONFIGURE_SPARK_CONNECT_MASTER` from deep inside pyspark."""
-    import os
-    from pathlib import Path
-
-    env = {**os.environ, "SPARK_REMOTE": "local[2]"}
-    config = Path(__file__).resolve().parents[1] / "conf" / "adult.yaml"
-    out = subprocess.run(
-        [sys.executable, "-m", "sparkml_dist.cli", "pipeline", "--config", str(config)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 2, out.stderr[-2000:]
-    assert "SPARK_REMOTE='local[2]' asks for a Spark Connect session" in out.stderr
-    assert "Unset SPARK_REMOTE and give a master instead" in out.stderr
-    assert "only sparkml_dist.TorchDistributor runs so far" in out.stderr, "what does run there"
-    assert "Traceback" not in out.stderr
-
-
 def _cli(config, tmp_path, *overrides, **popen):
     """The CLI's preprocess with outputs and the store in `tmp_path`, then `overrides`."""
     return [

@@ -403,6 +403,11 @@ class SparkConfig(Section):
     """The Spark session the CLI and notebooks build (a cluster's spark-submit settings win)."""
 
     master: str = Field("local[*]", description="ignored when spark-submit sets --master")
+    remote: str | None = Field(
+        None,
+        description="a Spark Connect session instead of a classic one: sc://host:port, or local[N] "
+        "for a local Connect server; the SPARK_REMOTE environment variable wins",
+    )
     app_name: str = Field("sparkml_dist", description="Spark application name")
     conf: dict[str, str] = Field(default_factory=dict, description="any Spark conf; spark-submit --conf wins")
     executor_wait_s: float = Field(

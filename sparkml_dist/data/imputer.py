@@ -33,6 +33,7 @@ from pyspark.sql import types as T
 
 from sparkml_dist.data.sql import ident
 from sparkml_dist.errors import DataError
+from sparkml_dist.spark.kind import is_connect
 from sparkml_dist.spark.rows import only_row
 
 __all__ = ["ColumnMoments", "ImputedScaler", "OnePassImputer", "numeric_moments"]
@@ -74,6 +75,9 @@ class _MomentsBox:
     an attribute: Spark ML copies stages shallowly, and every copy shares one box."""
 
     moments: dict[str, ColumnMoments] | None = field(default=None)
+    # on Spark Connect the models cannot be built from the moments on this side (no JVM here):
+    # Spark ML fits both itself, one pass each
+    own_passes: bool = False
 
 
 class OnePassImputer(Estimator):
@@ -89,6 +93,9 @@ class OnePassImputer(Estimator):
         self.box = _MomentsBox()
 
     def _fit(self, dataset: DataFrame) -> ImputerModel:
+        if is_connect(dataset.sparkSession):
+            self.box.own_passes = True
+            return self.imputer.fit(dataset)
         names = self.imputer.getInputCols()
         moments = numeric_moments(dataset, names, self.imputer)
         self.box.moments = moments
@@ -109,6 +116,8 @@ class ImputedScaler(Estimator):
         self.box, self.names, self.scaler = imputer.box, imputer.imputer.getInputCols(), scaler
 
     def _fit(self, dataset: DataFrame) -> StandardScalerModel:
+        if self.box.own_passes:
+            return self.scaler.fit(dataset)
         if self.box.moments is None:
             raise RuntimeError("ImputedScaler is fitted after its OnePassImputer, in one Pipeline")
         if any(dataset.schema[n].dataType.typeName() != "double" for n in self.names):

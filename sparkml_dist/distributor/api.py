@@ -31,7 +31,7 @@ from sparkml_dist.errors import ConfigError, PrerequisiteError, SlotError, UserC
 from sparkml_dist.launch.launcher import run_barrier
 from sparkml_dist.launch.relaunch import relaunch
 from sparkml_dist.launch.torch_backend import TorchBackend
-from sparkml_dist.spark.session import is_connect
+from sparkml_dist.spark.kind import is_connect
 
 log = logging.getLogger(__name__)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -14,6 +15,7 @@ from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, Intege
 from sparkml_dist.data.layout import FeatureLayout
 from sparkml_dist.data.loader import feature_columns, stored_features
 from sparkml_dist.inference.bundle import ModelBundle
+from sparkml_dist.spark.kind import is_connect
 from sparkml_dist.tasks.base import PREDICTION, PROBABILITY
 
 __all__ = ["PREDICTION", "PROBABILITY", "score_features"]
@@ -47,8 +49,7 @@ def score_features(
     (score.device): each task runs the model on the GPU Spark assigned it, else GPU 0 where torch
     sees one (`auto`, `cuda`), or on the CPU (`cpu`, or `auto` without a GPU); one model per
     worker process per device, a GPU's batches made dense on it (`inference.device`)."""
-    spark = df.sparkSession
-    weights = spark.sparkContext.broadcast(bundle.weights)
+    weights = _shipped(df.sparkSession, bundle.weights)
     key, spec, target = bundle.key, bundle.spec, bundle.target
     keep = [c for c in passthrough if c in df.columns]
     outputs = target.kind.output_columns(target)
@@ -95,6 +96,21 @@ def score_features(
                 cpu_seconds.add(time.process_time() - cpu0)
 
     return df.select(*keep, *feature_columns(layout)).mapInArrow(score_batches, schema)
+
+
+@dataclass(frozen=True)
+class _InClosure:
+    """The weights pickled with the scoring function itself, as a broadcast's `.value`."""
+
+    value: bytes
+
+
+def _shipped(spark, weights: bytes):
+    """The model's weights as the executors get them: a broadcast (fetched once per executor),
+    or on Spark Connect, which has none, inside the function Spark ships with each task."""
+    if is_connect(spark):
+        return _InClosure(weights)
+    return spark.sparkContext.broadcast(weights)
 
 
 def _arrow(values: np.ndarray, kind: str) -> pa.Array:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkml_dist.errors import UserCodeError
+from sparkml_dist.spark.kind import is_connect
 
 
 @dataclass(frozen=True)
@@ -210,4 +211,7 @@ def ship_code(spark, paths) -> None:
         path = Path(raw)
         if _is_site_package(path.resolve()):
             continue
-        spark.sparkContext.addPyFile(str(shippable(path)))
+        if is_connect(spark):  # a Connect client ships Python files as session artifacts
+            spark.addArtifacts(str(shippable(path)), pyfile=True)
+        else:
+            spark.sparkContext.addPyFile(str(shippable(path)))

@@ -8,12 +8,27 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from sparkml_dist.config.schema import SparkConfig
 from sparkml_dist.errors import PrerequisiteError
 from sparkml_dist.spark.capacity import registered_executors, wait_for_executors
+from sparkml_dist.spark.kind import is_connect, runs_in_this_process, session_master
+
+__all__ = [
+    "build_session",
+    "check_java",
+    "describe_session",
+    "is_connect",
+    "job_group",
+    "job_phase",
+    "runs_in_this_process",
+    "session_master",
+    "set_job_group",
+    "task_slots",
+]
 
 MIN_JAVA = 17
 
@@ -65,36 +80,6 @@ def check_java(min_major: int = MIN_JAVA) -> int:
     return major
 
 
-_CONNECT_UNSUPPORTED = (
-    "sparkml_dist's stages need a classic SparkSession: their Spark ML feature models and the driver's "
-    "listeners go through the session's JVM, which a Spark Connect client does not have. Databricks "
-    "serverless compute, shared access-mode clusters and Databricks Connect give Connect sessions, where "
-    "only sparkml_dist.TorchDistributor runs so far (docs/deployment.md). "
-)
-
-
-def is_connect(session) -> bool:
-    """Whether `session` is a Spark Connect client's (no sparkContext, no JVM on this side)."""
-    return session is not None and type(session).__module__.startswith("pyspark.sql.connect")
-
-
-def refuse_spark_connect(session=None) -> None:
-    """A PrerequisiteError naming what asked for Spark Connect (SPARK_REMOTE, or the session
-    passed in) and what to use instead, before anything fails deep inside with a JVM error."""
-    remote = os.environ.get("SPARK_REMOTE")
-    if remote:
-        raise PrerequisiteError(
-            f"SPARK_REMOTE={remote!r} asks for a Spark Connect session. {_CONNECT_UNSUPPORTED}"
-            "Unset SPARK_REMOTE and give a master instead (spark-submit --master, or "
-            "spark.master in the job config)."
-        )
-    if is_connect(session):
-        raise PrerequisiteError(
-            f"the SparkSession given is a Spark Connect session. {_CONNECT_UNSUPPORTED}"
-            "Use a classic session (on Databricks: a cluster in dedicated, single-user access mode)."
-        )
-
-
 def driver_jvm_exit(wait_s: float = 2.0) -> str | None:
     """How the driver JVM this process launched ended ("was killed by signal 9"), or None while
     it runs (after `wait_s`: its sockets close a moment before it can be reaped) or when this
@@ -112,12 +97,15 @@ def driver_jvm_exit(wait_s: float = 2.0) -> str | None:
 
 
 def build_session(cfg: SparkConfig | None = None, extra_conf: dict[str, str] | None = None):
-    """Get or create the session. spark-submit's --master/--conf win over the config file."""
-    refuse_spark_connect()
+    """Get or create the session. spark-submit's --master/--conf win over the config file;
+    SPARK_REMOTE (pyspark's own switch) or spark.remote asks for a Spark Connect session."""
+    cfg = cfg or SparkConfig()
+    remote = os.environ.get("SPARK_REMOTE") or cfg.remote
+    if remote:
+        return _connect_session(remote, cfg, extra_conf or {})
     check_java()
     from pyspark.sql import SparkSession
 
-    cfg = cfg or SparkConfig()
     submitted = _submitted_conf()
     builder = SparkSession.builder.appName(cfg.app_name)
     if not submitted.contains("spark.master"):
@@ -145,6 +133,38 @@ def build_session(cfg: SparkConfig | None = None, extra_conf: dict[str, str] | N
     return spark
 
 
+def _connect_session(remote: str, cfg: SparkConfig, extra_conf: dict[str, str]):
+    """A Spark Connect session. `local[...]` starts pyspark's own local Connect server in this
+    process, on loopback only and with the settings a classic local session gets; a server at
+    sc://host:port is the cluster's, whose static settings are its own: only the job's conf goes."""
+    from pyspark.sql import SparkSession
+
+    conf = dict(cfg.conf)
+    if remote.startswith("local"):
+        check_java()
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        conf = {
+            **_DEFAULT_CONF,
+            **_LOOPBACK,
+            **_LOCAL_CONF,
+            **_SAME_HOST_CONF,
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            **conf,
+        }
+    conf.update(extra_conf)
+    builder = SparkSession.builder.appName(cfg.app_name)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    if not os.environ.get("SPARK_REMOTE"):  # pyspark's builder reads the variable itself
+        builder = builder.remote(remote)
+    with warnings.catch_warnings():
+        # the client sets every option again as a session conf after the local server started with
+        # them; the static ones (ports, binding, memory) are refused there with a warning each
+        warnings.filterwarnings("ignore", message="Failed to set", category=UserWarning)
+        return builder.getOrCreate()
+
+
 def _submitted_conf():
     """What spark-submit passed (--master, --conf, --properties-file). Under spark-submit those are
     JVM system properties, which SparkConf() only sees once the gateway is up: bring it up first,
@@ -170,7 +190,12 @@ def _is_local_master(master: str) -> bool:
 
 def task_slots(spark, wanted: int = 0, wait_s: float = 60.0) -> int:
     """How many tasks can run at once (what a barrier stage can get). On a cluster, executors
-    register a few seconds after the session starts: wait up to `wait_s` for `wanted` slots."""
+    register a few seconds after the session starts: wait up to `wait_s` for `wanted` slots.
+    A Spark Connect client cannot see the cluster's executors: a local server's master says how many
+    slots it has; for another server `wanted` is returned, and Spark itself refuses a barrier stage
+    that does not fit (the launcher names that as a SlotError)."""
+    if is_connect(spark):
+        return _connect_slots(spark, wanted)
     sc = spark.sparkContext
     deadline = time.monotonic() + wait_s
     while True:
@@ -178,6 +203,15 @@ def task_slots(spark, wanted: int = 0, wait_s: float = 60.0) -> int:
         if slots >= wanted or sc.master.startswith("local") or time.monotonic() > deadline:
             return slots
         time.sleep(0.5)
+
+
+def _connect_slots(spark, wanted: int) -> int:
+    match = re.fullmatch(r"local\[(\d+|\*)(?:,\d+)?\]|local", session_master(spark))
+    if match is None:
+        return wanted
+    cores = match.group(1) or "1"
+    total = (os.cpu_count() or 1) if cores == "*" else int(cores)
+    return int(total // float(spark.conf.get("spark.task.cpus", "1") or "1"))
 
 
 def _current_slots(sc) -> int:
@@ -203,9 +237,20 @@ def _current_slots(sc) -> int:
     return slots
 
 
+def describe_session(spark) -> str:
+    """`master local[*]`, or the Connect server's address, for the job's first log line."""
+    if is_connect(spark):
+        return f"Spark Connect, server master {session_master(spark) or 'not given'}"
+    return f"master {spark.sparkContext.master}"
+
+
 @contextmanager
 def job_phase(spark, description: str) -> Iterator[None]:
     """Label the Spark jobs started in the block (Spark UI, event logs, bench/preprocess_profile.py)."""
+    if is_connect(spark):  # a Connect client labels its jobs with tags
+        with _tagged(spark, description):
+            yield
+        return
     context = spark.sparkContext
     previous = context.getLocalProperty("spark.job.description")
     context.setJobDescription(description)
@@ -219,6 +264,10 @@ def job_phase(spark, description: str) -> Iterator[None]:
 def job_group(spark, group: str, description: str) -> Iterator[None]:
     """Put the Spark jobs started in the block under `group` (the Spark UI's job group, what
     `sc.cancelJobGroup` stops) with `description`; the thread's previous group comes back after."""
+    if is_connect(spark):
+        with _tagged(spark, group):
+            yield
+        return
     context = spark.sparkContext
     keys = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
     previous = {k: context.getLocalProperty(k) for k in keys}
@@ -228,3 +277,28 @@ def job_group(spark, group: str, description: str) -> Iterator[None]:
     finally:
         for key, value in previous.items():
             context.setLocalProperty(key, value)
+
+
+def set_job_group(spark, group: str, description: str) -> None:
+    """This thread's later Spark jobs under `group` (until another is set): Spark's job group, or
+    on Spark Connect this thread's one tag."""
+    if is_connect(spark):
+        spark.clearTags()
+        spark.addTag(_tag(group))
+        return
+    spark.sparkContext.setJobGroup(group, description)
+
+
+def _tag(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.:-]+", "_", label)[:100]
+
+
+@contextmanager
+def _tagged(spark, label: str) -> Iterator[None]:
+    """Spark Connect's job label: a tag (no commas; `spark.interruptTag` stops its jobs)."""
+    tag = _tag(label)
+    spark.addTag(tag)
+    try:
+        yield
+    finally:
+        spark.removeTag(tag)

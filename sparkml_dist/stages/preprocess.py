@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -41,7 +42,7 @@ from sparkml_dist.data.sources import (
 )
 from sparkml_dist.errors import DataError
 from sparkml_dist.spark.rows import only_row
-from sparkml_dist.spark.session import job_phase
+from sparkml_dist.spark.session import is_connect, job_phase
 from sparkml_dist.storage.hadoop import atomic_dir
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tasks.base import Target
@@ -100,7 +101,11 @@ def preprocess(
             )
         with atomic_dir(spark, out) as staging, ThreadPoolExecutor(1, "preprocess-save") as background:
             # Spark ML's save is a dozen tiny jobs, latency not work: overlap it with the writes
-            saved = background.submit(_save_pipeline, spark, pipeline, raw, f"{staging}/feature_pipeline")
+            # (not on Spark Connect, whose ML writer needs the session active in its own thread)
+            save = functools.partial(_save_pipeline, spark, pipeline, raw, f"{staging}/feature_pipeline")
+            if is_connect(spark):
+                save()
+            saved = background.submit(lambda: None) if is_connect(spark) else background.submit(save)
             _write_splits(spark, cfg, encoded, staging)
             with job_phase(spark, "preprocess: rejects and manifest"):
                 _write_rejects(inputs, labelled, f"{staging}/rejects")

@@ -20,7 +20,7 @@ from sparkml_dist.inference.bundle import ModelBundle
 from sparkml_dist.inference.scoring import check_schema, load_pipeline
 from sparkml_dist.inference.udf import PREDICTION, score_features
 from sparkml_dist.observe.spark_cpu import executor_cpu_seconds, job_ids
-from sparkml_dist.spark.session import job_group
+from sparkml_dist.spark.session import is_connect, job_group
 from sparkml_dist.storage.hadoop import atomic_dir
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tracking.client import resolve_tracking_uri
@@ -88,11 +88,12 @@ def _score_rows(
     raw: IngestResult,
     output_path: str | None,
 ) -> ScoreResult:
-    cpu_seconds = spark.sparkContext.accumulator(0.0)
+    # a Spark Connect client has neither accumulators nor the status store: its CPU is not measured
+    cpu_seconds = None if is_connect(spark) else spark.sparkContext.accumulator(0.0)
     scored = scored_rows(bundle, load_pipeline(bundle), raw.accepted, raw.data, cpu_seconds, cfg.score.device)
     out = storage.absolute(output_path) if output_path else OutputPaths.of(cfg).predictions
     group = "sparkml_dist:score"
-    earlier = job_ids(spark, group)  # an earlier scoring in this session is not this one's cost
+    earlier = job_ids(spark, group) if cpu_seconds is not None else set()  # an earlier scoring's is not ours
     with atomic_dir(spark, out) as staging, job_group(spark, group, f"score: {uri} -> {out}"):
         scored.write.mode("overwrite").parquet(f"{staging}/scored")
         raw.rejects.coalesce(1).write.mode("overwrite").parquet(f"{staging}/rejects")
@@ -101,7 +102,11 @@ def _score_rows(
             raise DataError(
                 f"scoring lost rows: input {raw.input_rows} != scored {written} + rejected {raw.rejected_rows}"
             )
-    cpu = cpu_seconds.value + executor_cpu_seconds(spark, job_ids(spark, group) - earlier)
+    cpu = (
+        cpu_seconds.value + executor_cpu_seconds(spark, job_ids(spark, group) - earlier)
+        if cpu_seconds is not None
+        else math.nan
+    )
     return ScoreResult(
         uri,
         storage.join(out, "scored"),

@@ -26,7 +26,7 @@ from sparkml_dist.data.ingest import checked_rows, split_checked
 from sparkml_dist.data.sources import schema_of, with_types_of
 from sparkml_dist.errors import DataError, SparkMLDistError
 from sparkml_dist.stages.score import scored_rows
-from sparkml_dist.storage.hadoop import HadoopFS, OutputLock
+from sparkml_dist.storage.hadoop import OutputLock, output_fs
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.streaming.follow import ModelFollower
 from sparkml_dist.streaming.progress import BatchProgress, BatchReport, ProgressListener, Reports
@@ -126,7 +126,7 @@ def _stream(
 
     name = f"sparkml_dist_stream_{uuid.uuid4().hex[:8]}"
     # one query per output: a second one would replace the first one's batch directories
-    lock = OutputLock(HadoopFS(spark), storage.spark_path(out))
+    lock = OutputLock(output_fs(spark), storage.spark_path(out))
     lock.acquire()
     try:
         with tracked_run(

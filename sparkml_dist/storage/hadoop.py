@@ -2,7 +2,9 @@
 
 Writers fill a staging directory next to the target; `commit` swaps it in with renames, so a
 job killed mid-write leaves the previous good output in place and a re-run replaces it. Paths
-are given as `storage.spark_path` makes them (a local path as file://).
+are given as `storage.spark_path` makes them (a local path as file://). A Spark Connect client
+has no JVM on its side: there the same calls go through `storage.store` (pyarrow) instead
+(`StoreFS`), which reaches the same paths when the client shares the cluster's storage.
 """
 
 from __future__ import annotations
@@ -10,18 +12,22 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import socket
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
 
 from sparkml_dist.errors import OutputInUseError
+from sparkml_dist.spark.kind import is_connect
+from sparkml_dist.storage import store
 from sparkml_dist.storage.store import spark_path
 
 log = logging.getLogger(__name__)
@@ -61,15 +67,8 @@ class HadoopFS:
     def create_exclusive(self, path: str, data: bytes) -> bool:
         """Create `path` holding `data`; False, and nothing written, when it already exists."""
         local = _local(path)
-        if local is not None:  # O_EXCL: atomic, where Hadoop's local create checks then creates
-            os.makedirs(os.path.dirname(local), exist_ok=True)
-            try:
-                fd = os.open(local, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                return False
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            return True
+        if local is not None:
+            return _create_local_exclusive(local, data)
         fs, p = self._fs(path)
         try:
             out = fs.create(p, False)  # HDFS: atomic create-if-absent
@@ -104,6 +103,69 @@ class HadoopFS:
         return [
             s.getPath().toString() for s in fs.listStatus(parent) if s.getPath().getName().startswith(prefix)
         ]
+
+
+class StoreFS:
+    """HadoopFS's calls through `storage.store`, for a Spark Connect client (no JVM here). A local
+    path's renames are the OS's (atomic); on an object store a directory rename copies."""
+
+    def exists(self, path: str) -> bool:
+        return store.exists(path)
+
+    def delete(self, path: str) -> None:
+        store.delete(path)
+
+    def rename(self, src: str, dst: str) -> None:
+        source, target = store.locate(src), store.locate(dst)
+        if source.is_local:
+            os.makedirs(os.path.dirname(target.path), exist_ok=True)
+            os.rename(source.path, target.path)
+            return
+        source.remote.create_dir(target.path.rsplit("/", 1)[0], recursive=True)
+        source.remote.move(source.path, target.path)
+
+    def copy_from_local(self, local: str, dst: str) -> None:
+        target = store.locate(dst)
+        if target.is_local:
+            shutil.copytree(local, target.path)
+            return
+        for root, _, files in os.walk(local):
+            for name in files:
+                path = os.path.join(root, name)
+                store.upload(Path(path), store.join(dst, os.path.relpath(path, local)))
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        local = _local(path)
+        if local is not None:
+            return _create_local_exclusive(local, data)
+        if store.exists(path):  # an object store has no create-if-absent: checked, then written
+            return False
+        store.write_bytes(path, data)
+        return True
+
+    def read_text(self, path: str) -> str:
+        return store.read_text(path)
+
+    def siblings(self, path: str, prefix: str) -> list[str]:
+        parent = path.rstrip("/").rsplit("/", 1)[0]
+        return [e.uri for e in store.list_dir(parent) if e.name.startswith(prefix)]
+
+
+def output_fs(spark: SparkSession) -> HadoopFS | StoreFS:
+    """The file system outputs are committed through: Spark's own, or pyarrow's on Connect."""
+    return StoreFS() if is_connect(spark) else HadoopFS(spark)
+
+
+def _create_local_exclusive(local: str, data: bytes) -> bool:
+    """O_EXCL: atomic, where Hadoop's local create checks then creates."""
+    os.makedirs(os.path.dirname(local), exist_ok=True)
+    try:
+        fd = os.open(local, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    return True
 
 
 def _local(path: str) -> str | None:
@@ -147,7 +209,7 @@ class OutputLock:
     is refused (`OutputInUseError`) instead of deleting the first one's staging directory; the
     lock of a writer that crashed on this host is taken over, so a re-run after a crash works."""
 
-    def __init__(self, fs: HadoopFS, final: str):
+    def __init__(self, fs: HadoopFS | StoreFS, final: str):
         self.fs = fs
         self.final = final
         self.path = f"{final.rstrip('/')}.lock"
@@ -188,7 +250,7 @@ class OutputLock:
             return None
 
 
-def recover(fs: HadoopFS, final: str) -> None:
+def recover(fs: HadoopFS | StoreFS, final: str) -> None:
     """If a crash fell between the two renames of a commit, put the previous output back.
     Called with the output's lock held: every staging directory left is a dead writer's."""
     name = final.rstrip("/").rsplit("/", 1)[-1]
@@ -200,7 +262,7 @@ def recover(fs: HadoopFS, final: str) -> None:
         fs.delete(leftover)
 
 
-def commit(fs: HadoopFS, staging: str, final: str) -> None:
+def commit(fs: HadoopFS | StoreFS, staging: str, final: str) -> None:
     backup = f"{final.rstrip('/')}.old-{uuid.uuid4().hex[:8]}"
     had_previous = fs.exists(final)
     if had_previous:
@@ -215,7 +277,7 @@ def atomic_dir(spark: SparkSession, final: str) -> Iterator[str]:
     """Yield a staging path (in Spark's form, see `storage.spark_path`); on success it replaces
     `final`, on error it is removed. One writer at a time (`OutputLock`)."""
     final = spark_path(final)
-    fs = HadoopFS(spark)
+    fs = output_fs(spark)
     lock = OutputLock(fs, final)
     lock.acquire()
     try:
@@ -237,7 +299,7 @@ def publish_for_executors(spark: SparkSession, local_dir: str, shared: str) -> s
     name never change (a model version's files), so an existing copy is reused; a copy is
     staged and renamed, so a crash mid-copy leaves nothing half-written in its place."""
     final = spark_path(shared)
-    fs = HadoopFS(spark)
+    fs = output_fs(spark)
     if not fs.exists(final):
         staging = f"{final.rstrip('/')}.staging-{uuid.uuid4().hex[:8]}"
         try:

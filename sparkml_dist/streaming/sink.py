@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 
-from sparkml_dist.storage.hadoop import HadoopFS
+from sparkml_dist.storage.hadoop import output_fs
 from sparkml_dist.storage.store import spark_path
 
 SCORED, REJECTS, STAGING = "scored", "rejects", "_staging"
@@ -30,7 +30,7 @@ class BatchSink:
     def write(self, spark: SparkSession, batch_id: int, scored: DataFrame, rejects: DataFrame | None) -> int:
         """Write batch `batch_id`'s outputs in place of any earlier attempt's; the scored row count
         as written (read back: what a reader of the output will find)."""
-        fs = HadoopFS(spark)
+        fs = output_fs(spark)
         staging = (
             f"{spark_path(self.output).rstrip('/')}/{STAGING}/{BATCH_ID}={batch_id}-{uuid.uuid4().hex[:8]}"
         )

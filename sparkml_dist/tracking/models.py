@@ -21,6 +21,7 @@ from sparkml_dist.errors import SparkMLDistError, StorageError
 from sparkml_dist.inference.bundle import ModelBundle
 from sparkml_dist.models.custom import code_root, ship_code
 from sparkml_dist.models.spec import ModelSpec
+from sparkml_dist.spark.kind import runs_in_this_process
 from sparkml_dist.tasks.base import UNRECORDED_TARGET, Target
 from sparkml_dist.tracking.client import RunHandle
 from sparkml_dist.train.records import TrainedModel
@@ -364,12 +365,7 @@ def load_bundle(
         ship_code(spark, code_paths)
     pipeline_path = str(pipeline) if pipeline.exists() else None
     published = None
-    if (
-        pipeline_path
-        and spark is not None
-        and shared_dir
-        and not spark.sparkContext.master.startswith("local")
-    ):
+    if pipeline_path and spark is not None and shared_dir and not runs_in_this_process(spark):
         # pyspark: only on the path that needs it
         from sparkml_dist.storage.hadoop import publish_for_executors
 

@@ -25,7 +25,7 @@ from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.ingest import ingest
 from sparkml_dist.data.sources import with_types_of
 from sparkml_dist.errors import ConfigError, SlotError, SparkMLDistError
-from sparkml_dist.spark.session import task_slots
+from sparkml_dist.spark.session import set_job_group, task_slots
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tasks.base import get_task
 from sparkml_dist.tracking.client import EpochLogger, RunHandle, end_run, log_params, start_run, tracked_run
@@ -167,7 +167,7 @@ def _run_trial(
     )
     trial.set_user_attr("run_id", run.run_id)
     # the trial's Spark jobs under one group in the UI (job groups are per thread)
-    spark.sparkContext.setJobGroup(f"tune-trial-{trial.number}", f"tune trial {trial.number}: {values}")
+    set_job_group(spark, f"tune-trial-{trial.number}", f"tune trial {trial.number}: {values}")
     # the storage id (not the number) is what reopens this trial in rank 0's process
     sink = TrialSink(EpochLogger(run), ref, trial._trial_id, metric)
     try:
@@ -270,7 +270,7 @@ def _finish(
         raise SparkMLDistError(f"tune: study {ref.name} has no complete trial to register")
     best_value = float(best.value)
     # with one trial at a time Optuna runs them on this thread: its job group is a trial's
-    spark.sparkContext.setJobGroup("tune", f"tune: the best trial ({best.number}) evaluated and registered")
+    set_job_group(spark, "tune", f"tune: the best trial ({best.number}) evaluated and registered")
     model_uri = best.user_attrs["model_uri"]
     log_params(parent, {f"best.{k}": str(v) for k, v in best.params.items()})
     client = parent.client()
