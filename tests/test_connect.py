@@ -84,6 +84,28 @@ def test_the_adult_pipeline_runs_over_spark_connect(connect_pipeline, spark, adu
     assert over_connect[2] == pytest.approx(classic[2], rel=1e-9)
 
 
+def test_the_parameter_server_method_trains_over_spark_connect(connect_pipeline):
+    """The method whose ranks exchange control messages while they train (async, a parameter
+    server on rank 0) on the Connect pipeline's splits, through the train command. fsdp, tensor,
+    pipeline and hybrid ran the same way by hand (docs/deployment.md)."""
+    import re
+
+    out, _ = connect_pipeline
+    done = subprocess.run(
+        [sys.executable, "-m", "sparkml_dist.cli", "train", "--config", "conf/adult.yaml"]
+        + ["--set", "train.strategy=async", "--set", "train.epochs=1"],
+        env={**os.environ, "SPARK_REMOTE": "local[2]"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=out.parents[1],
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-5000:]
+    line = done.stdout.strip().splitlines()[-1]
+    assert "(async)" in line and "rows per rank [0, 29384]" in line, line
+    assert float(re.search(r"val_accuracy ([0-9.]+)", line).group(1)) >= 0.8, line
+
+
 def test_what_does_not_run_on_connect_is_refused_by_name_before_any_work(tmp_path):
     done = _cli_over_connect("federated", tmp_path, "federated.client_column=occupation")
     assert done.returncode == 2, done.stderr[-3000:]
