@@ -25,7 +25,6 @@ from sparkml_dist.errors import PrerequisiteError, SparkMLDistError
 from sparkml_dist.launch.backends import BACKENDS
 from sparkml_dist.launch.context import env_scope
 from sparkml_dist.methods import get_method
-from sparkml_dist.methods.federated.method import FederatedMethod
 from sparkml_dist.spark.session import build_session, describe_session, driver_jvm_exit, is_connect
 from sparkml_dist.tracking.client import check_tracking_store, tracked_run
 
@@ -48,10 +47,6 @@ def _training_connect_gap(cfg: JobConfig) -> str:
     if not gap and backend is not None and backend in BACKENDS:
         gap = BACKENDS.get(backend).connect_gap
     return gap
-
-
-def _federated_connect_gap(cfg: JobConfig) -> str:
-    return f"the federated job: {FederatedMethod.connect_gap}"
 
 
 _STREAM_ON_CONNECT = (
@@ -215,12 +210,7 @@ COMMANDS: dict[str, Command] = {
         Command(
             "contribute", "validate a contributor's parameter delta and merge it if it passes", _contribute
         ),
-        Command(
-            "federated",
-            "federated rounds over client partitions (federated.client_column)",
-            _federated,
-            _federated_connect_gap,
-        ),
+        Command("federated", "federated rounds over client partitions (federated.client_column)", _federated),
         Command(
             "tune",
             "hyperparameter search over tune.space: concurrent barrier trials, pruning, best model "

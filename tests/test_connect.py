@@ -106,14 +106,36 @@ def test_the_parameter_server_method_trains_over_spark_connect(connect_pipeline)
     assert float(re.search(r"val_accuracy ([0-9.]+)", line).group(1)) >= 0.8, line
 
 
-def test_what_does_not_run_on_connect_is_refused_by_name_before_any_work(tmp_path):
-    done = _cli_over_connect("federated", tmp_path, "federated.client_column=occupation")
-    assert done.returncode == 2, done.stderr[-3000:]
-    assert "error: the federated job: federated training builds each client's partition with the RDD API" in (
-        done.stderr
+def test_federated_rounds_with_secure_aggregation_run_over_spark_connect(connect_pipeline):
+    """docs/federated.md's command over Connect, for 2 rounds of its 5: the clients' rows stay a
+    DataFrame keyed by client, each round one groupBy over the sampled clients (no RDD API on
+    Connect); secure aggregation's two passes see each client's rows in one order, or no key
+    would unseal."""
+    out, _ = connect_pipeline
+    done = subprocess.run(
+        [sys.executable, "-m", "sparkml_dist.cli", "federated", "--config", "conf/adult.yaml"]
+        + ["--set", "federated.client_column=occupation", "--set", "federated.rounds=2"]
+        + ["--set", "federated.secure_aggregation=true"],
+        env={**os.environ, "SPARK_REMOTE": "local[2]"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=out.parents[1],
     )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-5000:]
+    report = done.stdout
+    assert "clients        : 15 by occupation" in report, report
+    assert "secure aggregation True" in report and "60 payloads" in report, "2 rounds x 15 clients x 2 passes"
+    final = float(report.split("final          : test accuracy ")[1].split(",")[0])
+    assert final >= 0.82, report
+
+
+def test_what_does_not_run_on_connect_is_refused_by_name_before_any_work(tmp_path):
+    done = _cli_over_connect("stream", tmp_path)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "error: the stream job scores each micro-batch in a foreachBatch function" in done.stderr
     assert "run it from a classic session" in done.stderr and "Traceback" not in done.stderr
-    assert not (tmp_path / "out" / "preprocess").exists(), "refused before any work"
+    assert not any((tmp_path / "out").iterdir()), "refused before any work"
 
 
 def test_the_torch_distributor_runs_over_spark_connect():

@@ -113,13 +113,13 @@ def test_the_driver_refuses_anything_but_parameter_shaped_updates():
 def test_a_round_runs_one_task_per_sampled_client_and_no_other(spark):
     """A task for a client that is not sampled would leave its rows unread, and pyspark starts a
     new Python worker (which imports torch again) after such a task: a round ran 3-4x slower."""
-    from sparkml_dist.methods.federated.server import _on_clients
+    from sparkml_dist.methods.federated.placement import on_partitions
 
     sc = spark.sparkContext
     clients = sc.parallelize(range(40), 8)  # 8 clients of 5 rows
     sc.setJobGroup("federated-round", "one round")
     try:
-        out = _on_clients(
+        out = on_partitions(
             spark, clients, (1, 5, 6), lambda index, rows, task: (index, len(list(rows)), task), "t"
         )
     finally:

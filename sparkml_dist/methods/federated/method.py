@@ -42,12 +42,6 @@ class FederatedMethod(TrainMethod):
         "partitions; clipping, noise and secure aggregation"
     )
 
-    connect_gap: ClassVar[str] = (
-        "federated training builds each client's partition with the RDD API (partitionBy and runJob), "
-        "which a Spark Connect client does not have: run it from a classic session (on Databricks, a "
-        "cluster in dedicated access mode)"
-    )
-
     def needs(self, cfg: TrainConfig) -> LaunchNeeds:
         return LaunchNeeds(0)  # no barrier stage: the driver runs the rounds, clients are ordinary tasks
 

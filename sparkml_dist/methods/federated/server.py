@@ -29,7 +29,7 @@ from sparkml_dist.data.ingest import LABEL, WEIGHT, ingest
 from sparkml_dist.data.labels import check_task, encode_labels, fit_target
 from sparkml_dist.data.layout import VALUES, FeatureLayout
 from sparkml_dist.data.loader import feature_columns, stored_features
-from sparkml_dist.data.sources import schema_of, with_types_of
+from sparkml_dist.data.sources import ROW_ID, schema_of, with_types_of
 from sparkml_dist.errors import ConfigError
 from sparkml_dist.inference.predict import network_outputs
 from sparkml_dist.methods.federated import secure
@@ -42,11 +42,21 @@ from sparkml_dist.methods.federated.checkpoints import (
     save_round,
 )
 from sparkml_dist.methods.federated.client import RoundTask, client_update, public_key
+from sparkml_dist.methods.federated.placement import (
+    FEATURES,
+    INDEX,
+    TARGET,
+    WEIGHT_OF_ROW,
+    ClientRows,
+    FrameClients,
+    RddClients,
+)
 from sparkml_dist.methods.federated.privacy import RoundNoise, effective_multiplier, epsilon
 from sparkml_dist.models.custom import check_custom_model, task_spec
 from sparkml_dist.models.factory import build_model, model_spec
 from sparkml_dist.models.spec import ModelSpec
 from sparkml_dist.models.weights import state_dict_to_bytes
+from sparkml_dist.spark.kind import is_connect
 from sparkml_dist.storage.hadoop import atomic_dir
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.tasks.base import Target
@@ -156,16 +166,16 @@ def run_federated(
         spec = model_spec(cfg.model, len(names), names, target.kind.output_dim(target), task_spec(target))
         if spec.custom is not None:
             check_custom_model(spec.input_dim, spec.custom)
-        clients, rdd, layout = client_partitions(
-            pipeline, rows, fed.client_column, data.weight_column is not None
+        clients, placed, layout = placed_clients(
+            spark, pipeline, rows, fed.client_column, data.weight_column is not None
         )
         try:
             test = _test_arrays(spark, cfg, pipeline, target, schema_of(data))
             state, records, received = _run_rounds(
-                spark, cfg, spec, target, clients, rdd, layout, test, slow_clients or {}, sink
+                cfg, spec, target, clients, placed, layout, test, slow_clients or {}, sink
             )
         finally:
-            rdd.unpersist()
+            placed.release()
     pipeline_dir = OutputPaths.of(cfg).under("federated", "feature_pipeline")
     with atomic_dir(spark, pipeline_dir) as staging:  # travels inside the model: it scores raw rows
         pipeline.write().save(staging)
@@ -177,12 +187,11 @@ def run_federated(
 
 
 def _run_rounds(
-    spark,
     cfg: JobConfig,
     spec: ModelSpec,
     target: Target,
     clients: dict[str, int],
-    rdd,
+    placed: ClientRows,
     layout: FeatureLayout | None,
     test: HeldOut,
     slow_clients: dict[str, float],
@@ -213,7 +222,7 @@ def _run_rounds(
         sampled = _sample(rng, len(clients), fed.client_fraction)
         started = time.perf_counter()
         state, stats = run_round(
-            spark, rdd, cfg, spec, target, state, round_index, sampled, received, delays, layout
+            placed, cfg, spec, target, state, round_index, sampled, received, delays, layout
         )
         samples = int(stats.pop("samples"))
         if fed.noise_multiplier > 0:  # what the rounds so far spent, this one included
@@ -267,6 +276,34 @@ def client_partitions(pipeline, rows: DataFrame, column: str, weighted: bool = F
     """One partition per client value, cached where it is: (features, label, weight) rows only,
     the features compact (a value or a category's index per source column) when the pipeline
     compiles; returns the clients and their row counts, the RDD and the features' layout."""
+    clients, index, frame, layout = _client_columns(pipeline, rows, column, weighted)
+    rdd = (
+        frame.select(CLIENT, FEATURES, TARGET, WEIGHT_OF_ROW)
+        .rdd.map(lambda r: (r[0], (r[1], r[2], r[3])))
+        .partitionBy(len(clients), lambda c: index[c])
+        .values()
+        .cache()
+    )
+    return clients, rdd, layout
+
+
+def placed_clients(
+    spark, pipeline, rows: DataFrame, column: str, weighted: bool = False
+) -> tuple[dict[str, int], ClientRows, FeatureLayout | None]:
+    """The clients, their rows where a round reaches them (`placement`), and the features' layout:
+    one partition per client on a classic session, a DataFrame keyed by client on Spark Connect."""
+    if not is_connect(spark):
+        clients, rdd, layout = client_partitions(pipeline, rows, column, weighted)
+        return clients, RddClients(spark, rdd, len(clients)), layout
+    clients, index, frame, layout = _client_columns(pipeline, rows, column, weighted)
+    by_index = F.create_map(*[F.lit(x) for pair in index.items() for x in pair])
+    keyed = frame.select(by_index[F.col(CLIENT)].alias(INDEX), ROW_ID, FEATURES, TARGET, WEIGHT_OF_ROW)
+    return clients, FrameClients(keyed, len(clients)), layout
+
+
+def _client_columns(pipeline, rows: DataFrame, column: str, weighted: bool):
+    """(clients and their row counts, each client's index, the rows as (row id, client, features,
+    label, weight), the features' layout)."""
     keyed = rows.withColumn(CLIENT, F.coalesce(F.col(column).cast("string"), F.lit("__missing__")))
     counts = keyed.groupBy(CLIENT).count().orderBy(F.desc("count"), CLIENT).collect()
     clients = {r[CLIENT]: r["count"] for r in counts}
@@ -284,19 +321,14 @@ def client_partitions(pipeline, rows: DataFrame, column: str, weighted: bool = F
         if layout is not None
         else F.col(feature_columns(None)[0])
     )
-    rdd = (
-        frame.select(CLIENT, features, LABEL, weight)
-        .rdd.map(lambda r: (r[0], (r[1], r[2], r[3])))
-        .partitionBy(len(clients), lambda c: index[c])
-        .values()
-        .cache()
+    selected = frame.select(
+        ROW_ID, CLIENT, features.alias(FEATURES), F.col(LABEL).alias(TARGET), weight.alias(WEIGHT_OF_ROW)
     )
-    return clients, rdd, layout
+    return clients, index, selected, layout
 
 
 def run_round(
-    spark,
-    rdd,
+    placed: ClientRows,
     cfg: JobConfig,
     spec: ModelSpec,
     target: Target,
@@ -342,7 +374,7 @@ def run_round(
     )
     if fed.secure_aggregation:
         task = replace(task, round_salt=os.urandom(16))
-        keys = _on_clients(spark, rdd, sampled, public_key, task)
+        keys = placed.on_clients(sampled, public_key, task)
         for payload in keys:
             received.check(payload)
         task = replace(
@@ -350,7 +382,7 @@ def run_round(
             publics={p["client"]: p["public"] for p in keys},
             sealed={p["client"]: p["sealed"] for p in keys},
         )
-    payloads = _on_clients(spark, rdd, sampled, client_update, task)
+    payloads = placed.on_clients(sampled, client_update, task)
     if task.publics is not None:
         _check_every_keyed_client_answered(task.publics, payloads, round_index)
     samples, loss_sum = 0, 0.0
@@ -366,7 +398,7 @@ def run_round(
         stats["skipped"] = 1.0
         return state, stats
     total = _sum_of_updates(payloads, state)
-    stats["dp_sample_rate"] = len(sampled) / rdd.getNumPartitions()
+    stats["dp_sample_rate"] = len(sampled) / placed.count
     stats["dp_noise_multiplier"] = effective_multiplier(
         fed.noise_multiplier, [p["samples"] for p in payloads]
     )
@@ -408,25 +440,6 @@ def _sum_of_updates(payloads: list[dict], state: dict) -> dict[str, torch.Tensor
         for k, u in payload["update"].items():
             total[k] += u
     return total
-
-
-def _on_clients(spark, rdd, sampled: tuple[int, ...], fn, task: RoundTask) -> list[dict[str, Any]]:
-    """Run `fn(index, rows, task)` inside each sampled client's partition, and only there (results
-    in `sampled`'s order). A task for a partition that is not sampled would leave its rows unread,
-    and pyspark does not reuse a Python worker that left a cached partition's rows unread: each
-    round started new workers, which imported torch again (3 rounds of 9 of Adult's 15 occupations
-    took 40-52 s, 11 s with only the sampled partitions' tasks; tests/test_federated.py)."""
-    broadcast = spark.sparkContext.broadcast(task)
-
-    def per_partition(index, rows):
-        yield fn(index, rows, broadcast.value)
-
-    try:
-        return spark.sparkContext.runJob(
-            rdd.mapPartitionsWithIndex(per_partition), lambda results: results, list(sampled)
-        )
-    finally:
-        broadcast.unpersist()
 
 
 def _sample(rng: np.random.Generator, n: int, fraction: float) -> tuple[int, ...]:
