@@ -22,17 +22,16 @@ CLIENT = Path(__file__).parent / "user_code" / "connect_client.py"
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _cli_over_connect(stage: str, tmp: Path, *overrides: str) -> subprocess.CompletedProcess:
-    """A job command as a Databricks Connect user types it, outputs and store in `tmp`."""
-    sets = [f"output.root={tmp / 'out'}", f"tracking.tracking_uri=sqlite:///{tmp}/mlflow.db", *overrides]
+def _cli_over_connect(stage: str, cwd: Path, *overrides: str, config: str = "conf/adult.yaml"):
+    """A job command as a Databricks Connect user types it (`SPARK_REMOTE=local[2]`), in `cwd`."""
     return subprocess.run(
-        [sys.executable, "-m", "sparkml_dist.cli", stage, "--config", str(ROOT / "conf" / "adult.yaml")]
-        + [arg for o in sets for arg in ("--set", o)],
+        [sys.executable, "-m", "sparkml_dist.cli", stage, "--config", config]
+        + [arg for o in overrides for arg in ("--set", o)],
         env={**os.environ, "SPARK_REMOTE": "local[2]"},
         capture_output=True,
         text=True,
         timeout=900,
-        cwd=tmp,
+        cwd=cwd,
     )
 
 
@@ -41,14 +40,7 @@ def connect_pipeline(tmp_path_factory):
     """docs/deployment.md's command, exactly as written, in a directory of its own (conf/ linked)."""
     tmp = tmp_path_factory.mktemp("connect")
     (tmp / "conf").symlink_to(ROOT / "conf")
-    done = subprocess.run(
-        [sys.executable, "-m", "sparkml_dist.cli", "pipeline", "--config", "conf/adult.yaml"],
-        env={**os.environ, "SPARK_REMOTE": "local[2]"},
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=tmp,
-    )
+    done = _cli_over_connect("pipeline", tmp)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-5000:]
     return tmp / "output" / "adult", done
 
@@ -91,15 +83,7 @@ def test_the_parameter_server_method_trains_over_spark_connect(connect_pipeline)
     import re
 
     out, _ = connect_pipeline
-    done = subprocess.run(
-        [sys.executable, "-m", "sparkml_dist.cli", "train", "--config", "conf/adult.yaml"]
-        + ["--set", "train.strategy=async", "--set", "train.epochs=1"],
-        env={**os.environ, "SPARK_REMOTE": "local[2]"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=out.parents[1],
-    )
+    done = _cli_over_connect("train", out.parents[1], "train.strategy=async", "train.epochs=1")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-5000:]
     line = done.stdout.strip().splitlines()[-1]
     assert "(async)" in line and "rows per rank [0, 29384]" in line, line
@@ -112,16 +96,8 @@ def test_federated_rounds_with_secure_aggregation_run_over_spark_connect(connect
     Connect); secure aggregation's two passes see each client's rows in one order, or no key
     would unseal."""
     out, _ = connect_pipeline
-    done = subprocess.run(
-        [sys.executable, "-m", "sparkml_dist.cli", "federated", "--config", "conf/adult.yaml"]
-        + ["--set", "federated.client_column=occupation", "--set", "federated.rounds=2"]
-        + ["--set", "federated.secure_aggregation=true"],
-        env={**os.environ, "SPARK_REMOTE": "local[2]"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=out.parents[1],
-    )
+    sets = ("federated.client_column=occupation", "federated.rounds=2", "federated.secure_aggregation=true")
+    done = _cli_over_connect("federated", out.parents[1], *sets)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-5000:]
     report = done.stdout
     assert "clients        : 15 by occupation" in report, report
@@ -131,7 +107,8 @@ def test_federated_rounds_with_secure_aggregation_run_over_spark_connect(connect
 
 
 def test_what_does_not_run_on_connect_is_refused_by_name_before_any_work(tmp_path):
-    done = _cli_over_connect("stream", tmp_path)
+    store = (f"output.root={tmp_path / 'out'}", f"tracking.tracking_uri=sqlite:///{tmp_path}/mlflow.db")
+    done = _cli_over_connect("stream", tmp_path, *store, config=str(ROOT / "conf" / "adult.yaml"))
     assert done.returncode == 2, done.stderr[-3000:]
     assert "error: the stream job scores each micro-batch in a foreachBatch function" in done.stderr
     assert "run it from a classic session" in done.stderr and "Traceback" not in done.stderr
