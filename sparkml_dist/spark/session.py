@@ -238,7 +238,7 @@ def _current_slots(sc) -> int:
 
 
 def describe_session(spark) -> str:
-    """`master local[*]`, or the Connect server's address, for the job's first log line."""
+    """`master local[*]`, or Spark Connect and its server's master, for the job's first log line."""
     if is_connect(spark):
         return f"Spark Connect, server master {session_master(spark) or 'not given'}"
     return f"master {spark.sparkContext.master}"

@@ -103,16 +103,17 @@ def preprocess(
             # Spark ML's save is a dozen tiny jobs, latency not work: overlap it with the writes
             # (not on Spark Connect, whose ML writer needs the session active in its own thread)
             save = functools.partial(_save_pipeline, spark, pipeline, raw, f"{staging}/feature_pipeline")
-            if is_connect(spark):
+            saved = None if is_connect(spark) else background.submit(save)
+            if saved is None:
                 save()
-            saved = background.submit(lambda: None) if is_connect(spark) else background.submit(save)
             _write_splits(spark, cfg, encoded, staging)
             with job_phase(spark, "preprocess: rejects and manifest"):
                 _write_rejects(inputs, labelled, f"{staging}/rejects")
                 manifest = _manifest(
                     cfg, data, staging, pipeline, train_rows, encoded, inputs, labelled, target
                 )
-            saved.result()
+            if saved is not None:
+                saved.result()
             manifest.save(staging)
     finally:
         for result in inputs.values():
