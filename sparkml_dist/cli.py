@@ -22,9 +22,7 @@ from sparkml_dist.config.header import init_config
 from sparkml_dist.config.loader import load_config
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.errors import PrerequisiteError, SparkMLDistError
-from sparkml_dist.launch.backends import BACKENDS
 from sparkml_dist.launch.context import env_scope
-from sparkml_dist.methods import get_method
 from sparkml_dist.spark.session import build_session, describe_session, driver_jvm_exit, is_connect
 from sparkml_dist.tracking.client import check_tracking_store, tracked_run
 
@@ -40,22 +38,9 @@ class Command:
     connect_gap: Callable[[JobConfig], str] = lambda cfg: ""
 
 
-def _training_connect_gap(cfg: JobConfig) -> str:
-    """What the training method, or the backend it runs on, says it cannot do over Connect."""
-    gap = get_method(cfg.train.strategy).connect_gap
-    backend = getattr(cfg.train, "backend", None)
-    if not gap and backend is not None and backend in BACKENDS:
-        gap = BACKENDS.get(backend).connect_gap
-    return gap
-
-
 _STREAM_ON_CONNECT = (
     "the stream job scores each micro-batch in a foreachBatch function that holds this driver's model "
     "cache, which a Spark Connect server cannot take: run it from a classic session"
-)
-_WHERE_ON_CONNECT = (
-    "finetune.where is checked with Spark's own SQL parser on the driver's JVM, which a Spark Connect "
-    "client does not have: fine-tune from a classic session"
 )
 
 
@@ -180,12 +165,7 @@ COMMANDS: dict[str, Command] = {
         Command(
             "preprocess", "ingest, quarantine bad rows, fit features, write the Parquet splits", _preprocess
         ),
-        Command(
-            "train",
-            "train on the preprocessed splits with train.strategy's method",
-            _train,
-            _training_connect_gap,
-        ),
+        Command("train", "train on the preprocessed splits with train.strategy's method", _train),
         Command("evaluate", "score the test rows with the last trained model (or --model-uri)", _evaluate),
         Command("register", "register the evaluated model; champion only through the gate", _register),
         Command("score", "score raw rows with models:/<name>@champion (or --model-uri)", _score),
@@ -196,17 +176,9 @@ COMMANDS: dict[str, Command] = {
             lambda cfg: _STREAM_ON_CONNECT,
         ),
         Command(
-            "pipeline",
-            "preprocess -> train -> evaluate -> register -> score in one MLflow run",
-            _pipeline,
-            _training_connect_gap,
+            "pipeline", "preprocess -> train -> evaluate -> register -> score in one MLflow run", _pipeline
         ),
-        Command(
-            "finetune",
-            "continue training a registered model on new rows",
-            _finetune,
-            lambda cfg: _WHERE_ON_CONNECT if cfg.finetune.where else _training_connect_gap(cfg),
-        ),
+        Command("finetune", "continue training a registered model on new rows", _finetune),
         Command(
             "contribute", "validate a contributor's parameter delta and merge it if it passes", _contribute
         ),
@@ -216,7 +188,6 @@ COMMANDS: dict[str, Command] = {
             "hyperparameter search over tune.space: concurrent barrier trials, pruning, best model "
             "through the gate",
             _tune,
-            _training_connect_gap,
         ),
     )
 }
@@ -286,10 +257,18 @@ def main(argv: list[str] | None = None) -> int:
         with env_scope(_quiet_mlflow()):  # before the session: local executors inherit it
             spark = build_session(cfg.spark)
             log.info("Spark %s, %s", spark.version, describe_session(spark))
-            gap = COMMANDS[args.stage].connect_gap(cfg) if is_connect(spark) else ""
-            if gap:  # before any work, not after minutes of it
-                raise PrerequisiteError(gap)
-            print(COMMANDS[args.stage].run(spark, cfg, args))
+            try:
+                gap = COMMANDS[args.stage].connect_gap(cfg) if is_connect(spark) else ""
+                if gap:  # before any work, not after minutes of it
+                    raise PrerequisiteError(gap)
+                print(COMMANDS[args.stage].run(spark, cfg, args))
+            finally:
+                if is_connect(spark):
+                    # a Spark ML model (a loaded feature pipeline) still referenced at exit
+                    # deletes its server-side copy through the active session when collected; at
+                    # interpreter exit that call waits forever for a gRPC thread that can no
+                    # longer start. With the session stopped, the delete is skipped
+                    spark.stop()
         return 0
     except SparkMLDistError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -80,13 +81,24 @@ def test_the_parameter_server_method_trains_over_spark_connect(connect_pipeline)
     """The method whose ranks exchange control messages while they train (async, a parameter
     server on rank 0) on the Connect pipeline's splits, through the train command. fsdp, tensor,
     pipeline and hybrid ran the same way by hand (docs/deployment.md)."""
-    import re
-
     out, _ = connect_pipeline
     done = _cli_over_connect("train", out.parents[1], "train.strategy=async", "train.epochs=1")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-5000:]
     line = done.stdout.strip().splitlines()[-1]
     assert "(async)" in line and "rows per rank [0, 29384]" in line, line
+    assert float(re.search(r"val_accuracy ([0-9.]+)", line).group(1)) >= 0.8, line
+
+
+def test_the_horovod_backend_trains_over_spark_connect(connect_pipeline):
+    """Horovod's rendezvous server runs in rank 0's task behind the launch's gateway, as torch's
+    store does: nothing the ranks need is on the client, so `train.backend=horovod` trains over
+    Connect as on a classic session."""
+    out, _ = connect_pipeline
+    done = _cli_over_connect("train", out.parents[1], "train.backend=horovod", "train.epochs=1")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-5000:]
+    assert "launching 2 ranks (backend horovod) in a barrier stage over Spark Connect" in done.stderr
+    line = done.stdout.strip().splitlines()[-1]
+    assert "rows per rank [14692, 14692]" in line and "ranks in step: True" in line, line
     assert float(re.search(r"val_accuracy ([0-9.]+)", line).group(1)) >= 0.8, line
 
 
@@ -104,6 +116,18 @@ def test_federated_rounds_with_secure_aggregation_run_over_spark_connect(connect
     assert "secure aggregation True" in report and "60 payloads" in report, "2 rounds x 15 clients x 2 passes"
     final = float(report.split("final          : test accuracy ")[1].split(",")[0])
     assert final >= 0.82, report
+
+
+def test_fine_tuning_on_a_subset_runs_over_spark_connect(connect_pipeline):
+    """The README's fine-tuning command over Connect, on the pipeline's champion: `finetune.where`
+    is parsed and checked on the client (no JVM there), and the subset it keeps is Wife's rows."""
+    out, _ = connect_pipeline
+    done = _cli_over_connect("finetune", out.parents[1], "finetune.where=relationship = 'Wife'")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-5000:]
+    report = done.stdout
+    assert "parent         : models:/adult_income_mlp@champion (version 1)" in report, report
+    assert "subset  before : accuracy" in report and "subset  after  : accuracy" in report, report
+    assert re.search(r"registry       : version \d+ -> alias 'finetuned'", report), report
 
 
 def test_what_does_not_run_on_connect_is_refused_by_name_before_any_work(tmp_path):
@@ -139,6 +163,5 @@ def test_the_torch_distributor_runs_over_spark_connect():
     assert out["slots"].startswith(
         "fewer task slots than ranks, 3 ranks requested: lower num_processes, or give the cluster more cores"
     ), out.get("slots")
-    assert out["horovod"].startswith("the horovod backend runs its rendezvous server on the driver"), out
     assert out["dataframe"]["rows"] == out["input_rows"] == 569, "every row of the Connect DataFrame, once"
     assert out["dataframe"]["accuracy"] > 0.95

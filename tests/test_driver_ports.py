@@ -89,7 +89,8 @@ def test_the_driver_listeners_take_free_ports_of_the_range_and_say_when_it_is_fu
         squatter.close()
 
 
-def test_horovods_driver_gateway_takes_a_port_of_the_range():
+def test_a_driver_side_gateway_takes_a_port_of_the_range():
+    """What a backend that hosts its rendezvous on the driver (`driver_start`) puts before it."""
     ports = free_block(2)
     gateway = StoreGateway("127.0.0.1", 9, os.urandom(32), ports)
     try:

@@ -35,7 +35,7 @@ def horovod_layout(ctx, payload):
             os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"],
             os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"],
         ),
-        "gateway_port": ctx.extra["HOROVOD_GLOO_RENDEZVOUS_PORT"],
+        "gateway": (ctx.master_addr, ctx.master_port),  # rank 0 task's, before its rendezvous server
     }
 
 
@@ -73,9 +73,11 @@ def test_repeated_horovod_reductions_under_reused_names_give_every_sum(spark):
 def test_horovod_ranks_match_the_barrier_layout_and_rendezvous_through_their_own_forwarder(spark):
     results = run_barrier(spark, horovod_layout, None, 2, get_backend("horovod", timeout_s=60))
     assert [(r["rank"], r["size"], r["local_rank"]) for r in results] == [(0, 2, 0), (1, 2, 1)]
-    # each rank's Horovod talks to a loopback forwarder of its own, which proves the secret to the gateway
+    # each rank's Horovod talks to a loopback forwarder of its own, which proves the secret to the
+    # gateway in rank 0's task (nothing on the driver: the same launch runs from a Connect client)
     assert {r["rendezvous"][0] for r in results} == {"127.0.0.1"}
-    assert len({r["rendezvous"][1] for r in results} | {results[0]["gateway_port"]}) == 3
+    assert results[0]["gateway"] == results[1]["gateway"]
+    assert len({r["rendezvous"][1] for r in results} | {results[0]["gateway"][1]}) == 3
 
 
 def test_repeated_horovod_launches_survive_python_worker_reuse(spark):

@@ -15,13 +15,18 @@ from sparkml_dist.launch.gateway import LocalForwarder, StoreGateway
 from sparkml_dist.launch.rendezvous import BoundStore
 
 
+def _listeners(port: int) -> list:
+    """This process's TCP listeners on `port`."""
+    return [
+        c
+        for c in psutil.Process().net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+    ]
+
+
 def test_the_store_listens_on_the_given_address_only_and_serves_clients():
     with BoundStore("127.0.0.1", world_size=2, timeout_s=10) as bound:
-        mine = [
-            c
-            for c in psutil.Process().net_connections(kind="tcp")
-            if c.status == psutil.CONN_LISTEN and c.laddr.port == bound.port
-        ]
+        mine = _listeners(bound.port)
         assert [c.laddr.ip for c in mine] == ["127.0.0.1"], mine  # torch's own server would say 0.0.0.0 / ::
         client = dist.TCPStore("127.0.0.1", bound.port, 2, False, timedelta(seconds=10))
         client.set("rank1", "here")
@@ -122,20 +127,21 @@ def test_the_forwarder_admits_only_its_own_process(gateway, tmp_path):
 
 
 def test_horovods_rendezvous_server_is_reached_only_through_the_gateway():
-    """The driver's Horovod rendezvous HTTP server listens on loopback; the ranks' one way in is the
-    gateway, which refuses an HTTP request that does not first prove the launch's secret."""
-    from sparkml_dist.launch.horovod_backend import RendezvousHandle
+    """Rank 0's Horovod rendezvous HTTP server listens on loopback; the ranks' one way in is the
+    gateway the launcher puts before it (as before torch's store), which refuses an HTTP request
+    that does not first prove the launch's secret."""
+    from sparkml_dist.launch.horovod_backend import HorovodBackend
 
-    handle = RendezvousHandle("127.0.0.1", SECRET)
+    server = HorovodBackend().rendezvous_server(2)
+    gate = StoreGateway("127.0.0.1", server.port, SECRET)
     try:
-        server_host, server_port = handle._server.server_address
-        assert server_host == "127.0.0.1" and int(handle.extra["HOROVOD_GLOO_RENDEZVOUS_PORT"]) != server_port
-        with socket.create_connection(("127.0.0.1", handle._gateway.port), timeout=10) as raw:
+        assert [c.laddr.ip for c in _listeners(server.port)] == ["127.0.0.1"]
+        with socket.create_connection(("127.0.0.1", gate.port), timeout=10) as raw:
             raw.sendall(b"GET /rank/0 HTTP/1.1\r\nHost: x\r\n\r\n")  # Horovod's client, without the proof
             assert len(raw.recv(64)) == 32, "a challenge, not an HTTP response"
             assert raw.recv(4096) == b"", "closed without a byte of the rendezvous server"
-        assert eventually(lambda: handle._gateway.refused == 1)
-        forwarder = LocalForwarder("127.0.0.1", handle._gateway.port, SECRET)
+        assert eventually(lambda: gate.refused == 1)
+        forwarder = LocalForwarder("127.0.0.1", gate.port, SECRET)
         try:
             with socket.create_connection(("127.0.0.1", forwarder.port), timeout=10) as ok:
                 ok.sendall(b"PUT /scope/key HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nvalue")
@@ -143,4 +149,5 @@ def test_horovods_rendezvous_server_is_reached_only_through_the_gateway():
         finally:
             forwarder.close()
     finally:
-        handle.stop()
+        gate.close()
+        server.close()

@@ -1,6 +1,8 @@
 """The communication backend interface. A backend object is small config that travels to the
-ranks; any driver-side service it needs (a rendezvous server) lives in the handle `driver_start`
-returns. Implementations: `torch_backend`, `horovod_backend`; looked up in `backends`."""
+ranks. Its rendezvous server runs in rank 0's task (`rendezvous_server`, behind the launch's
+gateway) when it `hosts_store`, so that nothing the ranks need lives on the driver, which a Spark
+Connect client is not; any driver-side service a backend still needs lives in the handle
+`driver_start` returns. Implementations: `torch_backend`, `horovod_backend`; looked up in `backends`."""
 
 from __future__ import annotations
 
@@ -26,6 +28,15 @@ class DriverHandle:
         pass
 
 
+class HostedRendezvous(Protocol):
+    """A backend's rendezvous server in rank 0's task, listening on loopback at `port`."""
+
+    @property
+    def port(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
 class Backend(Protocol):
     # read-only properties: a backend may declare them as class attributes or set them in __init__
     @property
@@ -38,8 +49,12 @@ class Backend(Protocol):
 
     @property
     def hosts_store(self) -> bool:
-        """Rank 0's task hosts torch's rendezvous store (MASTER_ADDR/PORT) behind a gateway; else
-        the driver hosts the backend's rendezvous (behind a gateway of its own, `driver_start`)."""
+        """Rank 0's task hosts the backend's rendezvous server (`rendezvous_server`) behind the
+        launch's gateway; else the driver hosts it (behind a gateway of its own, `driver_start`)."""
+        ...
+
+    def rendezvous_server(self, world_size: int) -> HostedRendezvous:
+        """Rank 0's task starts it on loopback, when the backend `hosts_store`."""
         ...
 
     def driver_start(

@@ -51,8 +51,6 @@ class BackendSpec:
     own_keys: tuple[str, ...] = ()
     check: Callable[[Any], None] = _no_check
     launch_options: Callable[[Any], Mapping[str, Any]] = _no_options
-    # why it cannot run from a Spark Connect client ("" when it can): checked before any work
-    connect_gap: str = ""
 
     def place_data_parallel(self, cfg: Any, world_size: int, rank: int) -> Parallelism:
         return resolve(self.data_parallel)(cfg, world_size, rank)
@@ -84,8 +82,6 @@ register_backend(
         own_keys=("horovod",),
         check=check_horovod,
         launch_options=horovod_launch_options,
-        connect_gap="train.backend=horovod runs its rendezvous server on the driver, which a Spark "
-        "Connect client is not: on Connect, train with the torch backend (--set train.backend=torch)",
     )
 )
 

@@ -1,8 +1,10 @@
-"""Horovod backend without horovod.spark: Horovod's Gloo rendezvous HTTP server runs on the
-driver, on loopback (Horovod's own helper binds all interfaces and admits anyone). The one port
-the ranks reach is the launch's authenticated gateway on the driver's address (launch.gateway):
-each rank's Horovod joins through its own loopback forwarder, which proves the launch's secret.
-Each barrier task gets the Horovod rank environment derived from BarrierTaskContext."""
+"""Horovod backend without horovod.spark: Horovod's Gloo rendezvous HTTP server runs in rank 0's
+task, on loopback (Horovod's own helper binds all interfaces and admits anyone), as torch's store
+does (launch.rendezvous). The one port the ranks reach is the launch's authenticated gateway on
+rank 0's task address (launch.gateway): each rank's Horovod joins through its own loopback
+forwarder, which proves the launch's secret. Nothing lives on the driver, so Horovod trains from a
+Spark Connect client as from a classic driver. Each barrier task gets the Horovod rank
+environment derived from BarrierTaskContext."""
 
 from __future__ import annotations
 
@@ -12,36 +14,23 @@ from typing import Any
 
 from sparkml_dist.launch.backend import DriverHandle, joining_the_group, pick_device
 from sparkml_dist.launch.context import RankContext
-from sparkml_dist.launch.gateway import StoreGateway
 from sparkml_dist.launch.netif import interface_for
 from sparkml_dist.launch.ports import PortRange
 
 
-class RendezvousHandle(DriverHandle):
-    """One rendezvous server per launch (fresh key/value state) on loopback, behind the launch's
-    gateway on `host`; stopped by thread join and the gateway's PID."""
+class LoopbackRendezvous:
+    """One Horovod rendezvous server per launch (fresh key/value state) on loopback, served by a
+    thread of rank 0's task until `close`."""
 
-    def __init__(self, host: str, secret: bytes, ports: PortRange | None = None):
+    def __init__(self) -> None:
         from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
 
         self._server = RendezvousHTTPServer(("127.0.0.1", 0), RendezvousHandler, 0)
+        self.port: int = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="hvd-rendezvous", daemon=True)
         self._thread.start()
-        try:
-            self._gateway = StoreGateway(host, self._server.server_address[1], secret, ports)
-        except BaseException:
-            self._stop_server()
-            raise
-        self.extra = {
-            "HOROVOD_GLOO_RENDEZVOUS_ADDR": host,
-            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(self._gateway.port),
-        }
 
-    def stop(self) -> None:
-        self._gateway.close()
-        self._stop_server()
-
-    def _stop_server(self) -> None:
+    def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=10)
@@ -57,12 +46,15 @@ class HorovodBackend:
     name: str = "horovod"
     # hvd.init() segfaults in a reused Spark Python worker: each rank runs in a forked child
     needs_fresh_process: bool = True
-    hosts_store: bool = False  # Horovod's rendezvous is the driver's HTTP server, behind its gateway
+    hosts_store: bool = True  # Horovod's rendezvous server runs in rank 0's task, behind the gateway
 
     def driver_start(
         self, num_ranks: int, driver_host: str, secret: bytes, ports: PortRange | None = None
     ) -> DriverHandle:
-        return RendezvousHandle(driver_host, secret, ports)
+        return DriverHandle()  # the rendezvous lives in rank 0's task
+
+    def rendezvous_server(self, world_size: int) -> LoopbackRendezvous:
+        return LoopbackRendezvous()
 
     def preload(self) -> None:
         # not Horovod, which the forked child that calls hvd.init() imports; torch and the
@@ -71,7 +63,7 @@ class HorovodBackend:
         import torch._dynamo  # noqa: F401
 
     def rendezvous_gateway(self, ctx: RankContext) -> tuple[str, int]:
-        return ctx.extra["HOROVOD_GLOO_RENDEZVOUS_ADDR"], int(ctx.extra["HOROVOD_GLOO_RENDEZVOUS_PORT"])
+        return ctx.master_addr, ctx.master_port
 
     def rendezvous_env(self, forwarder_port: int) -> dict[str, str]:
         return {
@@ -82,6 +74,9 @@ class HorovodBackend:
     def rank_env(self, ctx: RankContext) -> dict[str, str]:
         return {
             **ctx.extra,
+            # rank 0's gateway; `rendezvous_env` points the rank's own Horovod at its forwarder
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": ctx.master_addr,
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(ctx.master_port),
             "HOROVOD_CONTROLLER": "gloo",
             "HOROVOD_CPU_OPERATIONS": "gloo",
             "HOROVOD_GLOO_TIMEOUT_SECONDS": str(self.timeout_s),

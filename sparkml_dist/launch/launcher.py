@@ -31,7 +31,6 @@ from sparkml_dist.launch.isolation import run_forked
 from sparkml_dist.launch.pg_guard import process_groups_outlive_the_call
 from sparkml_dist.launch.ports import driver_ports
 from sparkml_dist.launch.relay import OutputRelay, RelayAddress, RelaySink, log_rank_line
-from sparkml_dist.launch.rendezvous import BoundStore
 from sparkml_dist.launch.reports import crash_reports, decode_failures, encode_failure, is_peer_failure
 from sparkml_dist.launch.spill import Spill, spilled_partition
 from sparkml_dist.spark.capacity import slot_gap
@@ -325,8 +324,8 @@ def _run_rank(
     gpus = tuple(task.resources()["gpu"].addresses) if "gpu" in task.resources() else ()
     info = layout(addresses, rank, gpus)
     store = gateway = None
-    if rank == 0 and backend.hosts_store:  # the store on loopback; other hosts reach it through the gateway
-        store = BoundStore("127.0.0.1", len(addresses), getattr(backend, "timeout_s", 300))
+    if rank == 0 and backend.hosts_store:  # on loopback; other hosts reach it through the gateway
+        store = backend.rendezvous_server(len(addresses))
         gateway = StoreGateway(info["host"], store.port, options.secret)
     try:
         # one round trip: rank 0's rendezvous port, and every rank's share of the DataFrame

@@ -9,7 +9,7 @@ from sparkml_dist.launch.backend import DriverHandle, joining_the_group, pick_de
 from sparkml_dist.launch.context import RankContext
 from sparkml_dist.launch.netif import interface_for
 from sparkml_dist.launch.ports import PortRange
-from sparkml_dist.launch.rendezvous import AGENT_STORE_ENV
+from sparkml_dist.launch.rendezvous import AGENT_STORE_ENV, BoundStore
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,9 @@ class TorchBackend:
         self, num_ranks: int, driver_host: str, secret: bytes, ports: PortRange | None = None
     ) -> DriverHandle:
         return DriverHandle()  # the store lives in rank 0's task (launch.rendezvous)
+
+    def rendezvous_server(self, world_size: int) -> BoundStore:
+        return BoundStore("127.0.0.1", world_size, self.timeout_s)
 
     def preload(self) -> None:
         # torch's optimizers import torch._dynamo when the first is made (1.3 s): here, before the

@@ -81,8 +81,6 @@ class TrainMethod(ABC, Generic[MethodConfig]):
     config: type[MethodConfig]
     summary: str = ""  # one line: what it is and when to use it
     supports_warm_start: ClassVar[bool] = False  # can start from a registered model (fine-tuning)
-    # why it cannot run from a Spark Connect client ("" when it can): checked before any work
-    connect_gap: ClassVar[str] = ""
 
     @abstractmethod
     def needs(self, cfg: MethodConfig) -> LaunchNeeds:

@@ -16,9 +16,7 @@ from pyspark.sql import SparkSession
 from sklearn.datasets import load_breast_cancer
 
 import sparkml_dist as sd
-from sparkml_dist.errors import PrerequisiteError, RankFailure, SlotError
-from sparkml_dist.launch import run_barrier
-from sparkml_dist.launch.horovod_backend import HorovodBackend
+from sparkml_dist.errors import RankFailure, SlotError
 from user_code.breast_cancer import fail_on_rank, train, train_from_dataframe
 
 CONNECT_PORT = 15002
@@ -84,10 +82,6 @@ def main() -> None:
         sd.TorchDistributor(num_processes=3, local_mode=False, use_gpu=False).run(train, 0.05, epochs=1)
     except SlotError as short:
         out["slots"] = str(short)
-    try:  # Horovod's rendezvous server lives on the driver, which a Connect client is not
-        run_barrier(spark, lambda ctx, payload: None, None, 2, HorovodBackend())
-    except PrerequisiteError as refused:
-        out["horovod"] = str(refused)
     x, y = load_breast_cancer(return_X_y=True)
     x = (x - x.mean(axis=0)) / x.std(axis=0)
     names = [f"f{i}" for i in range(x.shape[1])]
