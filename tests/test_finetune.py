@@ -65,6 +65,8 @@ def test_a_bad_where_predicate_names_the_key(spark):
         select_rows(rows, "salary > 3")
     with pytest.raises(ConfigError, match="is int, not boolean"):
         select_rows(rows, "age + 1")
+    with pytest.raises(ConfigError, match='finetune.where: "relationship = \'Wife" does not parse'):
+        select_rows(rows, "relationship = 'Wife")  # the quote left open
 
 
 def test_a_where_predicate_names_the_label_as_the_source_does(spark):

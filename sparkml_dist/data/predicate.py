@@ -20,7 +20,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType
 from sqlglot import exp
-from sqlglot.errors import ParseError
+from sqlglot.errors import ParseError, SqlglotError
 
 from sparkml_dist.errors import ConfigError
 
@@ -193,8 +193,9 @@ def _parsed(where: str, key: str) -> exp.Expr:
         raise ConfigError(f"{key}: {len(where)} characters; a row filter is at most {MAX_CHARS}")
     try:
         return sqlglot.parse_one(where, read="spark", into=exp.Condition)
-    except ParseError as exc:
-        reason = next((e.get("description") for e in exc.errors if e.get("description")), "")
+    except SqlglotError as exc:  # ParseError, or TokenError for an unclosed quote
+        errors = exc.errors if isinstance(exc, ParseError) else [{"description": str(exc)}]
+        reason = next((e.get("description") for e in errors if e.get("description")), "")
         raise ConfigError(
             f"{key}: {where!r} does not parse as a SQL expression"
             + (f": {reason}" if reason else "; write one condition, e.g. age > 40 AND sex = 'Female'")
