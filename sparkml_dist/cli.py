@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from sparkml_dist.config.header import init_config
 from sparkml_dist.config.loader import load_config
 from sparkml_dist.config.schema import JobConfig
-from sparkml_dist.errors import PrerequisiteError, SparkMLDistError
+from sparkml_dist.errors import SparkMLDistError
 from sparkml_dist.launch.context import env_scope
 from sparkml_dist.spark.session import build_session, describe_session, driver_jvm_exit, is_connect
 from sparkml_dist.tracking.client import check_tracking_store, tracked_run
@@ -34,14 +34,6 @@ class Command:
     name: str
     help: str
     run: Callable[[object, JobConfig, argparse.Namespace], str]  # (spark, cfg, args) -> report
-    # why this config of the command cannot run from a Spark Connect client ("" when it can)
-    connect_gap: Callable[[JobConfig], str] = lambda cfg: ""
-
-
-_STREAM_ON_CONNECT = (
-    "the stream job scores each micro-batch in a foreachBatch function that holds this driver's model "
-    "cache, which a Spark Connect server cannot take: run it from a classic session"
-)
 
 
 def _preprocess(spark, cfg: JobConfig, args) -> str:
@@ -173,7 +165,6 @@ COMMANDS: dict[str, Command] = {
             "stream",
             "score files as they arrive in --input with Structured Streaming, following @champion",
             _stream,
-            lambda cfg: _STREAM_ON_CONNECT,
         ),
         Command(
             "pipeline", "preprocess -> train -> evaluate -> register -> score in one MLflow run", _pipeline
@@ -258,9 +249,6 @@ def main(argv: list[str] | None = None) -> int:
             spark = build_session(cfg.spark)
             log.info("Spark %s, %s", spark.version, describe_session(spark))
             try:
-                gap = COMMANDS[args.stage].connect_gap(cfg) if is_connect(spark) else ""
-                if gap:  # before any work, not after minutes of it
-                    raise PrerequisiteError(gap)
                 print(COMMANDS[args.stage].run(spark, cfg, args))
             finally:
                 if is_connect(spark):

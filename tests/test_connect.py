@@ -11,8 +11,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -130,13 +133,78 @@ def test_fine_tuning_on_a_subset_runs_over_spark_connect(connect_pipeline):
     assert re.search(r"registry       : version \d+ -> alias 'finetuned'", report), report
 
 
-def test_what_does_not_run_on_connect_is_refused_by_name_before_any_work(tmp_path):
-    store = (f"output.root={tmp_path / 'out'}", f"tracking.tracking_uri=sqlite:///{tmp_path}/mlflow.db")
-    done = _cli_over_connect("stream", tmp_path, *store, config=str(ROOT / "conf" / "adult.yaml"))
-    assert done.returncode == 2, done.stderr[-3000:]
-    assert "error: the stream job scores each micro-batch in a foreachBatch function" in done.stderr
-    assert "run it from a classic session" in done.stderr and "Traceback" not in done.stderr
-    assert not any((tmp_path / "out").iterdir()), "refused before any work"
+def test_files_arriving_are_scored_over_spark_connect_following_the_champion(connect_pipeline):
+    """docs/streaming.md's running query, over Connect: foreachBatch runs in the server's Python
+    worker, which builds its own model follower, and each batch's counts reach the client's
+    progress lines as files beside the output. Bad lines go to the rejects, a moved @champion
+    scores the next batch, a version that does not fit is refused (and said on the client), and
+    SIGTERM stops between micro-batches with every row scored once."""
+    from test_streaming import DOCS_STREAM, _misfit_model, adult_lines, drop, scored_batches
+
+    from sparkml_dist.config.loader import load_config
+    from sparkml_dist.tracking.client import tracked_run
+    from sparkml_dist.tracking.models import register
+
+    command = f'SPARK_REMOTE="local[2]" {DOCS_STREAM}'
+    assert command in (ROOT / "docs" / "streaming.md").read_text()
+    out, _ = connect_pipeline
+    work = out.parents[1]
+    (work / ".venv").symlink_to(ROOT / ".venv")
+    cfg = load_config(ROOT / "conf" / "adult.yaml")  # the registry the commands above used
+    name = cfg.tracking.registered_model
+    with tracked_run(cfg.tracking, "misfit", {}) as run:
+        misfit = register(run, _misfit_model(run, f"models:/{name}/1", work), name, {})
+    client = run.client()
+    champion = client.get_model_version(name, "1")  # and the champion again, as a new version
+    copy = client.create_model_version(name, champion.source, run_id=champion.run_id).version
+    incoming, output = work / "incoming", out / "stream"
+    incoming.mkdir()
+    rows = [line.split(",", 1)[1] for line in adult_lines(0, 900)]  # conf/adult.yaml's columns
+    drop(incoming, "1.csv", rows[:300] + ["?,?"])
+    running = subprocess.Popen(
+        shlex.split(DOCS_STREAM),  # the command after SPARK_REMOTE=, which is the environment's
+        cwd=work,
+        env={**os.environ, "SPARK_REMOTE": "local[2]"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+    def scored(rows: int) -> None:
+        deadline = time.monotonic() + 300
+        while sum(len(b) for b in scored_batches(output).values()) < rows and running.poll() is None:
+            assert time.monotonic() < deadline, f"{rows} rows were not scored in 300 s"
+            time.sleep(0.5)
+
+    try:
+        scored(300)
+        client.set_registered_model_alias(name, "champion", misfit)
+        drop(incoming, "2.csv", rows[300:600])
+        scored(600)
+        client.set_registered_model_alias(name, "champion", copy)
+        drop(incoming, "3.csv", rows[600:])
+        scored(900)
+    finally:
+        running.send_signal(signal.SIGTERM)
+        try:
+            said, _ = running.communicate(timeout=120)
+        finally:
+            running.kill()  # a query that did not stop holds Connect's port for the next test
+            client.set_registered_model_alias(name, "champion", "1")
+    assert running.returncode == 0, said[-5000:]
+    said = "\n".join(
+        line for line in said.splitlines() if "sparkml_dist" in line or line.startswith("stream")
+    )
+    assert "301 rows in, 1 rejected, 300 scored by version 1" in said, said[-5000:]
+    assert "300 rows in, 0 rejected, 300 scored by version 1" in said, said
+    assert f"300 rows in, 0 rejected, 300 scored by version {copy}" in said, said
+    assert f"version {misfit} is refused" in said and "credit_score" in said, "said on the client"
+    assert "stopped on request (SIGTERM) after the micro-batch in progress" in said
+    assert f"version {misfit} refused: " in said, "the refusal is in the command's report"
+    batches = scored_batches(output)
+    assert sum(len(b) for b in batches.values()) == 900, "every accepted row once"
+    assert len(list((output / "rejects").glob("batch_id=*/*.parquet"))) >= 1
+    assert not any((output / "_reports").iterdir()), "the query's report files are removed"
 
 
 def test_the_torch_distributor_runs_over_spark_connect():

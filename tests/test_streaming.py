@@ -449,3 +449,47 @@ def test_the_readme_stream_commands_score_what_arrived(spark, registry, tmp_path
     assert sum(len(b) for b in scored_batches(output).values()) == 1500, (
         "the earlier files are not scored again"
     )
+
+
+def test_a_connect_worker_gets_the_scorer_without_the_clients_model_and_reports_through_files(
+    tmp_path, caplog
+):
+    """What Spark Connect does with foreachBatch's function, without a server: it is pickled to
+    the server's worker, which must not get the client's follower (its session, its downloads);
+    what the worker's copy counts reaches the client's copy through files, which end with it."""
+    import cloudpickle
+
+    from sparkml_dist.stages.stream import BatchScorer, connect_listener_gap
+    from sparkml_dist.streaming.progress import BatchProgress, BatchReport, FileReports
+    from sparkml_dist.streaming.sink import BatchSink
+
+    client_reports = FileReports(str(tmp_path / "_reports" / "q1"))
+    scorer = BatchScorer(
+        "models:/m@champion", "1", "sqlite:///x.db", None, {"age": "int/numeric"},
+        lambda batch: batch, BatchSink(str(tmp_path)), client_reports, "auto",
+        follower=object(),  # type: ignore[arg-type]
+    )  # fmt: skip
+    worker = cloudpickle.loads(cloudpickle.dumps(scorer))
+    assert worker.follower is None and scorer.follower is not None
+    assert (worker.model_uri, worker.first_version, worker.schema) == (
+        "models:/m@champion",
+        "1",
+        scorer.schema,
+    )
+
+    worker.reports.record_refused({"3": "schema drift: missing ['credit_score']"})
+    worker.reports.add(BatchReport(7, "1", 301, 1, 300))
+    assert client_reports.get(6) is None, "a trigger that found no input has no report"
+    with caplog.at_level("WARNING", logger="sparkml_dist.streaming.progress"):
+        assert client_reports.get(7) == BatchReport(7, "1", 301, 1, 300)
+    assert "version 3 is refused" in caplog.text, "the worker's refusal is said on the client"
+    client_reports.wait_reported(timeout_s=0.3)  # batch 7 is written, not yet reported: waits
+    client_reports.finish(BatchProgress(BatchReport(7, "1", 301, 1, 300), 1.0, 300.0))
+    assert client_reports._unreported() == set()
+    assert client_reports.refused() == {"3": "schema drift: missing ['credit_score']"}
+    client_reports.close()
+    assert not (tmp_path / "_reports" / "q1").exists()
+
+    assert connect_listener_gap("4.3.0") == connect_listener_gap("4.0.1") == ""
+    gap = connect_listener_gap("3.5.9")
+    assert "pyspark 4.0 or later" in gap and "3.5.9" in gap and "classic session" in gap

@@ -9,13 +9,19 @@ committed micro-batch left off."""
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import shutil
 import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import pyspark
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -23,14 +29,22 @@ from pyspark.sql.streaming import StreamingQuery
 from sparkml_dist import storage
 from sparkml_dist.config.schema import JobConfig
 from sparkml_dist.data.ingest import checked_rows, split_checked
-from sparkml_dist.data.sources import schema_of, with_types_of
-from sparkml_dist.errors import DataError, SparkMLDistError
+from sparkml_dist.data.sources import RawRows, schema_of, with_types_of
+from sparkml_dist.errors import DataError, PrerequisiteError, SparkMLDistError
+from sparkml_dist.spark.kind import is_connect
 from sparkml_dist.stages.score import scored_rows
 from sparkml_dist.storage.hadoop import OutputLock, output_fs
 from sparkml_dist.storage.paths import OutputPaths
 from sparkml_dist.streaming.follow import ModelFollower
-from sparkml_dist.streaming.progress import BatchProgress, BatchReport, ProgressListener, Reports
-from sparkml_dist.streaming.sink import BatchSink
+from sparkml_dist.streaming.progress import (
+    BatchProgress,
+    BatchReport,
+    FileReports,
+    MemoryReports,
+    ProgressListener,
+    Reports,
+)
+from sparkml_dist.streaming.sink import REPORTS, BatchSink
 from sparkml_dist.streaming.source import read_stream
 from sparkml_dist.tracking.client import resolve_tracking_uri, tracked_run
 
@@ -76,6 +90,8 @@ def _stream(
     stop: threading.Event | None,
     models: str,
 ) -> StreamResult:
+    if is_connect(spark) and (gap := connect_listener_gap(pyspark.__version__)):
+        raise PrerequisiteError(gap)
     out = storage.absolute(output_path) if output_path else default_output(cfg)
     checkpoint = storage.absolute(checkpoint) if checkpoint else storage.join(out, "_checkpoint")
     uri = model_uri or cfg.stream.model_uri or f"models:/{cfg.tracking.registered_model}@champion"
@@ -97,34 +113,21 @@ def _stream(
         first.version or "-",
         checkpoint,
     )
-    reports, sink = Reports(), BatchSink(out)
-
-    def score_batch(batch: DataFrame, batch_id: int) -> None:
-        model = follower.current()
-        raw = source.rows_of(batch)
-        checked = checked_rows(raw, require_label=False).persist()
-        try:
-            rows = split_checked(checked, raw.data)
-            if rows.input_rows == 0:
-                return
-            scored = scored_rows(
-                model.bundle, model.pipeline, rows.accepted, raw.data, device=cfg.score.device
-            )
-            written = sink.write(
-                spark,
-                batch_id,
-                scored.withColumn(MODEL_VERSION, F.lit(model.version)),
-                rows.rejects if rows.rejected_rows else None,
-            )
-            if written != rows.accepted_rows:
-                raise DataError(
-                    f"stream batch {batch_id} lost rows: {rows.accepted_rows} accepted, {written} written"
-                )
-            reports.add(BatchReport(batch_id, model.version, rows.input_rows, rows.rejected_rows, written))
-        finally:
-            checked.unpersist()
-
     name = f"sparkml_dist_stream_{uuid.uuid4().hex[:8]}"
+    # on Connect, foreachBatch runs in the server's Python worker: what it counts comes back as files
+    reports: Reports = FileReports(storage.join(out, REPORTS, name)) if is_connect(spark) else MemoryReports()
+    score_batch = BatchScorer(
+        uri,
+        first.version,
+        follower.tracking_uri,
+        follower.shared_dir,
+        follower.schema or {},
+        source.rows_of,
+        BatchSink(out),
+        reports,
+        cfg.score.device,
+        follower,
+    )
     # one query per output: a second one would replace the first one's batch directories
     lock = OutputLock(output_fs(spark), storage.spark_path(out))
     lock.acquire()
@@ -148,10 +151,114 @@ def _stream(
                 spark, _with_trigger(writer, cfg), ProgressListener(name, reports, run), stop
             )
             reports.wait_reported(timeout_s=10.0)
-            _tag_run(run, stopped, follower.refused)
+            refused = reports.refused()
+            _tag_run(run, stopped, refused)
     finally:
+        reports.close()
         lock.release()
-    return StreamResult(out, checkpoint, run.run_id, stopped, list(reports.done), dict(follower.refused))
+    return StreamResult(out, checkpoint, run.run_id, stopped, list(reports.done), refused)
+
+
+@dataclass
+class BatchScorer:
+    """foreachBatch's function: check, score and write one micro-batch, and count it.
+
+    On a classic session Spark calls it in this process, with the follower the stream started
+    with. On Spark Connect the server runs it in a Python worker of its own, which unpickles it
+    once per query: the follower is left behind (it holds this process's session and downloads)
+    and the worker builds its own from the model URI, on the batch's session."""
+
+    model_uri: str
+    first_version: str  # what the stream started with, on the client
+    tracking_uri: str
+    shared_dir: str | None
+    schema: Mapping[str, str]  # the stream's columns, that every version must fit
+    rows_of: Callable[[DataFrame], RawRows]
+    sink: BatchSink
+    reports: Reports
+    device: str
+    follower: ModelFollower | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "follower": None}
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        spark = batch.sparkSession
+        follower = self._follower(spark)
+        model = follower.current()
+        self.reports.record_refused(follower.refused)
+        raw = self.rows_of(batch)
+        checked = checked_rows(raw, require_label=False).persist()
+        try:
+            rows = split_checked(checked, raw.data)
+            if rows.input_rows == 0:
+                return
+            scored = scored_rows(model.bundle, model.pipeline, rows.accepted, raw.data, device=self.device)
+            written = self.sink.write(
+                spark,
+                batch_id,
+                scored.withColumn(MODEL_VERSION, F.lit(model.version)),
+                rows.rejects if rows.rejected_rows else None,
+            )
+            if written != rows.accepted_rows:
+                raise DataError(
+                    f"stream batch {batch_id} lost rows: {rows.accepted_rows} accepted, {written} written"
+                )
+            self.reports.add(
+                BatchReport(batch_id, model.version, rows.input_rows, rows.rejected_rows, written)
+            )
+        finally:
+            checked.unpersist()
+
+    def _follower(self, spark: SparkSession) -> ModelFollower:
+        if self.follower is None:  # in a Connect server's worker: the first batch of this query
+            self.follower = ModelFollower(
+                self.model_uri, self.tracking_uri, spark, self.shared_dir, downloads=_worker_downloads()
+            )
+            self.follower.expect(self.schema)
+            self.follower.start_with(self.first_version)
+        self.follower.spark = spark  # a Connect worker's session can change between batches
+        return self.follower
+
+
+_WORKER_DOWNLOADS = "sparkml_dist_stream_worker_"  # + the worker's pid
+
+
+def _worker_downloads() -> str:
+    """A Connect worker's folder for the versions it loads. The server stops a query's worker
+    with SIGTERM, which skips `atexit` (and a handler that exits instead makes the worker's
+    session call a server that is going away), so each new worker removes the folders of the
+    workers that are gone."""
+    for old in Path(tempfile.gettempdir()).glob(f"{_WORKER_DOWNLOADS}*"):
+        pid = old.name.removeprefix(_WORKER_DOWNLOADS).split("_", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    folder = tempfile.mkdtemp(prefix=f"{_WORKER_DOWNLOADS}{os.getpid()}_")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def connect_listener_gap(client_version: str) -> str:
+    """Why a Spark Connect client of this pyspark version cannot run the stream ("" when it can):
+    before 4.0, Connect ran a query's listener on the server, where its progress lines and
+    counts never reach the client."""
+    if int(client_version.split(".")[0]) >= 4:
+        return ""
+    return (
+        f"the stream job over Spark Connect needs a pyspark 4.0 or later client (this is "
+        f"{client_version}, whose Connect runs the query's progress listener on the server): "
+        f"upgrade the client, or run the stream from a classic session"
+    )
 
 
 def _run_query(spark: SparkSession, writer, listener: ProgressListener, stop: threading.Event | None) -> str:

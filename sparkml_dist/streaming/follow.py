@@ -76,6 +76,12 @@ class ModelFollower:
         self._model = candidate
         return candidate
 
+    def start_with(self, version: str) -> None:
+        """Use `version` until `current()` finds a version that loads and fits: a follower built
+        mid-stream (in a Spark Connect server's worker) keeps what the stream started with when
+        the alias has since moved to a version it refuses."""
+        self._model = self._load(version)
+
     def expect(self, schema: Mapping[str, str]) -> None:
         """The stream's columns: the version in use must fit them (the stream does not start
         otherwise), and every later version is checked against them."""

@@ -7,10 +7,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Protocol
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from sparkml_dist.storage import store
 from sparkml_dist.tracking.client import RunHandle
 
 log = logging.getLogger(__name__)
@@ -32,18 +35,44 @@ class BatchProgress:
     rows_per_second: float  # Spark's processedRowsPerSecond
 
 
-class Reports:
-    """What foreachBatch counted, by batch id, until the listener reports it; thread-safe (the
-    listener runs on Spark's listener thread)."""
+class Reports(Protocol):
+    """What foreachBatch counted, by batch id, until the listener reports it, and the versions
+    the stream's model follower refused. `MemoryReports` where foreachBatch runs in this process
+    (a classic session); `FileReports` where it runs in a Spark Connect server's Python worker."""
+
+    done: list[BatchProgress]
+
+    def add(self, report: BatchReport) -> None: ...
+
+    def record_refused(self, refused: Mapping[str, str]) -> None: ...
+
+    def get(self, batch_id: int) -> BatchReport | None: ...
+
+    def finish(self, progress: BatchProgress) -> None: ...
+
+    def wait_reported(self, timeout_s: float) -> None: ...
+
+    def refused(self) -> dict[str, str]: ...
+
+    def close(self) -> None: ...
+
+
+class MemoryReports:
+    """Reports kept in this process; thread-safe (the listener runs on Spark's listener thread)."""
 
     def __init__(self) -> None:
         self._pending: dict[int, BatchReport] = {}
+        self._refused: dict[str, str] = {}
         self.done: list[BatchProgress] = []
         self._lock = threading.Condition()
 
     def add(self, report: BatchReport) -> None:
         with self._lock:
             self._pending[report.batch_id] = report
+
+    def record_refused(self, refused: Mapping[str, str]) -> None:
+        with self._lock:
+            self._refused.update(refused)
 
     def get(self, batch_id: int) -> BatchReport | None:
         with self._lock:
@@ -63,6 +92,81 @@ class Reports:
         with self._lock:
             while self._pending and time.monotonic() < deadline:
                 self._lock.wait(0.1)
+
+    def refused(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._refused)
+
+    def close(self) -> None:
+        pass
+
+
+REFUSED_FILE = "refused.json"
+
+
+class FileReports:
+    """Reports as small JSON files in `folder` (under the stream's output, where the client and
+    the server both reach): on Spark Connect, foreachBatch runs in a Python worker of the server,
+    which writes each batch's report (atomically) before the batch commits, and the client's
+    listener reads it when Spark's progress event for the batch arrives. Picklable: the worker
+    gets a copy with the folder; the client's copy keeps what it has reported."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        self.done: list[BatchProgress] = []
+        self._refused: dict[str, str] = {}
+
+    def _batch_file(self, batch_id: int) -> str:
+        return store.join(self.folder, f"batch_id={batch_id}.json")
+
+    def add(self, report: BatchReport) -> None:
+        store.write_json(self._batch_file(report.batch_id), asdict(report))
+
+    def record_refused(self, refused: Mapping[str, str]) -> None:
+        if refused != self._refused:  # the worker writes only what changed
+            store.write_json(store.join(self.folder, REFUSED_FILE), dict(refused))
+            self._refused = dict(refused)
+
+    def get(self, batch_id: int) -> BatchReport | None:
+        path = self._batch_file(batch_id)
+        if not store.exists(path):  # a trigger that found no new input
+            return None
+        self._read_refused()
+        return BatchReport(**store.read_json(path))
+
+    def finish(self, progress: BatchProgress) -> None:
+        self.done.append(progress)
+
+    def wait_reported(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self._unreported() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def _unreported(self) -> set[int]:
+        written = {
+            int(name.removeprefix("batch_id=").removesuffix(".json"))
+            for name in (e.name for e in store.list_dir(self.folder))
+            if name.startswith("batch_id=")
+        }
+        return written - {p.report.batch_id for p in self.done}
+
+    def refused(self) -> dict[str, str]:
+        self._read_refused()
+        return dict(self._refused)
+
+    def _read_refused(self) -> None:
+        """The server's worker logs a refusal where the client does not see it: said here."""
+        path = store.join(self.folder, REFUSED_FILE)
+        now = store.read_json(path) if store.exists(path) else {}
+        for version, reason in now.items():
+            if self._refused.get(version) != reason:
+                log.warning(
+                    "stream: version %s is refused and does not score this stream: %s", version, reason
+                )
+        self._refused = dict(now)
+
+    def close(self) -> None:
+        store.delete(self.folder)
 
 
 class ProgressListener(StreamingQueryListener):

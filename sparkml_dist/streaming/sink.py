@@ -17,6 +17,7 @@ from sparkml_dist.storage.hadoop import output_fs
 from sparkml_dist.storage.store import spark_path
 
 SCORED, REJECTS, STAGING = "scored", "rejects", "_staging"
+REPORTS = "_reports"  # what a Spark Connect server's foreachBatch counted, per query (`streaming.progress`)
 BATCH_ID = "batch_id"
 
 
