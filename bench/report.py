@@ -84,6 +84,8 @@ ORDER = [
     "stream_vs_batch_scoring",
     "stream_latency_p50",
     "stream_latency_p95",
+    "stream_over_connect_vs_classic",
+    "stream_over_connect_vs_classic_batches",
     "serve_latency_1_row_p50",
     "serve_latency_1_row_p95",
     "serve_latency_100_rows_p50",

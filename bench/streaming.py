@@ -7,8 +7,12 @@ same files with the same champion, and the latency from a file's arrival to its 
 - stream_latency_p50 / _p95: a 100-row file is moved into the watched directory while the query
   runs with a 1 s trigger; the time until its rows are in `scored/`. The "baseline" column is
   the trigger interval, for scale (a file waits up to one interval for the next micro-batch).
+- stream_over_connect_vs_classic: the stream command as a user runs it, cold, over a local Spark
+  Connect server (`SPARK_REMOTE=local[2]`) against a classic local[2] session, alternated: its
+  wall time, and (`..._batches`) the seconds of its micro-batches after the first (the model
+  loaded on both sides: what each further micro-batch costs over Connect).
 
-    .venv/bin/python -m bench.streaming [--rows 200000] [--files 20]
+    .venv/bin/python -m bench.streaming [--rows 200000] [--files 20] [--only connect]
 """
 
 from __future__ import annotations
@@ -16,15 +20,19 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import yaml
 
-from bench.common import alternate, entry, record
+from bench.common import Measured, alternate, entry, record
 from bench.preprocess import CONFIG
 
 TRIGGER_S = 1.0
@@ -130,6 +138,64 @@ def latency(spark, cfg, root: str, files: int) -> list[float]:
     return waits
 
 
+CONNECT_FILES_PER_BATCH = 2  # of the 8 input files: 4 micro-batches a run
+
+
+def over_connect(cfg, root: str, rows: int) -> list[dict]:
+    config = Path(root, "stream.yaml")
+    config.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_unset=True)))
+    runs = iter(range(1000))
+    later_batches: dict[bool, list[float]] = {True: [], False: []}
+
+    def command(remote: bool) -> float:
+        env = {k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"}
+        if remote:
+            env["SPARK_REMOTE"] = "local[2]"
+        sets = [
+            "stream.trigger=available_now",
+            f"stream.max_files_per_trigger={CONNECT_FILES_PER_BATCH}",
+            "spark.master=local[2]",
+        ]
+        t0 = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "sparkml_dist.cli", "stream", "--config", str(config)]
+            + ["--input", f"{root}/incoming", "--output", f"{root}/cmd-{next(runs)}"]
+            + [arg for o in sets for arg in ("--set", o)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=root,
+        )
+        wall = time.perf_counter() - t0
+        seconds = [float(s) for s in re.findall(r"^stream: batch \d+: .* in ([\d.]+) s", done.stdout, re.M)]
+        assert f"{rows:,} scored" in done.stdout and len(seconds) > 1, done.stdout[-2000:]
+        later_batches[remote].append(sum(seconds[1:]))
+        return wall
+
+    o, b = alternate(lambda: command(True), lambda: command(False))
+    batches, classic_batches = (Measured(later_batches[side]) for side in (True, False))
+    note = (
+        f"`SPARK_REMOTE=local[2] python -m sparkml_dist.cli stream --input <8 CSV files, {rows:,} "
+        f"Adult-shaped rows> --set stream.trigger=available_now --set "
+        f"stream.max_files_per_trigger={CONNECT_FILES_PER_BATCH}` against the same command on a classic "
+        "local[2] session, both cold, from the command's start to its exit"
+    )
+    return [
+        entry("stream_over_connect_vs_classic", o, b, "s", "lower", None, note=note),
+        entry(
+            "stream_over_connect_vs_classic_batches",
+            batches,
+            classic_batches,
+            "s",
+            "lower",
+            None,
+            note="the same runs: the seconds of the micro-batches after the first (Spark's trigger "
+            "durations), medians; the first loads the model (over Connect, in the server's worker)",
+        ),
+    ]
+
+
 def _scored_rows(out: Path) -> int:
     scored = out / "scored"
     if not scored.is_dir():
@@ -137,16 +203,23 @@ def _scored_rows(out: Path) -> int:
     return sum(pq.read_metadata(f).num_rows for f in scored.glob("batch_id=*/*.parquet"))
 
 
-def main(rows: int = 200_000, files: int = 20, spark=None) -> list[dict]:
+def main(rows: int = 200_000, files: int = 20, spark=None, only: str | None = None) -> list[dict]:
     from sparkml_dist.config import SparkConfig
+    from sparkml_dist.data.generate import adult_like, write_csv
     from sparkml_dist.spark import build_session
 
     spark = spark or build_session(SparkConfig(master="local[2]", app_name="bench-streaming"))
     spark.sparkContext.setLogLevel("ERROR")
     with tempfile.TemporaryDirectory() as root:
         cfg = champion(spark, root, rows)
+        if only == "connect":  # the session's model and files; no other row
+            write_csv(adult_like(spark, rows, seed=9), f"{root}/incoming", 8)
+            rows_out = over_connect(cfg, root, rows)
+            record(rows_out)
+            return rows_out
         ours, baseline = throughput(spark, cfg, root, rows)
         waits = latency(spark, cfg, root, files)
+        connect = over_connect(cfg, root, rows)
     p50, p95 = statistics.median(waits), statistics.quantiles(waits, n=20)[-1]
     out = [
         entry(
@@ -178,6 +251,7 @@ def main(rows: int = 200_000, files: int = 20, spark=None) -> list[dict]:
             None,
             note=f"as stream_latency_p50; {len(waits)} files",
         ),
+        *connect,
     ]
     record(out)
     return out
@@ -187,5 +261,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--files", type=int, default=20)
+    parser.add_argument("--only", choices=["connect"], help="only the Spark Connect rows")
     args = parser.parse_args()
-    main(args.rows, args.files)
+    main(args.rows, args.files, only=args.only)
