@@ -229,23 +229,15 @@ def _worker_downloads() -> str:
     with SIGTERM, which skips `atexit` (and a handler that exits instead makes the worker's
     session call a server that is going away), so each new worker removes the folders of the
     workers that are gone."""
+    import psutil  # a Connect worker's first micro-batch only
+
     for old in Path(tempfile.gettempdir()).glob(f"{_WORKER_DOWNLOADS}*"):
         pid = old.name.removeprefix(_WORKER_DOWNLOADS).split("_", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
     folder = tempfile.mkdtemp(prefix=f"{_WORKER_DOWNLOADS}{os.getpid()}_")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return folder
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def connect_listener_gap(client_version: str) -> str:
