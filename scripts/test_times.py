@@ -30,6 +30,8 @@ def keep(report: dict) -> dict:
     return {
         "measured": report.get("date") or datetime.date.today().isoformat(),
         "wall_s": report["wall_s"],
+        "cpus": report.get("cpus"),
+        "cpu_busy": report.get("cpu_busy"),
         "tests": report["tests"],
         "workers_s": report["workers_s"],
         "fixtures_s": dict(list(report["fixtures_s"].items())[:TABLE_FIXTURES]),
@@ -41,10 +43,12 @@ def table(kept: dict) -> str:
     files = list(kept["files_s"].items())
     rest = files[TABLE_FILES:]
     workers = ", ".join(f"{w} {s:.0f} s" for w, s in kept["workers_s"].items())
+    busy = kept.get("cpu_busy")
+    cpu = f" The machine's {kept['cpus']} cores were {busy:.0%} busy." if busy is not None else ""
     lines = [
         BEGIN,
         f"Measured {kept['measured']}: {kept['tests']} tests in {kept['wall_s'] / 60:.1f} minutes of wall "
-        f"time on two workers" + (f" ({workers} of test time)." if workers else "."),
+        f"time on {len(kept['workers_s'])} workers" + (f" ({workers} of test time)." if workers else ".") + cpu,
         "",
         "| file | seconds |",
         "|---|---:|",

@@ -72,6 +72,9 @@ def test_a_run_under_two_workers_reports_each_test_fixture_and_worker(tmp_path):
     assert "[test-times] 3 tests" in done.stdout
     times = json.loads(report.read_text())
     assert times["tests"] == 3 and set(times["workers_s"]) == {"gw0", "gw1"}
+    # the machine's CPU share over the run: whether more workers could have helped
+    assert times["cpus"] == os.cpu_count() and 0.0 < times["cpu_busy"] <= 1.0
+    assert f"CPU {times['cpu_busy']:.0%} busy on {os.cpu_count()} cores" in done.stdout
     assert times["fixtures_s"]["built_once (module)"]["count"] == 1, "a module fixture is built once"
     assert times["fixtures_s"]["built_once (module)"]["total"] >= 0.4
     slowest = next(iter(times["files_s"]))
@@ -100,6 +103,7 @@ def test_a_run_under_two_workers_reports_each_test_fixture_and_worker(tmp_path):
     assert next(iter(kept["files_s"])) == "test_a.py" and kept["tests"] == 3
     readme = (clone / "README.md").read_text()
     assert "| `tests/test_a.py` |" in readme and "| `built_once (module)` | 1 |" in readme
+    assert "on 2 workers" in readme and f"cores were {times['cpu_busy']:.0%} busy" in readme
     assert subprocess.run(f"{command} --check", shell=True, cwd=clone).returncode == 0
 
 

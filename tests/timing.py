@@ -71,10 +71,30 @@ def pytest_fixture_setup(fixturedef, request):
 # ---- controller side (or the only process without xdist): gather the reports -------------------
 
 
+def cpu_jiffies() -> tuple[int, int] | None:
+    """(busy, total) clock ticks of every CPU since boot, from Linux's /proc/stat; None elsewhere.
+    Busy is all but idle and iowait: what the suite's processes (and anything beside them) ran."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_fraction(start: tuple[int, int] | None, end: tuple[int, int] | None) -> float | None:
+    """The share of the machine's CPU time that was busy between two `cpu_jiffies` readings: near
+    1.0, the suite is bound by the cores, and more xdist workers cannot make it faster."""
+    if start is None or end is None or end[1] <= start[1]:
+        return None
+    return (end[0] - start[0]) / (end[1] - start[1])
+
+
 class TimingReport:
     def __init__(self) -> None:
         self.tests: dict[str, TestTime] = {}
         self.started = time.time()
+        self.cpu_at_start = cpu_jiffies()
 
     def pytest_runtest_logreport(self, report) -> None:
         worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
@@ -94,8 +114,10 @@ class TimingReport:
         write_report(summary, out)
         slowest = ", ".join(f"{Path(f).name} {s:.0f}s" for f, s in list(summary["files_s"].items())[:5])
         workers = ", ".join(f"{w} {s:.0f}s" for w, s in summary["workers_s"].items())
+        busy = summary["cpu_busy"]
+        cpu = f", CPU {busy:.0%} busy on {summary['cpus']} cores" if busy is not None else ""
         terminalreporter.write_line(
-            f"[test-times] {summary['tests']} tests, {summary['wall_s']:.0f}s wall, {summary['test_s']:.0f}s of "
+            f"[test-times] {summary['tests']} tests, {summary['wall_s']:.0f}s wall{cpu}, {summary['test_s']:.0f}s of "
             f"test time (workers: {workers}); slowest files: {slowest}; report: {out}"
         )
 
@@ -111,6 +133,8 @@ class TimingReport:
         return {
             "date": time.strftime("%Y-%m-%d"),
             "wall_s": round(time.time() - self.started, 1),
+            "cpus": os.cpu_count(),
+            "cpu_busy": _rounded(busy_fraction(self.cpu_at_start, cpu_jiffies())),
             "tests": len(self.tests),
             "test_s": round(sum(t.total_s for t in self.tests.values()), 1),
             "workers_s": {w: round(s, 1) for w, s in sorted(workers.items())},
@@ -122,6 +146,10 @@ class TimingReport:
             },
             "per_test": [asdict(t) for t in sorted(self.tests.values(), key=lambda t: -t.total_s)],
         }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 def pytest_configure(config):
