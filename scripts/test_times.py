@@ -48,7 +48,9 @@ def table(kept: dict) -> str:
     lines = [
         BEGIN,
         f"Measured {kept['measured']}: {kept['tests']} tests in {kept['wall_s'] / 60:.1f} minutes of wall "
-        f"time on {len(kept['workers_s'])} workers" + (f" ({workers} of test time)." if workers else ".") + cpu,
+        f"time on {len(kept['workers_s'])} workers"
+        + (f" ({workers} of test time)." if workers else ".")
+        + cpu,
         "",
         "| file | seconds |",
         "|---|---:|",

@@ -15,14 +15,31 @@ replaced by the directory that holds the package. Anything else (a Spark distrib
 `python/lib` is not inside an installed pyspark, a cluster's own layout) keeps Spark's path.
 `spark/session.py` names this module as `spark.python.daemon.module`; nothing here imports
 pyspark before the path is settled, and the daemon itself is pyspark's.
+
+Before it serves, the daemon imports torch and the parts of torch.distributed that the ranks and
+the scoring UDF import (`PRELOAD`), so each worker it forks starts with them instead of importing
+them again: 2.8 s of CPU per worker to import the rank and UDF code, 0.6 s after such a fork. A
+fresh `local[2]` session whose two workers import them used 11.3-12.3 CPU-s against 12.5-14.7
+(measured here, 2026-12-07, alternated); its wall time did not change. Only modules that start no
+thread of their own are preloaded (pyarrow starts jemalloc's, which a fork must not inherit), and
+none of this package's own code.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
 ZIP_NAME = "pyspark.zip"
+PRELOAD = (
+    "numpy",
+    "torch",
+    "torch.nn",
+    "torch.distributed",
+    "torch.distributed.checkpoint",
+    "torch.distributed.tensor",
+)
 
 
 def installed_root(entry: str) -> str | None:
@@ -48,9 +65,23 @@ def main() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join(
             prefer_installed_pyspark(os.environ["PYTHONPATH"].split(os.pathsep))
         )
+    preload()
     from pyspark.daemon import manager
 
     manager()
+
+
+def preload(modules: tuple[str, ...] = PRELOAD) -> list[str]:
+    """Import those of `modules` that are installed (a plain pyspark environment has no torch);
+    the names imported."""
+    imported = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+        imported.append(name)
+    return imported
 
 
 if __name__ == "__main__":
