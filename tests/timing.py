@@ -71,30 +71,32 @@ def pytest_fixture_setup(fixturedef, request):
 # ---- controller side (or the only process without xdist): gather the reports -------------------
 
 
-def cpu_jiffies() -> tuple[int, int] | None:
-    """(busy, total) clock ticks of every CPU since boot, from Linux's /proc/stat; None elsewhere.
-    Busy is all but idle and iowait: what the suite's processes (and anything beside them) ran."""
-    try:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return sum(fields) - idle, sum(fields)
+def cpu_seconds() -> tuple[float, float]:
+    """(busy, total) CPU seconds of every core since boot: what the suite's processes (and anything
+    beside them) ran, and all there was."""
+    import psutil
+
+    from sparkml_dist.observe.system import busy_seconds
+
+    times = psutil.cpu_times()
+    busy = busy_seconds(times)
+    return busy, busy + times.idle + getattr(times, "iowait", 0.0)
 
 
-def busy_fraction(start: tuple[int, int] | None, end: tuple[int, int] | None) -> float | None:
-    """The share of the machine's CPU time that was busy between two `cpu_jiffies` readings: near
-    1.0, the suite is bound by the cores, and more xdist workers cannot make it faster."""
-    if start is None or end is None or end[1] <= start[1]:
+def busy_fraction(start: tuple[float, float], end: tuple[float, float]) -> float | None:
+    """The share of the machine's CPU time that was busy between two `cpu_seconds` readings (within
+    [0, 1], which float rounding of the sums could overstep): near 1.0, the suite is bound by the
+    cores, and more xdist workers cannot make it faster."""
+    if end[1] <= start[1]:
         return None
-    return (end[0] - start[0]) / (end[1] - start[1])
+    return min(1.0, max(0.0, (end[0] - start[0]) / (end[1] - start[1])))
 
 
 class TimingReport:
     def __init__(self) -> None:
         self.tests: dict[str, TestTime] = {}
         self.started = time.time()
-        self.cpu_at_start = cpu_jiffies()
+        self.cpu_at_start = cpu_seconds()
 
     def pytest_runtest_logreport(self, report) -> None:
         worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
@@ -134,7 +136,7 @@ class TimingReport:
             "date": time.strftime("%Y-%m-%d"),
             "wall_s": round(time.time() - self.started, 1),
             "cpus": os.cpu_count(),
-            "cpu_busy": _rounded(busy_fraction(self.cpu_at_start, cpu_jiffies())),
+            "cpu_busy": _rounded(busy_fraction(self.cpu_at_start, cpu_seconds())),
             "tests": len(self.tests),
             "test_s": round(sum(t.total_s for t in self.tests.values()), 1),
             "workers_s": {w: round(s, 1) for w, s in sorted(workers.items())},
