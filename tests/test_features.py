@@ -1,6 +1,7 @@
 """Feature pipeline: fixed-width vectors, imputation, and unseen categories at scoring time."""
 
 import contextlib
+import math
 
 import numpy as np
 import pytest
@@ -252,6 +253,7 @@ def test_the_one_pass_imputer_is_spark_mls_imputer(spark, tmp_path, strategy):
 
     from sparkml_dist.data import imputer as imputer_module
     from sparkml_dist.data.imputer import OnePassImputer
+    from sparkml_dist.data.packed import packed_values
     from sparkml_dist.errors import DataError
 
     nan = float("nan")
@@ -272,6 +274,12 @@ def test_the_one_pass_imputer_is_spark_mls_imputer(spark, tmp_path, strategy):
         assert (
             ours.transform(rows).select(imputed).collect()
             == spark_ml.transform(rows).select(imputed).collect()
+        )
+    packed = rows.select("*", packed_values(["a", "b", "c"]))  # the wide path over one array column
+    with narrow_sql_limit(imputer_module, 0):
+        from_array = OnePassImputer(Imputer(inputCols=["a", "b", "c"], outputCols=imputed, strategy=strategy))
+        assert from_array.fit(packed).surrogateDF.first().asDict() == pytest.approx(
+            spark_ml.surrogateDF.first().asDict(), rel=1e-12
         )
     PipelineModel([ours]).save(str(tmp_path / "pipeline"))
     loaded = PipelineModel.load(str(tmp_path / "pipeline"))
@@ -420,12 +428,14 @@ def test_a_categorical_column_with_a_value_per_row_is_named_with_what_to_do():
     assert identifier_like(raw(40), 60) == [], "a few values in a small table are ordinary categories"
 
 
-@pytest.mark.parametrize("scale", [True, False])
-def test_a_wide_run_of_numbers_is_stored_as_one_array_and_matches_spark_ml(spark, tmp_path, scale):
+@pytest.mark.parametrize("scale,packed", [(True, True), (False, False)])
+def test_a_wide_run_of_numbers_is_stored_as_one_array_and_matches_spark_ml(spark, tmp_path, scale, packed):
     """70 numeric columns (MNIST has 784) and a category: the numbers are one VALUES block, a
     single array<float> Parquet column, and every slot of every row still equals Spark ML's own
     output, rebuilt in numpy, in torch (a GPU rank's expansion) and from numpy over the raw
-    rows: missing numbers, a constant column, an unseen category."""
+    rows: missing numbers, a constant column, an unseen category. `packed`: ingested as
+    preprocess ingests (the numbers one array column, data/packed.py), the statistics and the
+    stored features computed from that array are still Spark ML's, slot for slot."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     import torch
@@ -436,13 +446,15 @@ def test_a_wide_run_of_numbers_is_stored_as_one_array_and_matches_spark_ml(spark
     from sparkml_dist.data.features import compile_features
     from sparkml_dist.data.layout import VALUES
     from sparkml_dist.data.loader import dense_features, stored_features
+    from sparkml_dist.data.packed import PACKED, packed_columns
     from sparkml_dist.errors import DataError
 
     width = 70
     rng = np.random.default_rng(7)
     rows = [
         (
-            *[None if rng.random() < 0.05 else float(rng.normal(j, 1 + j % 3)) for j in range(width - 1)],
+            *[None if rng.random() < 0.05 else float(rng.normal(j, 1 + j % 3)) for j in range(width - 2)],
+            math.inf if i == 5 else 1.0 + i,  # one reject
             2.5,  # constant: std 0
             ["Paris", "Rome", None][i % 3],
             "yes" if i % 2 else "no",
@@ -455,9 +467,21 @@ def test_a_wide_run_of_numbers_is_stored_as_one_array_and_matches_spark_ml(spark
     cfg = parse_config(
         {"data": {"train_path": path, "test_path": path, "label": {"column": "y", "positive": "yes"}}}
     ).data
-    result = ingest(spark, path, cfg)  # its config: the columns typed from the source
+    result = ingest(spark, path, cfg, pack_wide=packed)  # its config: the columns typed from the source
     rows_in = result.accepted
+    assert (packed_columns(rows_in) is not None) == packed
+    unpacked = ingest(spark, path, cfg)
+    assert (
+        rows_in.drop(PACKED).orderBy("row_id").collect() == unpacked.accepted.orderBy("row_id").collect()
+    ), "the same rows, every column by its name, packed or not"
+    assert result.rejects.collect() == unpacked.rejects.collect() and result.rejected_rows == 1
+    assert "'x68' (Infinity)" in result.rejects.first()["reason"]
     model = build_feature_pipeline(result.data, FeatureConfig(scale_numeric=scale)).fit(rows_in)
+    if packed:
+        plain = build_feature_pipeline(result.data, FeatureConfig(scale_numeric=scale))
+        assert raw_features(model) == raw_features(plain.fit(unpacked.accepted)), (
+            "the statistics from the array are those from the columns"
+        )
     scored = rows_in.withColumn(
         "city", F.when(F.col("row_id") % 10 == 0, F.lit("Tokyo")).otherwise(F.col("city"))
     )

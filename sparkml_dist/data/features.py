@@ -33,6 +33,7 @@ from sparkml_dist.data.imputer import ImputedScaler, OnePassImputer
 from sparkml_dist.data.indexer import MostFrequentIndexer
 from sparkml_dist.data.ingest import LABEL, ROW_ID
 from sparkml_dist.data.layout import VALUES, FeatureBlock, FeatureLayout
+from sparkml_dist.data.packed import PACKED, packed_columns
 from sparkml_dist.data.raw_features import (
     MISSING_CATEGORY,
     RAW_FEATURES_FILE,
@@ -126,11 +127,19 @@ class CompiledFeatures:
 
     layout: FeatureLayout
     columns: tuple[Column, ...]
+    blocks: tuple[tuple[FeatureBlock, tuple[Slot, ...]], ...] = ()
 
     def frame(self, df: DataFrame, with_label: bool = True, extra: tuple[str, ...] = ()) -> DataFrame:
-        """Raw typed columns -> row_id, [extra...,] one column per block[, label (float)]."""
+        """Raw typed columns -> row_id, [extra...,] one column per block[, label (float)]. A
+        VALUES block whose numbers `df` carries packed (`data/packed.py`) is computed from the
+        array, the same values in one expression."""
         label = [F.col(LABEL).cast("float").alias(LABEL)] if with_label else []
-        return df.select(F.col(ROW_ID), *[F.col(c) for c in extra], *self.columns, *label)
+        packed = packed_columns(df)
+        columns = [
+            _packed_values_sql(block, slots) if _reads_packed(block, slots, packed) else column
+            for (block, slots), column in zip(self.blocks, self.columns)
+        ] or list(self.columns)
+        return df.select(F.col(ROW_ID), *[F.col(c) for c in extra], *columns, *label)
 
 
 def scoring_frame(
@@ -198,7 +207,29 @@ def compiled_from(raw: RawFeatures) -> CompiledFeatures:
     """The slots as SQL columns, one per layout block."""
     blocks = raw.blocks()
     cols = [_block_sql(block, slots) for block, slots in blocks]
-    return CompiledFeatures(FeatureLayout(tuple(block for block, _ in blocks)), tuple(cols))
+    return CompiledFeatures(FeatureLayout(tuple(block for block, _ in blocks)), tuple(cols), tuple(blocks))
+
+
+def _reads_packed(block: FeatureBlock, slots: tuple[Slot, ...], packed: list[str] | None) -> bool:
+    return block.kind == VALUES and packed is not None and [s.source for s in slots] == packed
+
+
+def _packed_values_sql(block: FeatureBlock, slots: tuple[Slot, ...]) -> Column:
+    """`_numeric_value` of each slot over the packed array: element i with slot i's surrogate,
+    mean and inverse std taken from constant arrays. One lambda instead of hundreds of
+    expressions, which Spark would analyse and compile for each plan (the same doubles, the
+    same float: tests/test_features.py)."""
+    numeric = [cast(NumericSlot, s) for s in slots]
+
+    def constants(values: list[float]) -> str:
+        return "array(" + ", ".join(double(v) for v in values) + ")"
+
+    value = f"coalesce(nanvl(x, NULL), {constants([s.surrogate for s in numeric])}[i])"
+    if all(s.mean is not None and s.inv_std is not None for s in numeric):
+        means = constants([cast(float, s.mean) for s in numeric])
+        inv_stds = constants([cast(float, s.inv_std) for s in numeric])
+        value = f"(({value} - {means}[i]) * {inv_stds}[i])"
+    return F.expr(f"transform({PACKED}, (x, i) -> CAST({value} AS FLOAT)) AS {ident(block.column)}")
 
 
 def _block_sql(block: FeatureBlock, slots: tuple[Slot, ...]) -> Column:

@@ -31,6 +31,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from sparkml_dist.data.packed import PACKED, packed_columns
 from sparkml_dist.data.sql import ident
 from sparkml_dist.errors import DataError
 from sparkml_dist.spark.kind import is_connect
@@ -191,8 +192,13 @@ def _summarized_moments(rows: DataFrame, names: list[str]) -> dict[str, ColumnMo
     """Mean surrogates: one Summarizer pass, and SQL for the columns with a missing value."""
     if rows.isEmpty():  # Summarizer fails on no rows with a bare "requirement failed"
         return {name: ColumnMoments(0, 0, math.nan, math.nan, math.nan) for name in names}
-    as_doubles = ", ".join(f"coalesce(CAST({ident(n)} AS DOUBLE), double('NaN'))" for n in names)
-    vector = array_to_vector(F.expr(f"array({as_doubles})"))
+    if packed_columns(rows) == names:  # already one array of doubles (data/packed.py)
+        values = f"transform({PACKED}, x -> coalesce(x, double('NaN')))"
+    else:
+        values = (
+            "array(" + ", ".join(f"coalesce(CAST({ident(n)} AS DOUBLE), double('NaN'))" for n in names) + ")"
+        )
+    vector = array_to_vector(F.expr(values))
     summary = only_row(
         rows.select(Summarizer.metrics("count", "mean", "variance").summary(vector).alias("s"))
     )["s"]

@@ -19,6 +19,8 @@ from pyspark.sql import functions as F
 
 from sparkml_dist.config.schema import DataConfig
 from sparkml_dist.data.dataset import LABEL
+from sparkml_dist.data.packed import packed_values, unpacked
+from sparkml_dist.data.raw_features import WIDE_NUMBERS
 from sparkml_dist.data.sources import RAW_LINE, ROW_ID, SOURCE_FILE, RawRows, read_source, resolve_path
 from sparkml_dist.data.sql import ident
 from sparkml_dist.errors import DataError
@@ -86,14 +88,16 @@ def ingest(
     require_label: bool = True,
     key: str | None = None,
     target: Target | None = None,
+    pack_wide: bool = False,
 ) -> IngestResult:
     """Read `location`, type and check its rows, split into accepted and rejects (cached). `key`
     is the config key or flag that named `location`: an error about the input starts with it, so
     the user knows which setting to fix (a job reads several inputs). With a fitted `target`, a
     label it does not know (a class absent from the training rows) is a reject here, with its
-    file and line like any other."""
+    file and line like any other. `pack_wide`: a wide run of numeric features is cached as one
+    array column, which the accepted rows also carry (`data/packed.py`)."""
     try:
-        return _ingest(spark, location, cfg, require_label, target)
+        return _ingest(spark, location, cfg, require_label, target, pack_wide)
     except DataError as exc:
         if key is None:
             raise
@@ -101,12 +105,21 @@ def ingest(
 
 
 def _ingest(
-    spark: SparkSession, location: str, cfg: DataConfig, require_label: bool, target: Target | None
+    spark: SparkSession,
+    location: str,
+    cfg: DataConfig,
+    require_label: bool,
+    target: Target | None,
+    pack_wide: bool,
 ) -> IngestResult:
     raw = read_source(spark, resolve_path(location), location, cfg)
     if require_label:
         _require_label_columns(raw.data, location)
-    result = split_checked(checked_rows(raw, require_label, target).cache(), raw.data)
+    numeric = raw.data.names_with_role("numeric")
+    packed = numeric if pack_wide and len(numeric) >= WIDE_NUMBERS else None
+    checked = checked_rows(raw, require_label, target, packed)
+    columns = unpacked(_typed_names(raw.data, require_label), numeric) if packed else None
+    result = split_checked(checked.cache(), raw.data, columns)
     if result.input_rows == 0:
         result.release()
         raise DataError(f"{location}: no input rows (the file is empty or holds only blank lines)")
@@ -115,14 +128,32 @@ def _ingest(
     return result
 
 
-def checked_rows(raw: RawRows, require_label: bool, target: Target | None = None) -> DataFrame:
+def checked_rows(
+    raw: RawRows, require_label: bool, target: Target | None = None, packed: list[str] | None = None
+) -> DataFrame:
     """The typed columns, and for a row that fails a check its file, raw text and reason (null
-    reason: accepted). Works on a batch or a streaming frame alike."""
+    reason: accepted). Works on a batch or a streaming frame alike. `packed`: these numeric
+    columns are one array column instead (`data/packed.py`)."""
+    reason = _reject_reason(raw, raw.data, require_label, target)
+    if packed:
+        # one projection over the source: another under it would pass every raw column through
+        # (a row of hundreds of values written out again), and Spark evaluates the reason its
+        # three uses share once a row (subexpression elimination)
+        row_id, *typed = _typed_columns(raw.data, require_label, leave_out=set(packed))
+        bad = reason.isNotNull()
+        return raw.rows.select(
+            row_id,
+            packed_values(packed),
+            *typed,
+            F.when(bad, F.col(SOURCE_FILE)).alias(SOURCE_FILE),
+            F.when(bad, raw.raw_line).alias(RAW_LINE),
+            reason.alias(REASON),
+        )
     typed = _typed_columns(raw.data, require_label)
     # The reason once (a wide source's checks are hundreds of expressions), in its own projection
     # under the one that reads it: the raw text and file are then made only where a row is
     # rejected. The accepted rows' strings would make the cache several times larger and slower.
-    reasoned = raw.rows.withColumn(REASON, _reject_reason(raw, raw.data, require_label, target))
+    reasoned = raw.rows.withColumn(REASON, reason)
     bad = F.col(REASON).isNotNull()
     return reasoned.select(
         *typed,
@@ -132,13 +163,15 @@ def checked_rows(raw: RawRows, require_label: bool, target: Target | None = None
     )
 
 
-def split_checked(checked: DataFrame, data: DataConfig) -> IngestResult:
+def split_checked(checked: DataFrame, data: DataConfig, columns: list[str] | None = None) -> IngestResult:
     """`checked_rows` (cached by the caller: both outputs and the counts read it) split into the
-    accepted rows and the rejects, counted, the counts reconciled."""
+    accepted rows and the rejects, counted, the counts reconciled. `columns`: the accepted rows'
+    columns as SQL that reads them out of packed ones (`data/packed.py`; default: its typed
+    columns, by position: checked_rows puts its three after them)."""
     bad = F.col(REASON).isNotNull()
-    names = checked.columns[:-3]  # by position: checked_rows puts its three after the typed columns
+    typed = columns or [ident(n) for n in checked.columns[:-3]]
     rejects = checked.where(bad).select(SOURCE_FILE, ROW_ID, RAW_LINE, REASON)
-    accepted = checked.where(~bad).select(*names)
+    accepted = checked.where(~bad).selectExpr(*typed)  # SQL text: one JVM call (data/sql.py)
     counts = only_row(checked.agg(F.count(F.lit(1)).alias("n"), F.count(F.col(REASON)).alias("bad")))
     result = IngestResult(
         accepted, rejects, counts["n"], counts["n"] - counts["bad"], counts["bad"], data, checked
@@ -202,11 +235,23 @@ def _weight_problem(name: str) -> Column:
     )
 
 
-def _typed_columns(data: DataConfig, with_label: bool) -> list[Column]:
+def _typed_names(data: DataConfig, with_label: bool) -> list[str]:
+    """The names of `_typed_columns`, in order."""
+    names = [ROW_ID, *[c.name for c in data.columns if c.role in ("numeric", "categorical", "id")]]
+    if with_label:
+        names.append(LABEL)
+        if data.weight_column:
+            names.append(WEIGHT)
+    return names
+
+
+def _typed_columns(
+    data: DataConfig, with_label: bool, leave_out: frozenset[str] | set[str] = frozenset()
+) -> list[Column]:
     features = [
         f"CAST({ident(c.name)} AS DOUBLE) AS {ident(c.name)}" if c.role == "numeric" else ident(c.name)
         for c in data.columns
-        if c.role in ("numeric", "categorical", "id")
+        if c.role in ("numeric", "categorical", "id") and c.name not in leave_out
     ]
     cols = [F.col(ROW_ID), *[F.expr(f) for f in features]]  # SQL text: one JVM call a column (data/sql.py)
     if with_label:

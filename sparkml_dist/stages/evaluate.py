@@ -40,7 +40,12 @@ def evaluate(
     if test_rows is None:
         data = with_types_of(cfg.data, bundle.training_schema or {})
         with ingest(
-            spark, cfg.data.test_path, data, key="data.test_path", target=model_target(bundle.target, data)
+            spark,
+            cfg.data.test_path,
+            data,
+            key="data.test_path",
+            target=model_target(bundle.target, data),
+            pack_wide=True,  # the features are read from one array (data/packed.py)
         ) as test_input:
             report = evaluate(spark, cfg, model_uri, tracking_uri, test_input.accepted)
             _quarantine(spark, cfg, test_input)

@@ -138,7 +138,12 @@ def _ingest_input(
     start = time.perf_counter()
     with job_phase(spark, f"preprocess: ingest {name}"):
         result = ingest(
-            spark, getattr(cfg.data, f"{name}_path"), data, key=f"data.{name}_path", target=target
+            spark,
+            getattr(cfg.data, f"{name}_path"),
+            data,
+            key=f"data.{name}_path",
+            target=target,
+            pack_wide=True,
         )
     seconds, counts = time.perf_counter() - start, result.counts()
     log.info(

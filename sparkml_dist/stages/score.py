@@ -74,7 +74,12 @@ def score(
     )  # a typed source read as the model was trained
     key = "--input" if input_path else "data.score_path" if cfg.data.score_path else "data.test_path"
     with ingest(
-        spark, input_path or cfg.data.score_path or cfg.data.test_path, data, require_label=False, key=key
+        spark,
+        input_path or cfg.data.score_path or cfg.data.test_path,
+        data,
+        require_label=False,
+        key=key,
+        pack_wide=True,  # the scoring frame reads a wide run of numbers from one array (data/packed.py)
     ) as raw:
         check_schema(schema_of(raw.data), bundle)
         return _score_rows(spark, cfg, uri, bundle, raw, output_path)
