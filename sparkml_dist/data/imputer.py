@@ -193,7 +193,13 @@ def _summarized_moments(rows: DataFrame, names: list[str]) -> dict[str, ColumnMo
     if rows.isEmpty():  # Summarizer fails on no rows with a bare "requirement failed"
         return {name: ColumnMoments(0, 0, math.nan, math.nan, math.nan) for name in names}
     if packed_columns(rows) == names:  # already one array of doubles (data/packed.py)
-        values = f"transform({PACKED}, x -> coalesce(x, double('NaN')))"
+        # a vector takes no null: a row with one is copied with NaN for it, by a lambda Spark
+        # interprets value by value; a row with neither a null nor a NaN (arrays_overlap is false
+        # only then, and compiled) is the vector as it is
+        values = (
+            f"CASE WHEN NOT arrays_overlap({PACKED}, array(double('NaN'))) THEN {PACKED} "
+            f"ELSE transform({PACKED}, x -> coalesce(x, double('NaN'))) END"
+        )
     else:
         values = (
             "array(" + ", ".join(f"coalesce(CAST({ident(n)} AS DOUBLE), double('NaN'))" for n in names) + ")"
