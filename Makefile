@@ -36,7 +36,7 @@ TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Budgets (minutes) under CI's 90 for a fresh clone, lint's minute included: each stage fails by
-# name when it overruns. A fresh clone's setup takes about 5 minutes here (Horovod's wheel cached).
+# name when it overruns. A fresh clone's setup took 3-5 minutes here (Horovod's wheel cached).
 SETUP_BUDGET ?= 15
 TEST_BUDGET ?= 72
 test:
