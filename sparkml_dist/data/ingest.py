@@ -118,7 +118,7 @@ def _ingest(
     numeric = raw.data.names_with_role("numeric")
     packed = numeric if pack_wide and len(numeric) >= WIDE_NUMBERS else None
     checked = checked_rows(raw, require_label, target, packed)
-    columns = unpacked(_typed_names(raw.data, require_label), numeric) if packed else None
+    columns = unpacked(list(_typed(raw.data, require_label)), numeric) if packed else None
     result = split_checked(checked.cache(), raw.data, columns)
     if result.input_rows == 0:
         result.release()
@@ -139,7 +139,7 @@ def checked_rows(
         # one projection over the source: another under it would pass every raw column through
         # (a row of hundreds of values written out again), and Spark evaluates the reason its
         # three uses share once a row (subexpression elimination)
-        row_id, *typed = _typed_columns(raw.data, require_label, leave_out=set(packed))
+        row_id, *typed = _columns(_typed(raw.data, require_label), leave_out=set(packed))
         bad = reason.isNotNull()
         return raw.rows.select(
             row_id,
@@ -149,7 +149,7 @@ def checked_rows(
             F.when(bad, raw.raw_line).alias(RAW_LINE),
             reason.alias(REASON),
         )
-    typed = _typed_columns(raw.data, require_label)
+    typed = _columns(_typed(raw.data, require_label))
     # The reason once (a wide source's checks are hundreds of expressions), in its own projection
     # under the one that reads it: the raw text and file are then made only where a row is
     # rejected. The accepted rows' strings would make the cache several times larger and slower.
@@ -235,29 +235,26 @@ def _weight_problem(name: str) -> Column:
     )
 
 
-def _typed_names(data: DataConfig, with_label: bool) -> list[str]:
-    """The names of `_typed_columns`, in order."""
-    names = [ROW_ID, *[c.name for c in data.columns if c.role in ("numeric", "categorical", "id")]]
+def _typed(data: DataConfig, with_label: bool) -> dict[str, str | Column]:
+    """Each typed column by its name, in order: a feature as SQL text (made a column only where it
+    is used: a wide source's hundreds are a JVM call each, data/sql.py), the label and weight as
+    columns."""
+    typed: dict[str, str | Column] = {ROW_ID: ident(ROW_ID)}
+    for c in data.columns:
+        if c.role in ("numeric", "categorical", "id"):
+            typed[c.name] = (
+                f"CAST({ident(c.name)} AS DOUBLE) AS {ident(c.name)}"
+                if c.role == "numeric"
+                else ident(c.name)
+            )
     if with_label:
-        names.append(LABEL)
+        task = get_task(data.label.resolved_task)
+        typed[LABEL] = task.label_value(data.label, F.col(data.label.column)).alias(LABEL)
         if data.weight_column:
-            names.append(WEIGHT)
-    return names
+            typed[WEIGHT] = F.col(data.weight_column).cast("double").alias(WEIGHT)
+    return typed
 
 
-def _typed_columns(
-    data: DataConfig, with_label: bool, leave_out: frozenset[str] | set[str] = frozenset()
-) -> list[Column]:
-    features = [
-        f"CAST({ident(c.name)} AS DOUBLE) AS {ident(c.name)}" if c.role == "numeric" else ident(c.name)
-        for c in data.columns
-        if c.role in ("numeric", "categorical", "id") and c.name not in leave_out
-    ]
-    cols = [F.col(ROW_ID), *[F.expr(f) for f in features]]  # SQL text: one JVM call a column (data/sql.py)
-    if with_label:
-        cols.append(
-            get_task(data.label.resolved_task).label_value(data.label, F.col(data.label.column)).alias(LABEL)
-        )
-        if data.weight_column:
-            cols.append(F.col(data.weight_column).cast("double").alias(WEIGHT))
-    return cols
+def _columns(typed: dict[str, str | Column], leave_out: set[str] | None = None) -> list[Column]:
+    """`_typed`'s columns, but those in `leave_out`."""
+    return [F.expr(v) if isinstance(v, str) else v for n, v in typed.items() if n not in (leave_out or ())]

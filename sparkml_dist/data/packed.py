@@ -6,9 +6,8 @@ least `WIDE_NUMBERS` numeric features as one array column (`PACKED`), whose meta
 columns it holds, in order. The accepted rows still have every column by its name (read out of
 the array where a plan needs it), and the stages that can work on the array do: the imputer's
 and scaler's statistics are one `Summarizer` pass over it (`data/imputer.py`), and the stored
-features are one expression over it (`data/features.py`). Measured on MNIST's training file in
-a fresh JVM: caching and counting the checked rows 18.5 s as one array against 27.1 s as 785
-columns (docs/benchmarks.md, "Wide rows").
+features are one expression over it (`data/features.py`). What it saved on MNIST:
+docs/benchmarks.md, "Wide rows".
 """
 
 from __future__ import annotations
