@@ -66,7 +66,11 @@ def _run_stages(spark: SparkSession, cfg: JobConfig, run: RunHandle) -> Summary:
     with timer("train"):
         trained = train(spark, cfg, prep, run)
     with ingest(
-        spark, cfg.data.test_path, with_types_of(cfg.data, prep.manifest.schema), key="data.test_path"
+        spark,
+        cfg.data.test_path,
+        with_types_of(cfg.data, prep.manifest.schema),
+        key="data.test_path",
+        pack_wide=True,  # evaluation and the gate's re-scoring read the features from one array
     ) as test_input:
         with timer("evaluate"):
             report = evaluate(spark, cfg, trained.model_uri, run.tracking_uri, test_input.accepted)
