@@ -29,6 +29,13 @@ def test_adult_config_loads_and_overrides_apply(adult_config_path):
         ("train.epochs=0", "train.epochs", "greater than or equal to 1"),
         ("train.backend=mpi", "train.backend", "'torch' or 'horovod'"),
         ("data.validation_fraction=0.9", "data.validation_fraction", "less than 0.5"),
+        # a binary label's positive class alone once trained a two-class multiclass model, silently
+        (
+            "data.label.negative=null",
+            "data.label",
+            "data.label.positive is given without data.label.negative: a binary label names",
+        ),
+        ("data.label.task=multiclass", "data.label", "multiclass takes no data.label.positive/negative"),
     ],
 )
 def test_config_errors_name_the_key_and_the_problem(adult_config_path, override, key, words):
