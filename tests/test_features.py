@@ -465,7 +465,13 @@ def test_a_wide_run_of_numbers_is_stored_as_one_array_and_matches_spark_ml(spark
     path = str(tmp_path / "wide.parquet")
     spark.createDataFrame(rows, schema).write.parquet(path)
     cfg = parse_config(
-        {"data": {"train_path": path, "test_path": path, "label": {"column": "y", "positive": "yes", "negative": "no"}}}
+        {
+            "data": {
+                "train_path": path,
+                "test_path": path,
+                "label": {"column": "y", "positive": "yes", "negative": "no"},
+            }
+        }
     ).data
     result = ingest(spark, path, cfg, pack_wide=packed)  # its config: the columns typed from the source
     rows_in = result.accepted
