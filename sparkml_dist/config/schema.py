@@ -70,6 +70,19 @@ class LabelSpec(Section):
     )
     strip_suffix: str = Field("", description="classification: suffix removed before matching, e.g. '.'")
 
+    @model_validator(mode="after")
+    def _both_classes_or_neither(self) -> LabelSpec:
+        # one alone would resolve to multiclass (resolve_task), not binary: refuse it whatever the task
+        given = [k for k in ("positive", "negative") if getattr(self, k) is not None]
+        if len(given) == 1:
+            (other,) = {"positive", "negative"} - set(given)
+            raise ValueError(
+                f"data.label.{given[0]} is given without data.label.{other}: a binary label names the raw "
+                f"values of both its classes; give data.label.{other} too, or neither for a multiclass "
+                "label (data.label.classes lists its classes)"
+            )
+        return self
+
     @property
     def resolved_task(self) -> str:
         """`task` once decided: at load, or for a typed source once its label's type is read

@@ -51,15 +51,7 @@ class Multiclass(Task):
     default_gate = ("accuracy", 0.0)  # the bound is the majority class's share (default_bound)
 
     def check_label(self, label: LabelSpec) -> None:
-        given = [k for k in ("positive", "negative") if getattr(label, k) is not None]
-        if len(given) == 1:  # one alone resolves to multiclass, not binary: say so, not train one
-            (other,) = {"positive", "negative"} - set(given)
-            raise ValueError(
-                f"data.label.{given[0]} is given without data.label.{other}: a binary label names the raw "
-                f"values of both its classes; give data.label.{other} too, or neither for a multiclass "
-                "label (data.label.classes lists its classes)"
-            )
-        if given:
+        if label.positive is not None or label.negative is not None:
             raise ValueError(
                 "data.label.task=multiclass takes no data.label.positive/negative (a binary label's two "
                 "classes): remove them, or make the task binary"
