@@ -27,11 +27,23 @@ def test_features_have_fixed_width_and_survive_unseen_categories(spark, tmp_path
     # 2 scaled numerics + city one-hot over {Rome, Paris, __missing__} + 1 unseen slot
     assert {len(r["features"]) for r in feats} == {6}
     assert all(all(v == v for v in r["features"]) for r in feats), "no NaN after imputation"
+    # each slot named by its column; the categories' names are Spark ML's own attribute names
     names = feature_names(model, rows)
-    assert len(names) == 6 and any("city" in n for n in names)
+    assert names[:2] == ["age__scaled", "score__scaled"]
+    assert (
+        names[2:]
+        == spark_ml_slot_names(model, rows)[2:]
+        == ["city__onehot_Rome", "city__onehot_Paris", "city__onehot___missing__", "city__onehot___unknown"]
+    )
     unseen = to_feature_frame(model, ingest(spark, str(score), cfg).accepted, with_label=False).collect()
     assert len(unseen) == 1 and len(unseen[0]["features"]) == 6
     assert unseen[0]["features"][-1] == 1.0, "the unseen category lands in the extra slot"
+
+
+def spark_ml_slot_names(model, rows) -> list[str]:
+    """The assembled vector's slot names as Spark ML's attribute metadata gives them."""
+    meta = model.transform(rows.limit(1)).schema["_features_vec"].metadata["ml_attr"]["attrs"]
+    return [name for _, name in sorted((a["idx"], a["name"]) for group in meta.values() for a in group)]
 
 
 def test_scaled_numerics_are_standardised(spark, tmp_path):
@@ -94,6 +106,11 @@ def test_compact_storage_rebuilds_spark_ml_vectors_exactly(spark, tmp_path, one_
             f"{path.name}: numpy differs from Spark ML"
         )
     assert [b.kind for b in layout.blocks] == ["value", "value", "onehot" if one_hot else "value"]
+    # the manifest's names: a category's are Spark ML's own, a number's its column's
+    names = feature_names(model, rows)
+    done = "scaled" if scale else "imputed"
+    assert names[:2] == [f"age__{done}", f"score__{done}"] and len(names) == layout.dim
+    assert names[2:] == spark_ml_slot_names(model, rows)[2:]
 
 
 @pytest.mark.parametrize("one_hot", [True, False])

@@ -111,7 +111,12 @@ def to_feature_frame(
 
 
 def feature_names(model: PipelineModel, sample: DataFrame) -> list[str]:
-    """Names of the assembled vector's slots, from Spark ML's attribute metadata."""
+    """Names of the assembled vector's slots: the compiled slots' (`RawFeatures.names`), else
+    Spark ML's attribute metadata, which a transform of `sample` computes (for a wide source,
+    a plan of hundreds of columns analysed for a name each)."""
+    raw = raw_features(model)
+    if raw is not None:
+        return raw.names
     meta = model.transform(sample.limit(1)).schema[_VECTOR].metadata.get("ml_attr", {})
     slots: list[tuple[int, str]] = []
     for group in meta.get("attrs", {}).values():

@@ -25,13 +25,16 @@ class EncodedRows:
     unknown_rows: int
 
 
-def encode_labels(rows: DataFrame, target: Target, data: DataConfig) -> EncodedRows:
-    """Split `rows` into those whose label the target knows (encoded) and rejects for the rest."""
-    task = get_task(target.task)
-    encoded = rows.withColumn("_encoded", task.encode(target, F.col(LABEL)))
-    unknown = encoded.where(F.col("_encoded").isNull())
-    count = unknown.count()
-    known = encoded.where(F.col("_encoded").isNotNull()).withColumn(LABEL, F.col("_encoded")).drop("_encoded")
+def encode_labels(rows: DataFrame, target: Target, data: DataConfig, all_known: bool = False) -> EncodedRows:
+    """Split `rows` into those whose label the target knows (encoded) and rejects for the rest.
+    `all_known`: `rows` were ingested with this target, which made an unknown label a reject
+    there (data/ingest.py), so none is left to count."""
+    code = get_task(target.task).encode(target, F.col(LABEL))
+    # the label replaced where it stands: a wide source's rows are hundreds of columns, and each
+    # projection that names them all is analysed again by every plan over it
+    unknown = rows.where(code.isNull())
+    count = 0 if all_known else unknown.count()
+    known = rows.where(code.isNotNull()).withColumn(LABEL, code)
     reason = unknown_label_reason(target, data.label.column, F.col(LABEL))
     rejects = unknown.select(
         F.lit(None).cast("string").alias(SOURCE_FILE),
@@ -39,7 +42,7 @@ def encode_labels(rows: DataFrame, target: Target, data: DataConfig) -> EncodedR
         F.expr(raw_json(", ".join(ident(c) for c in rows.columns))).alias(RAW_LINE),
         reason.alias(REASON),
     )
-    return EncodedRows(known.select(*rows.columns), rejects, count)
+    return EncodedRows(known, rejects, count)
 
 
 def check_task(cfg: JobConfig, data: DataConfig) -> None:

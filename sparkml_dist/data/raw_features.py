@@ -98,6 +98,21 @@ class RawFeatures:
         return name
 
     @property
+    def names(self) -> list[str]:
+        """Each slot of the dense vector by name, as Spark ML's attributes name a one-hot slot
+        (`<column>__onehot_<value>`, `__unknown` for a value never seen in training) and an
+        index (`<column>__index`); a number by its column and what was done to it
+        (`<column>__scaled`, `<column>__imputed`)."""
+        names: list[str] = []
+        for slot in self.slots:
+            if isinstance(slot, CategorySlot) and slot.one_hot:
+                values = [*slot.labels, "__unknown"][: slot.size]
+                names.extend(f"{slot.source}__onehot_{value}" for value in values)
+            else:
+                names.append(slot.name)
+        return names
+
+    @property
     def numeric_columns(self) -> list[str]:
         return [s.source for s in self.slots if isinstance(s, NumericSlot)]
 

@@ -68,6 +68,8 @@ def preprocess(
     `<output.root>/preprocess`, a path or URI); `where` keeps only the rows it matches, which must
     be at least `min_rows` (a fine-tune's one batch)."""
     out = storage.absolute(str(out)) if out is not None else OutputPaths.of(cfg).preprocess
+    # an input ingested with the target has no unknown label left (ingest made each a reject)
+    known_labels = {"train": target is not None, "test": True}
     inputs = {"train": _ingest_input(spark, cfg, "train", with_types_of(cfg.data, trained_on or {}), target)}
     try:
         data = inputs["train"].data
@@ -84,7 +86,9 @@ def preprocess(
         inputs["test"] = _ingest_input(spark, cfg, "test", with_types_of(cfg.data, schema_of(data)), target)
         accepted["test"] = select_rows(inputs["test"].accepted, where, cfg.data.label.column)
         with job_phase(spark, "preprocess: encode labels"):
-            labelled = {name: encode_labels(rows, target, data) for name, rows in accepted.items()}
+            labelled = {
+                name: encode_labels(rows, target, data, known_labels[name]) for name, rows in accepted.items()
+            }
         log.info("task %s: %s", target.task, describe_target(target))
         train_rows, val_rows = split_frame(labelled["train"].known, data.validation_fraction, data.split_seed)
         with job_phase(spark, "preprocess: fit features"), _timed("fit features"):
@@ -109,9 +113,8 @@ def preprocess(
             _write_splits(spark, cfg, encoded, staging)
             with job_phase(spark, "preprocess: rejects and manifest"):
                 _write_rejects(inputs, labelled, f"{staging}/rejects")
-                manifest = _manifest(
-                    cfg, data, staging, pipeline, train_rows, encoded, inputs, labelled, target
-                )
+                names = raw.names if raw is not None else feature_names(pipeline, train_rows)
+                manifest = _manifest(cfg, data, staging, names, encoded, inputs, labelled, target)
             if saved is not None:
                 saved.result()
             manifest.save(staging)
@@ -288,8 +291,7 @@ def _manifest(
     cfg: JobConfig,
     data: DataConfig,
     staging: str,
-    pipeline,
-    train_rows,
+    names: list[str],
     encoded: _Encoded,
     inputs: dict[str, IngestResult],
     labelled: dict[str, EncodedRows],
@@ -301,7 +303,7 @@ def _manifest(
     counts = {name: _counts_after_labels(r, labelled[name]) for name, r in inputs.items()}
     return Manifest(
         feature_dim=encoded.dim,
-        feature_names=feature_names(pipeline, train_rows),
+        feature_names=names,
         splits=splits,
         input_fingerprint=fingerprint([resolve_path(cfg.data.train_path), resolve_path(cfg.data.test_path)]),
         inputs=counts,
